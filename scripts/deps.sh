@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Installs the Debian packages flare needs to build and test, when missing.
+# Safe to run again: it does nothing when everything is there.
+set -euo pipefail
+
+packages=(clang llvm libelf-dev zlib1g-dev pkg-config make gcc systemtap-sdt-dev)
+missing=()
+for p in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "flare: installing ${missing[*]}" >&2
+    sudo_cmd=""
+    [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
+    $sudo_cmd apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${missing[@]}" >/dev/null
+fi

@@ -1,0 +1,71 @@
+//! Opening the perf events that drive sampling: the software CPU clock,
+//! either one event per CPU (system-wide) or one per target thread.
+
+use std::io;
+use std::os::fd::{FromRawFd, OwnedFd};
+
+use libbpf_rs::libbpf_sys as sys;
+
+/// How often an event fires.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sampling {
+    /// Samples per second.
+    Frequency(u64),
+    /// One sample every N nanoseconds of CPU clock.
+    Period(u64),
+}
+
+/// Where an event counts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Scope {
+    /// Every task on one CPU.
+    Cpu(u32),
+    /// One thread, on any CPU or on `cpu` only; `inherit` makes threads and
+    /// processes it creates later count too.
+    Thread {
+        tid: u32,
+        cpu: Option<u32>,
+        inherit: bool,
+    },
+}
+
+/// Opens a software CPU-clock sampling event, enabled at once.
+pub fn open_cpu_clock(scope: Scope, sampling: Sampling) -> io::Result<OwnedFd> {
+    // SAFETY: perf_event_attr is a plain C struct for which all zeroes is a
+    // valid (empty) value.
+    let mut attr: sys::perf_event_attr = unsafe { std::mem::zeroed() };
+    attr.size = std::mem::size_of::<sys::perf_event_attr>() as u32;
+    attr.type_ = sys::PERF_TYPE_SOFTWARE;
+    attr.config = sys::PERF_COUNT_SW_CPU_CLOCK as u64;
+    match sampling {
+        Sampling::Frequency(hz) => {
+            attr.__bindgen_anon_1.sample_freq = hz;
+            attr.set_freq(1);
+        }
+        Sampling::Period(n) => attr.__bindgen_anon_1.sample_period = n,
+    }
+    let (pid, cpu) = match scope {
+        Scope::Cpu(cpu) => (-1, cpu as i32),
+        Scope::Thread { tid, cpu, inherit } => {
+            attr.set_inherit(inherit as u64);
+            (tid as i32, cpu.map_or(-1, |c| c as i32))
+        }
+    };
+    // SAFETY: attr is initialised and outlives the call; the syscall returns
+    // a new file descriptor or -1 and takes no other pointers.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_perf_event_open,
+            &attr as *const sys::perf_event_attr,
+            pid,
+            cpu,
+            -1,
+            sys::PERF_FLAG_FD_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fd is a freshly opened descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}

@@ -1,0 +1,159 @@
+//! Facts about the running system that loaders check before they start:
+//! privileges, BTF, online CPUs, PID namespaces, process threads, limits.
+
+use std::fs;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+
+use crate::error::{Error, Result};
+
+/// Fails early with a clear message when flare cannot load BPF programs.
+pub fn check_environment() -> Result<()> {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    if unsafe { libc::geteuid() } != 0 && !has_bpf_caps() {
+        return Err(Error::NotPermitted);
+    }
+    if !Path::new("/sys/kernel/btf/vmlinux").exists() {
+        return Err(Error::NoBtf);
+    }
+    Ok(())
+}
+
+/// True when the effective capability set has CAP_BPF (39) and
+/// CAP_PERFMON (38), or CAP_SYS_ADMIN (21).
+fn has_bpf_caps() -> bool {
+    let Ok(status) = fs::read_to_string("/proc/self/status") else {
+        return false;
+    };
+    let Some(eff) = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+    else {
+        return false;
+    };
+    let has = |bit: u32| eff & (1u64 << bit) != 0;
+    (has(39) && has(38)) || has(21)
+}
+
+/// Raises RLIMIT_MEMLOCK for kernels that still charge BPF memory to it.
+/// Newer kernels charge the memory cgroup instead, and an unprivileged
+/// container may not raise the limit at all: failure is not an error.
+pub fn raise_memlock() {
+    let unlimited = libc::rlimit {
+        rlim_cur: libc::RLIM_INFINITY,
+        rlim_max: libc::RLIM_INFINITY,
+    };
+    // SAFETY: setrlimit reads the struct we pass and nothing else.
+    let _ = unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &unlimited) };
+}
+
+/// Raises the open-file soft limit to the hard limit: per-thread perf
+/// events take one descriptor per thread.
+pub fn raise_nofile() {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into the struct we pass; setrlimit reads it.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
+            lim.rlim_cur = lim.rlim_max;
+            let _ = libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        }
+    }
+}
+
+/// Parses a kernel CPU list such as `0-3,5,7-8`.
+pub fn parse_cpu_list(s: &str) -> Vec<u32> {
+    let mut cpus = Vec::new();
+    for part in s.trim().split(',').filter(|p| !p.is_empty()) {
+        match part.split_once('-') {
+            Some((a, b)) => {
+                if let (Ok(a), Ok(b)) = (a.parse::<u32>(), b.parse::<u32>()) {
+                    cpus.extend(a..=b);
+                }
+            }
+            None => cpus.extend(part.parse::<u32>().ok()),
+        }
+    }
+    cpus
+}
+
+/// The online CPUs, and the list as the kernel writes it (for messages).
+pub fn online_cpus() -> Result<(Vec<u32>, String)> {
+    let path = "/sys/devices/system/cpu/online";
+    let text = fs::read_to_string(path).map_err(|source| Error::Io {
+        what: format!("reading {path}"),
+        source,
+    })?;
+    Ok((parse_cpu_list(&text), text.trim().to_string()))
+}
+
+/// Checks that `cpu` is online.
+pub fn check_cpu(cpu: u32) -> Result<()> {
+    let (cpus, online) = online_cpus()?;
+    if cpus.contains(&cpu) {
+        Ok(())
+    } else {
+        Err(Error::NoSuchCpu { cpu, online })
+    }
+}
+
+/// The inode number of the initial PID namespace (PROC_PID_INIT_INO).
+const PROC_PID_INIT_INO: u64 = 0xEFFF_FFFC;
+
+/// flare's own PID namespace as (device, inode), or `None` when flare runs
+/// in the initial namespace and kernel PIDs are already what users see.
+pub fn pid_namespace() -> Option<(u64, u64)> {
+    let meta = fs::metadata("/proc/self/ns/pid").ok()?;
+    if meta.ino() == PROC_PID_INIT_INO {
+        None
+    } else {
+        Some((meta.dev(), meta.ino()))
+    }
+}
+
+/// Fails unless process `pid` exists.
+pub fn check_process(pid: u32) -> Result<()> {
+    // A thread id also has a /proc entry (hidden from listings), so check
+    // that it leads its thread group.
+    match fs::read_to_string(format!("/proc/{pid}/status")) {
+        Ok(s)
+            if s.lines()
+                .any(|l| l.split_whitespace().eq(["Tgid:", &pid.to_string()])) =>
+        {
+            Ok(())
+        }
+        _ => Err(Error::NoSuchProcess(pid)),
+    }
+}
+
+/// Fails unless thread `tid` exists.
+pub fn check_thread(tid: u32) -> Result<()> {
+    if Path::new(&format!("/proc/{tid}/status")).exists() {
+        Ok(())
+    } else {
+        Err(Error::NoSuchThread(tid))
+    }
+}
+
+/// The thread ids of process `pid`.
+pub fn threads(pid: u32) -> Result<Vec<u32>> {
+    let dir = fs::read_dir(format!("/proc/{pid}/task")).map_err(|_| Error::NoSuchProcess(pid))?;
+    Ok(dir
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_lists() {
+        assert_eq!(parse_cpu_list("0-3,5,7-8\n"), vec![0, 1, 2, 3, 5, 7, 8]);
+        assert_eq!(parse_cpu_list("0"), vec![0]);
+        assert_eq!(parse_cpu_list(""), Vec::<u32>::new());
+    }
+}

@@ -1,0 +1,57 @@
+//! The command line: one clap struct per tool, each converted into the
+//! library's plain config. Nothing below this module sees clap.
+
+pub mod profile;
+
+use clap::{Parser, Subcommand};
+
+/// flare: eBPF CPU profiling for Linux — bcc's profile with flame graphs
+/// built in.
+#[derive(Debug, Parser)]
+#[command(name = "flare", version, propagate_version = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Profile CPU stack traces at a timed interval
+    #[command(after_help = profile::EXAMPLES)]
+    Profile(profile::ProfileArgs),
+}
+
+/// A comma-separated list of process or thread ids (`185,186`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IdList(pub Vec<u32>);
+
+/// Parses `1,2,3` into ids; each must be a whole number.
+pub fn id_list(s: &str) -> Result<IdList, String> {
+    s.split(',')
+        .map(|p| {
+            let p = p.trim();
+            p.parse::<u32>().map_err(|_| {
+                format!("'{p}' is not a process or thread id: give whole numbers separated by commas, e.g. 185,186")
+            })
+        })
+        .collect::<Result<Vec<u32>, String>>()
+        .map(IdList)
+}
+
+/// A whole number greater than zero.
+pub fn nonzero(s: &str) -> Result<u64, String> {
+    match s.parse::<u64>() {
+        Ok(0) => Err("must be greater than zero".into()),
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!("'{s}' is not a whole number")),
+    }
+}
+
+/// A whole number greater than zero that fits 32 bits (map sizes).
+pub fn nonzero_u32(s: &str) -> Result<u32, String> {
+    let n = nonzero(s)?;
+    u32::try_from(n).map_err(|_| format!("{n} is too large (at most {})", u32::MAX))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,132 @@
+//! `flare profile` arguments: bcc profile's options, names and defaults.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+use flare::bpf::perf::Sampling;
+use flare::output::StackStyle;
+use flare::tools::profile::{Config, Stacks, Target};
+
+use super::{id_list, nonzero, nonzero_u32, IdList};
+
+pub const EXAMPLES: &str = "\
+Examples:
+    flare profile                # profile stack traces at 49 Hertz until Ctrl-C
+    flare profile -F 99          # profile stack traces at 99 Hertz
+    flare profile -c 1000000     # profile stack traces every 1 in a million events
+    flare profile 5              # profile at 49 Hertz for 5 seconds only
+    flare profile -f 5           # output in folded format for flame graphs
+    flare profile -p 185         # only profile process with PID 185
+    flare profile -p 185,186     # only profile processes 185 and 186
+    flare profile -L 185         # only profile thread with TID 185
+    flare profile -U             # only show user space stacks (no kernel)
+    flare profile -K             # only show kernel space stacks (no user)
+    flare profile --cgroupmap /sys/fs/bpf/cgset  # only trace cgroups in this BPF map";
+
+#[derive(Debug, Args)]
+pub struct ProfileArgs {
+    /// Profile processes with these comma-separated PIDs only
+    #[arg(short = 'p', long = "pid", value_name = "PID", value_parser = id_list, conflicts_with = "tid")]
+    pub pid: Option<IdList>,
+
+    /// Profile threads with these comma-separated TIDs only
+    #[arg(short = 'L', long = "tid", value_name = "TID", value_parser = id_list)]
+    pub tid: Option<IdList>,
+
+    /// Show stacks from user space only (no kernel space stacks)
+    #[arg(short = 'U', long, conflicts_with = "kernel_stacks_only")]
+    pub user_stacks_only: bool,
+
+    /// Show stacks from kernel space only (no user space stacks)
+    #[arg(short = 'K', long)]
+    pub kernel_stacks_only: bool,
+
+    /// Sample frequency, Hertz [default: 49]
+    #[arg(short = 'F', long, value_name = "FREQUENCY", value_parser = nonzero, conflicts_with = "count")]
+    pub frequency: Option<u64>,
+
+    /// Sample period, number of events (nanoseconds of CPU clock)
+    #[arg(short = 'c', long, value_name = "COUNT", value_parser = nonzero)]
+    pub count: Option<u64>,
+
+    /// Insert delimiter between kernel/user stacks
+    #[arg(short = 'd', long)]
+    pub delimited: bool,
+
+    /// Add _[k] annotations to kernel frames
+    #[arg(short = 'a', long)]
+    pub annotations: bool,
+
+    /// Include CPU idle stacks
+    #[arg(short = 'I', long)]
+    pub include_idle: bool,
+
+    /// Output folded format, one line per stack (for flame graphs)
+    #[arg(short = 'f', long)]
+    pub folded: bool,
+
+    /// The number of hash keys that can be stored
+    #[arg(long, value_name = "HASH_STORAGE_SIZE", default_value_t = 40960, value_parser = nonzero_u32)]
+    pub hash_storage_size: u32,
+
+    /// The number of unique stack traces that can be stored and displayed
+    #[arg(long, value_name = "STACK_STORAGE_SIZE", default_value_t = 16384, value_parser = nonzero_u32)]
+    pub stack_storage_size: u32,
+
+    /// CPU number to run profile on
+    #[arg(short = 'C', long, value_name = "CPU")]
+    pub cpu: Option<u32>,
+
+    /// Trace cgroups in this pinned BPF map only
+    #[arg(long, value_name = "CGROUPMAP")]
+    pub cgroupmap: Option<PathBuf>,
+
+    /// Trace mount namespaces in this pinned BPF map only
+    #[arg(long, value_name = "MNTNSMAP")]
+    pub mntnsmap: Option<PathBuf>,
+
+    /// Duration of trace, in seconds [default: until Ctrl-C]
+    #[arg(value_name = "DURATION", value_parser = nonzero)]
+    pub duration: Option<u64>,
+}
+
+impl ProfileArgs {
+    /// The library config for these arguments.
+    pub fn config(&self) -> Config {
+        let target = match (&self.pid, &self.tid) {
+            (Some(p), _) => Target::Pids(p.0.clone()),
+            (None, Some(t)) => Target::Tids(t.0.clone()),
+            (None, None) => Target::All,
+        };
+        let sampling = match (self.frequency, self.count) {
+            (Some(f), _) => Sampling::Frequency(f),
+            (None, Some(c)) => Sampling::Period(c),
+            (None, None) => Sampling::Frequency(49),
+        };
+        Config {
+            target,
+            stacks: Stacks {
+                user: !self.kernel_stacks_only,
+                kernel: !self.user_stacks_only,
+            },
+            sampling,
+            include_idle: self.include_idle,
+            cpu: self.cpu,
+            hash_storage_size: self.hash_storage_size,
+            stack_storage_size: self.stack_storage_size,
+            cgroup_map: self.cgroupmap.clone(),
+            mntns_map: self.mntnsmap.clone(),
+            per_thread: false,
+            duration: self.duration.map(Duration::from_secs),
+        }
+    }
+
+    /// How stacks are printed.
+    pub fn style(&self) -> StackStyle {
+        StackStyle {
+            delimited: self.delimited,
+            annotate_kernel: self.annotations,
+        }
+    }
+}

@@ -1,0 +1,93 @@
+use clap::Parser;
+
+use super::*;
+use flare::bpf::perf::Sampling;
+use flare::tools::profile::{header, Target};
+
+fn parse(args: &[&str]) -> Result<profile::ProfileArgs, clap::Error> {
+    let mut argv = vec!["flare", "profile"];
+    argv.extend_from_slice(args);
+    Cli::try_parse_from(argv).map(|c| match c.command {
+        Command::Profile(p) => p,
+    })
+}
+
+fn head(args: &[&str]) -> String {
+    header(&parse(args).expect("valid arguments").config())
+}
+
+#[test]
+fn defaults_match_bcc() {
+    let c = parse(&[]).unwrap().config();
+    assert_eq!(c.sampling, Sampling::Frequency(49));
+    assert_eq!(c.hash_storage_size, 40960);
+    assert_eq!(c.stack_storage_size, 16384);
+    assert_eq!(c.target, Target::All);
+    assert!(c.stacks.user && c.stacks.kernel);
+    assert_eq!(c.duration, None);
+}
+
+#[test]
+fn headers_match_bcc() {
+    assert_eq!(
+        head(&[]),
+        "Sampling at 49 Hertz of all threads by user + kernel stack... Hit Ctrl-C to end."
+    );
+    assert_eq!(
+        head(&["-F", "99", "5"]),
+        "Sampling at 99 Hertz of all threads by user + kernel stack for 5 secs."
+    );
+    assert_eq!(
+        head(&["-c", "1000000", "-U"]),
+        "Sampling at every 1000000 events of all threads by user stack... Hit Ctrl-C to end."
+    );
+    assert_eq!(
+        head(&["-p", "2040,1316151", "-K"]),
+        "Sampling at 49 Hertz of PID [2040, 1316151] by kernel stack... Hit Ctrl-C to end."
+    );
+    assert_eq!(
+        head(&["-L", "185", "-C", "1", "3"]),
+        "Sampling at 49 Hertz of TID [185] by user + kernel stack on CPU#1 for 3 secs."
+    );
+}
+
+#[test]
+fn exclusive_groups_are_enforced() {
+    for bad in [
+        &["-p", "1", "-L", "2"][..],
+        &["-U", "-K"],
+        &["-F", "99", "-c", "1000"],
+    ] {
+        let err = parse(bad).expect_err("conflicting options must be refused");
+        assert_eq!(
+            err.kind(),
+            clap::error::ErrorKind::ArgumentConflict,
+            "{bad:?}"
+        );
+    }
+}
+
+#[test]
+fn bad_values_are_refused_with_a_reason() {
+    for (bad, needle) in [
+        (&["-F", "0"][..], "greater than zero"),
+        (&["-c", "0"], "greater than zero"),
+        (&["0"], "greater than zero"),
+        (&["-p", "12,abc"], "'abc' is not a process or thread id"),
+        (&["-p", ""], "is not a process or thread id"),
+        (&["--stack-storage-size", "0"], "greater than zero"),
+        (&["--hash-storage-size", "99999999999"], "too large"),
+        (&["-F", "-5"], ""),
+    ] {
+        let err = parse(bad)
+            .expect_err("bad value must be refused")
+            .to_string();
+        assert!(err.contains(needle), "{bad:?}: {err}");
+    }
+}
+
+#[test]
+fn id_lists_parse() {
+    assert_eq!(id_list("1,22, 333").unwrap(), IdList(vec![1, 22, 333]));
+    assert!(id_list("1,,2").is_err());
+}

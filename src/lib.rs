@@ -1,0 +1,15 @@
+//! flare: an eBPF CPU profiler toolkit.
+//!
+//! The crate is layered the way data flows: [`bpf`] loads programs and
+//! opens perf events (collect), [`symbolize`] names addresses, [`profile`]
+//! is the model every tool produces, and [`output`] writes it. [`tools`]
+//! ties these together per command; the binary only parses arguments.
+
+pub mod bpf;
+pub mod error;
+pub mod output;
+pub mod profile;
+pub mod symbolize;
+pub mod tools;
+
+pub use error::{Error, Result};

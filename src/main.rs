@@ -1,0 +1,33 @@
+//! The `flare` binary: parse the command line, run the tool, turn errors
+//! into one line on stderr and an exit code.
+
+mod cli;
+mod run;
+
+use std::io;
+use std::process::ExitCode;
+
+use clap::Parser;
+
+fn main() -> ExitCode {
+    let cli = cli::Cli::parse();
+    let result = match cli.command {
+        cli::Command::Profile(args) => run::profile(&args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        // `flare ... | head` closing the pipe early is not a failure.
+        Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("flare: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<io::Error>()
+            .is_some_and(|e| e.kind() == io::ErrorKind::BrokenPipe)
+    })
+}

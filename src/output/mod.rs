@@ -1,0 +1,24 @@
+//! Output formats. Each module writes a [`Profile`](crate::profile::Profile)
+//! to any `impl Write`; none of them knows how the profile was collected.
+
+pub mod folded;
+pub mod text;
+
+/// How stacks are printed in bcc's text and folded formats.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StackStyle {
+    /// Put a delimiter between kernel and user stacks (`-d`): `--` in the
+    /// multi-line output, `-` in folded output.
+    pub delimited: bool,
+    /// Append `_[k]` to kernel frames (`-a`).
+    pub annotate_kernel: bool,
+}
+
+/// The name of a kernel frame as printed, with `_[k]` under `-a`.
+pub(crate) fn kernel_name(name: &str, style: StackStyle) -> std::borrow::Cow<'_, str> {
+    if style.annotate_kernel {
+        format!("{name}_[k]").into()
+    } else {
+        name.into()
+    }
+}

@@ -1,0 +1,51 @@
+//! bcc's default multi-line output: each stack leaf first, one frame a line
+//! indented by 4 spaces, then `-  comm (pid)` and the value indented by 8,
+//! then a blank line. Scripts parse this, so it is kept byte for byte.
+
+use std::io::{self, Write};
+
+use super::{kernel_name, StackStyle};
+use crate::profile::{Sample, Trace};
+
+/// Writes one sample the way bcc's `profile` and `stackcount` do: kernel
+/// frames, an optional `--` delimiter, user frames, the task line and the
+/// value.
+pub fn write_sample<W: Write>(w: &mut W, s: &Sample, style: StackStyle) -> io::Result<()> {
+    let t = &s.task;
+    match &t.kernel {
+        Trace::NotCollected => {}
+        Trace::Missed { .. } => writeln!(w, "    [Missed Kernel Stack]")?,
+        Trace::Frames(frames) => {
+            for f in frames {
+                writeln!(w, "    {}", kernel_name(&f.name, style))?;
+            }
+        }
+    }
+    if t.user != Trace::NotCollected {
+        if style.delimited && t.user.has_frames() && t.kernel.has_frames() {
+            writeln!(w, "    --")?;
+        }
+        match &t.user {
+            Trace::Missed { .. } => writeln!(w, "    [Missed User Stack]")?,
+            trace => {
+                for f in trace.frames() {
+                    writeln!(w, "    {}", f.name)?;
+                }
+            }
+        }
+    }
+    writeln!(w, "    {:<16} {} ({})", "-", t.comm, t.pid)?;
+    writeln!(w, "        {}\n", s.value)
+}
+
+/// Writes every sample in the profile's current order.
+pub fn write<'a, W: Write>(
+    w: &mut W,
+    samples: impl IntoIterator<Item = &'a Sample>,
+    style: StackStyle,
+) -> io::Result<()> {
+    for s in samples {
+        write_sample(w, s, style)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,107 @@
+use super::*;
+
+fn frames(names: &[&str], kind: FrameKind) -> Trace {
+    Trace::Frames(names.iter().map(|n| Frame::named(*n, kind)).collect())
+}
+
+fn sample(comm: &str, pid: u32, user: &[&str], kernel: &[&str], value: u64) -> Sample {
+    Sample {
+        task: TaskStack {
+            pid,
+            tid: None,
+            comm: comm.into(),
+            user: frames(user, FrameKind::User),
+            kernel: frames(kernel, FrameKind::Kernel),
+        },
+        waker: None,
+        value,
+    }
+}
+
+fn profile(samples: Vec<Sample>) -> Profile {
+    Profile {
+        meta: Meta::new("profile", "cpu-clock", ValueUnit::Samples),
+        samples,
+    }
+}
+
+#[test]
+fn merge_joins_same_names_at_different_addresses() {
+    let mut a = sample("app", 1, &["f", "main"], &[], 3);
+    let b = sample("app", 1, &["f", "main"], &[], 4);
+    if let Trace::Frames(f) = &mut a.task.user {
+        f[0].addr = 0x1000;
+    }
+    let mut p = profile(vec![a, b, sample("app", 1, &["g", "main"], &[], 1)]);
+    p.merge_identical();
+    assert_eq!(p.samples.len(), 2);
+    assert_eq!(p.samples[0].value, 7);
+    assert_eq!(
+        p.samples[0].task.user.frames()[0].addr,
+        0x1000,
+        "first sample's details kept"
+    );
+    assert_eq!(p.total(), 8);
+}
+
+#[test]
+fn merge_keeps_processes_and_missed_stacks_apart() {
+    let mut missed = sample("app", 1, &[], &[], 1);
+    missed.task.user = Trace::Missed { enomem: true };
+    let mut p = profile(vec![
+        sample("app", 1, &["f"], &[], 1),
+        sample("app", 2, &["f"], &[], 1),
+        sample("other", 1, &["f"], &[], 1),
+        missed.clone(),
+        missed,
+    ]);
+    p.merge_identical();
+    assert_eq!(p.samples.len(), 4);
+    assert_eq!(p.samples[3].value, 2);
+}
+
+#[test]
+fn sort_is_ascending_and_stable() {
+    let mut p = profile(vec![
+        sample("a", 1, &["x"], &[], 5),
+        sample("b", 1, &["x"], &[], 1),
+        sample("c", 1, &["x"], &[], 5),
+    ]);
+    p.sort_ascending();
+    let order: Vec<&str> = p.samples.iter().map(|s| s.task.comm.as_str()).collect();
+    assert_eq!(order, ["b", "a", "c"]);
+}
+
+#[test]
+fn path_is_root_first_with_waker_leaf_first() {
+    let mut s = sample("app", 1, &["leaf", "main"], &["kfunc", "entry"], 1);
+    let names: Vec<&str> = s.path().iter().map(|f| f.name).collect();
+    assert_eq!(names, ["app", "main", "leaf", "entry", "kfunc"]);
+    s.waker = Some(TaskStack {
+        pid: 2,
+        tid: None,
+        comm: "waker".into(),
+        user: frames(&["write", "wmain"], FrameKind::User),
+        kernel: Trace::Missed { enomem: false },
+    });
+    let path = s.path();
+    let names: Vec<&str> = path.iter().map(|f| f.name).collect();
+    assert_eq!(
+        names,
+        [
+            "app",
+            "main",
+            "leaf",
+            "entry",
+            "kfunc",
+            "[Missed Kernel Stack]",
+            "write",
+            "wmain",
+            "waker"
+        ]
+    );
+    assert_eq!(path[0].kind, PathKind::Process);
+    assert_eq!(path[3].kind, PathKind::Kernel);
+    assert_eq!(path[6].kind, PathKind::WakerUser);
+    assert_eq!(path[8].kind, PathKind::WakerProcess);
+}

@@ -1,0 +1,260 @@
+//! Turns raw stack addresses into named frames, through blazesym.
+//!
+//! Tools hand over all their samples at once ([`RawSample`]); addresses are
+//! resolved in one batch per process and one for the kernel, then each
+//! sample is rebuilt with frames. One [`Symbolizer`] is kept for a run so
+//! that parsed ELF/DWARF files are reused across batches (and, for live
+//! views, across intervals).
+
+use std::collections::{BTreeSet, HashMap};
+
+use blazesym::symbolize::source::{Kernel, Process, Source};
+use blazesym::symbolize::{CodeInfo, Input, Symbolized};
+use blazesym::{MaybeDefault, Pid};
+
+use crate::profile::{Frame, FrameKind, Sample, TaskStack, Trace};
+
+/// A stack as the kernel handed it over.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum RawTrace {
+    /// Not asked for.
+    NotCollected,
+    /// Could not be stored; `enomem` when the stack map was full.
+    Missed { enomem: bool },
+    /// Instruction pointers, leaf first (empty: no such stack).
+    Addrs(Vec<u64>),
+}
+
+/// A task with unresolved stacks.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct RawTask {
+    pub pid: u32,
+    pub tid: Option<u32>,
+    pub comm: String,
+    pub user: RawTrace,
+    pub kernel: RawTrace,
+}
+
+/// A sample with unresolved stacks.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RawSample {
+    pub task: RawTask,
+    pub waker: Option<RawTask>,
+    pub value: u64,
+}
+
+/// What to ask of the symbolizer.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Options {
+    /// Report functions inlined at an address as frames of their own.
+    pub inlined: bool,
+    /// Look up source file and line.
+    pub code_info: bool,
+}
+
+/// Resolved frames of one address: the function, then (with inlining) the
+/// functions inlined into it, innermost last.
+type Resolved = Vec<Frame>;
+
+/// A symbolizer that lives for a whole run.
+pub struct Symbolizer {
+    inner: blazesym::symbolize::Symbolizer,
+    options: Options,
+    kernel_cache: HashMap<u64, Resolved>,
+}
+
+impl Symbolizer {
+    pub fn new(options: Options) -> Self {
+        let inner = blazesym::symbolize::Symbolizer::builder()
+            .enable_code_info(options.code_info)
+            .enable_inlined_fns(options.inlined)
+            .enable_auto_reload(true)
+            .build();
+        Symbolizer {
+            inner,
+            options,
+            kernel_cache: HashMap::new(),
+        }
+    }
+
+    fn convert(&self, addr: u64, sym: Symbolized<'_>, kind: FrameKind) -> Resolved {
+        let Some(sym) = sym.into_sym() else {
+            return vec![Frame::unknown(addr, kind)];
+        };
+        let module = sym
+            .module
+            .as_ref()
+            .map(|m| m.to_string_lossy().into_owned());
+        let location = |c: Option<&CodeInfo<'_>>| {
+            (
+                c.map(|c| c.to_path().display().to_string()),
+                c.and_then(|c| c.line),
+            )
+        };
+        let (file, line) = location(sym.code_info.as_deref());
+        let mut frames = vec![Frame {
+            name: sym.name.to_string(),
+            kind,
+            addr,
+            module: module.clone(),
+            file: file.clone(),
+            line,
+            inlined: false,
+        }];
+        if self.options.inlined {
+            for f in sym.inlined.iter() {
+                // An inlined function's location is the call site, which
+                // lies in the frame that made the call.
+                if f.code_info.is_some() {
+                    if let Some(caller) = frames.last_mut() {
+                        (caller.file, caller.line) = location(f.code_info.as_ref());
+                    }
+                }
+                frames.push(Frame {
+                    name: f.name.to_string(),
+                    kind,
+                    addr,
+                    module: module.clone(),
+                    file: file.clone(),
+                    line,
+                    inlined: true,
+                });
+            }
+        }
+        frames
+    }
+
+    /// Resolves kernel addresses, caching results for the run.
+    fn resolve_kernel(&mut self, addrs: &BTreeSet<u64>) -> HashMap<u64, Resolved> {
+        let missing: Vec<u64> = addrs
+            .iter()
+            .copied()
+            .filter(|a| !self.kernel_cache.contains_key(a))
+            .collect();
+        if !missing.is_empty() {
+            let src = Source::Kernel(Kernel {
+                kallsyms: MaybeDefault::Default,
+                vmlinux: MaybeDefault::None,
+                kaslr_offset: None,
+                debug_syms: false,
+                ..Default::default()
+            });
+            let results = self.inner.symbolize(&src, Input::AbsAddr(&missing));
+            let resolved: Vec<Resolved> = match results {
+                Ok(syms) => missing
+                    .iter()
+                    .zip(syms)
+                    .map(|(&a, s)| self.convert(a, s, FrameKind::Kernel))
+                    .collect(),
+                Err(_) => missing
+                    .iter()
+                    .map(|&a| vec![Frame::unknown(a, FrameKind::Kernel)])
+                    .collect(),
+            };
+            self.kernel_cache.extend(missing.into_iter().zip(resolved));
+        }
+        addrs
+            .iter()
+            .map(|a| (*a, self.kernel_cache[a].clone()))
+            .collect()
+    }
+
+    /// Resolves one process's user addresses. A process that has exited
+    /// (or cannot be read) yields `[unknown]` frames.
+    fn resolve_user(&self, pid: u32, addrs: &BTreeSet<u64>) -> HashMap<u64, Resolved> {
+        let addrs: Vec<u64> = addrs.iter().copied().collect();
+        let mut process = Process::new(Pid::from(pid));
+        process.debug_syms = self.options.code_info || self.options.inlined;
+        let src = Source::Process(process);
+        match self.inner.symbolize(&src, Input::AbsAddr(&addrs)) {
+            Ok(syms) => addrs
+                .iter()
+                .zip(syms)
+                .map(|(&a, s)| (a, self.convert(a, s, FrameKind::User)))
+                .collect(),
+            Err(_) => addrs
+                .iter()
+                .map(|&a| (a, vec![Frame::unknown(a, FrameKind::User)]))
+                .collect(),
+        }
+    }
+
+    /// Symbolizes every sample: one kernel batch, one batch per process.
+    pub fn resolve(&mut self, raw: Vec<RawSample>) -> Vec<Sample> {
+        let mut kernel = BTreeSet::new();
+        let mut user: HashMap<u32, BTreeSet<u64>> = HashMap::new();
+        let mut collect = |t: &RawTask| {
+            if let RawTrace::Addrs(a) = &t.kernel {
+                kernel.extend(a.iter().enumerate().map(|(i, &x)| lookup_addr(i, x)));
+            }
+            if let RawTrace::Addrs(a) = &t.user {
+                user.entry(t.pid)
+                    .or_default()
+                    .extend(a.iter().enumerate().map(|(i, &x)| lookup_addr(i, x)));
+            }
+        };
+        for s in &raw {
+            collect(&s.task);
+            if let Some(w) = &s.waker {
+                collect(w);
+            }
+        }
+        let kernel = self.resolve_kernel(&kernel);
+        let user: HashMap<u32, HashMap<u64, Resolved>> = user
+            .iter()
+            .map(|(&pid, addrs)| (pid, self.resolve_user(pid, addrs)))
+            .collect();
+        let empty = HashMap::new();
+        let build = |t: RawTask| -> TaskStack {
+            let ures = user.get(&t.pid).unwrap_or(&empty);
+            TaskStack {
+                pid: t.pid,
+                tid: t.tid,
+                comm: t.comm,
+                user: rebuild(t.user, ures, FrameKind::User),
+                kernel: rebuild(t.kernel, &kernel, FrameKind::Kernel),
+            }
+        };
+        raw.into_iter()
+            .map(|s| Sample {
+                task: build(s.task),
+                waker: s.waker.map(build),
+                value: s.value,
+            })
+            .collect()
+    }
+}
+
+/// The address to look up for the frame at `index` of a leaf-first stack.
+/// Caller frames hold return addresses, which may point past the end of the
+/// calling function (after a call to a function that does not return); they
+/// are looked up one byte earlier, as perf does. The leaf is an exact
+/// instruction pointer.
+fn lookup_addr(index: usize, addr: u64) -> u64 {
+    if index == 0 {
+        addr
+    } else {
+        addr.wrapping_sub(1)
+    }
+}
+
+fn rebuild(trace: RawTrace, resolved: &HashMap<u64, Resolved>, kind: FrameKind) -> Trace {
+    match trace {
+        RawTrace::NotCollected => Trace::NotCollected,
+        RawTrace::Missed { enomem } => Trace::Missed { enomem },
+        RawTrace::Addrs(addrs) => {
+            let mut frames = Vec::with_capacity(addrs.len());
+            for (i, a) in addrs.into_iter().enumerate() {
+                match resolved.get(&lookup_addr(i, a)) {
+                    // Leaf first: the innermost inlined function comes first.
+                    Some(r) => frames.extend(r.iter().rev().map(|f| Frame {
+                        addr: a,
+                        ..f.clone()
+                    })),
+                    None => frames.push(Frame::unknown(a, kind)),
+                }
+            }
+            Trace::Frames(frames)
+        }
+    }
+}

@@ -1,0 +1,424 @@
+//! `flare profile`: timed sampling of stack traces, counted in the kernel.
+//!
+//! [`Config`] is the plain form of the command line. [`Session::start`]
+//! loads `profile.bpf.c`, opens the perf events and attaches; [`Session::
+//! collect`] reads what the kernel counted (and can clear it, for periodic
+//! views). [`header`] is bcc's first line for the chosen options.
+
+use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, AsRawFd, IntoRawFd};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use libbpf_rs::skel::{OpenSkel, SkelBuilder};
+use libbpf_rs::{Link, MapCore, MapFlags, MapHandle, MapType, OpenObject};
+
+use crate::bpf::perf::{self, Sampling, Scope};
+use crate::bpf::skel::profile::{types, ProfileSkel, ProfileSkelBuilder};
+use crate::bpf::{comm_str, read_stack, system, StackLoss, STACK_SKIPPED};
+use crate::error::{Error, Result};
+use crate::profile::{Lost, Meta, ValueUnit};
+use crate::symbolize::{RawSample, RawTask};
+
+/// Which threads to sample.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Target {
+    /// Every thread on the sampled CPUs.
+    #[default]
+    All,
+    /// These processes (and threads they start).
+    Pids(Vec<u32>),
+    /// These threads only.
+    Tids(Vec<u32>),
+}
+
+/// Which stacks to record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stacks {
+    pub user: bool,
+    pub kernel: bool,
+}
+
+/// Everything `flare profile` was asked to do.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub target: Target,
+    pub stacks: Stacks,
+    pub sampling: Sampling,
+    pub include_idle: bool,
+    pub cpu: Option<u32>,
+    pub hash_storage_size: u32,
+    pub stack_storage_size: u32,
+    pub cgroup_map: Option<PathBuf>,
+    pub mntns_map: Option<PathBuf>,
+    /// Keep threads of one process apart (implied by [`Target::Tids`]).
+    pub per_thread: bool,
+    /// `None`: until stopped.
+    pub duration: Option<Duration>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            target: Target::All,
+            stacks: Stacks {
+                user: true,
+                kernel: true,
+            },
+            sampling: Sampling::Frequency(49),
+            include_idle: false,
+            cpu: None,
+            hash_storage_size: 40960,
+            stack_storage_size: 16384,
+            cgroup_map: None,
+            mntns_map: None,
+            per_thread: false,
+            duration: None,
+        }
+    }
+}
+
+/// bcc's header line for these options (without the trailing newline).
+pub fn header(c: &Config) -> String {
+    let sample = match c.sampling {
+        Sampling::Frequency(hz) => format!("{hz} Hertz"),
+        Sampling::Period(n) => format!("every {n} events"),
+    };
+    let who = match &c.target {
+        Target::All => "all threads".to_string(),
+        Target::Pids(p) => format!("PID {}", py_list(p)),
+        Target::Tids(t) => format!("TID {}", py_list(t)),
+    };
+    let stacks = match (c.stacks.user, c.stacks.kernel) {
+        (true, false) => "user",
+        (false, true) => "kernel",
+        _ => "user + kernel",
+    };
+    let mut line = format!("Sampling at {sample} of {who} by {stacks} stack");
+    if let Some(cpu) = c.cpu {
+        line.push_str(&format!(" on CPU#{cpu}"));
+    }
+    match c.duration {
+        Some(d) => line.push_str(&format!(" for {} secs.", d.as_secs())),
+        None => line.push_str("... Hit Ctrl-C to end."),
+    }
+    line
+}
+
+/// A list as Python prints it (`[1, 2]`), which is what bcc's header shows.
+fn py_list(v: &[u32]) -> String {
+    let items: Vec<String> = v.iter().map(u32::to_string).collect();
+    format!("[{}]", items.join(", "))
+}
+
+/// What one read of the kernel maps returned.
+#[derive(Debug, Default)]
+pub struct Collection {
+    pub samples: Vec<RawSample>,
+    pub lost: Lost,
+}
+
+/// A loaded and attached profiler.
+pub struct Session<'obj> {
+    skel: ProfileSkel<'obj>,
+    config: Config,
+    /// Links attaching the program to each perf event; dropping them
+    /// detaches and closes the events.
+    _links: Vec<Link>,
+    hash_full_seen: u64,
+}
+
+/// Opens the user's pinned map at `path`, checking it can serve as a
+/// filter set keyed by a 64-bit id.
+fn pinned_filter_map(option: &'static str, path: &PathBuf) -> Result<MapHandle> {
+    let err = |reason: String| Error::PinnedMap {
+        option,
+        path: path.clone(),
+        reason,
+    };
+    if !path.exists() {
+        return Err(err("no such file (pin a BPF hash map there first, e.g. with bpftool map create ... pinned PATH)".into()));
+    }
+    let map = MapHandle::from_pinned_path(path)
+        .map_err(|e| err(format!("not a pinned BPF map ({e})")))?;
+    if !matches!(map.map_type(), MapType::Hash) || map.key_size() != 8 {
+        return Err(err(format!(
+            "must be a BPF hash map with 8-byte keys (found a {:?} map with {}-byte keys)",
+            map.map_type(),
+            map.key_size()
+        )));
+    }
+    Ok(map)
+}
+
+impl<'obj> Session<'obj> {
+    /// Validates the config against the system, loads the BPF program and
+    /// starts sampling.
+    pub fn start(config: Config, object: &'obj mut MaybeUninit<OpenObject>) -> Result<Self> {
+        system::check_environment()?;
+        match &config.target {
+            Target::All => {}
+            Target::Pids(p) => p.iter().try_for_each(|&p| system::check_process(p))?,
+            Target::Tids(t) => t.iter().try_for_each(|&t| system::check_thread(t))?,
+        }
+        if let Some(cpu) = config.cpu {
+            system::check_cpu(cpu)?;
+        }
+        let cgroup = config
+            .cgroup_map
+            .as_ref()
+            .map(|p| pinned_filter_map("--cgroupmap", p))
+            .transpose()?;
+        let mntns = config
+            .mntns_map
+            .as_ref()
+            .map(|p| pinned_filter_map("--mntnsmap", p))
+            .transpose()?;
+        system::raise_memlock();
+        system::raise_nofile();
+
+        let load_err = |source| Error::Load {
+            prog: "profile",
+            source,
+        };
+        let mut open = ProfileSkelBuilder::default()
+            .open(object)
+            .map_err(load_err)?;
+        let ids: &[u32] = match &config.target {
+            Target::All => &[],
+            Target::Pids(p) => p,
+            Target::Tids(t) => t,
+        };
+        let per_thread = config.per_thread || matches!(config.target, Target::Tids(_));
+        {
+            let ro = open
+                .maps
+                .rodata_data
+                .as_deref_mut()
+                .ok_or_else(|| Error::Unsupported("profile.bpf.c has no rodata".into()))?;
+            ro.filter_pid = matches!(config.target, Target::Pids(_));
+            ro.filter_tid = matches!(config.target, Target::Tids(_));
+            ro.per_thread = per_thread;
+            ro.include_idle = config.include_idle;
+            ro.user_stacks = config.stacks.user;
+            ro.kernel_stacks = config.stacks.kernel;
+            ro.filter_cgroup = cgroup.is_some();
+            ro.filter_mntns = mntns.is_some();
+            if let Some((dev, ino)) = system::pid_namespace() {
+                ro.use_pidns = true;
+                ro.pidns_dev = dev;
+                ro.pidns_ino = ino;
+            }
+        }
+        let maps = &mut open.maps;
+        maps.counts
+            .set_max_entries(config.hash_storage_size)
+            .map_err(load_err)?;
+        maps.stacks
+            .set_max_entries(config.stack_storage_size)
+            .map_err(load_err)?;
+        maps.targets
+            .set_max_entries((ids.len() as u32).max(1))
+            .map_err(load_err)?;
+        if let Some(m) = &cgroup {
+            maps.cgroup_map.reuse_fd(m.as_fd()).map_err(load_err)?;
+        }
+        if let Some(m) = &mntns {
+            maps.mntns_map.reuse_fd(m.as_fd()).map_err(load_err)?;
+        }
+        let skel = open.load().map_err(load_err)?;
+        for id in ids {
+            skel.maps
+                .targets
+                .update(&id.to_ne_bytes(), &[1u8], MapFlags::ANY)
+                .map_err(load_err)?;
+        }
+
+        let mut session = Session {
+            skel,
+            config,
+            _links: Vec::new(),
+            hash_full_seen: 0,
+        };
+        session.attach()?;
+        Ok(session)
+    }
+
+    /// Opens the perf events and attaches the program to each.
+    fn attach(&mut self) -> Result<()> {
+        let sampling = self.config.sampling;
+        let cpu = self.config.cpu;
+        let mut scopes = Vec::new();
+        match &self.config.target {
+            Target::All => match cpu {
+                Some(c) => scopes.push(Scope::Cpu(c)),
+                None => scopes.extend(system::online_cpus()?.0.into_iter().map(Scope::Cpu)),
+            },
+            Target::Pids(pids) => {
+                // Bind to the target's threads so that nothing else is
+                // interrupted; `inherit` follows threads created later.
+                for &pid in pids {
+                    for tid in system::threads(pid)? {
+                        scopes.push(Scope::Thread {
+                            tid,
+                            cpu,
+                            inherit: true,
+                        });
+                    }
+                }
+            }
+            Target::Tids(tids) => scopes.extend(tids.iter().map(|&tid| Scope::Thread {
+                tid,
+                cpu,
+                inherit: false,
+            })),
+        }
+        let mut attached = std::collections::HashSet::new();
+        self.attach_scopes(scopes, sampling, &mut attached)?;
+        // Threads started while the first events were being opened.
+        if let Target::Pids(pids) = &self.config.target {
+            let mut late = Vec::new();
+            for &pid in pids {
+                for tid in system::threads(pid).unwrap_or_default() {
+                    late.push(Scope::Thread {
+                        tid,
+                        cpu,
+                        inherit: true,
+                    });
+                }
+            }
+            self.attach_scopes(late, sampling, &mut attached)?;
+        }
+        Ok(())
+    }
+
+    fn attach_scopes(
+        &mut self,
+        scopes: Vec<Scope>,
+        sampling: Sampling,
+        done: &mut std::collections::HashSet<Scope>,
+    ) -> Result<()> {
+        for scope in scopes {
+            if done.contains(&scope) {
+                continue;
+            }
+            let fd = match perf::open_cpu_clock(scope, sampling) {
+                Ok(fd) => fd,
+                // A thread that exited between listing and opening.
+                Err(e)
+                    if e.raw_os_error() == Some(libc::ESRCH)
+                        && matches!(scope, Scope::Thread { .. }) =>
+                {
+                    continue
+                }
+                Err(source) => {
+                    let what = match scope {
+                        Scope::Cpu(c) => format!("CPU clock (CPU {c})"),
+                        Scope::Thread { tid, .. } => format!("CPU clock (thread {tid})"),
+                    };
+                    let hint = match source.raw_os_error() {
+                        Some(libc::EACCES) | Some(libc::EPERM) => " (run as root, or grant CAP_PERFMON and CAP_BPF; check /proc/sys/kernel/perf_event_paranoid)",
+                        Some(libc::EINVAL) => " (the frequency may be above /proc/sys/kernel/perf_event_max_sample_rate)",
+                        _ => "",
+                    };
+                    return Err(Error::PerfEvent { what, source, hint });
+                }
+            };
+            let link = self
+                .skel
+                .progs
+                .flare_profile_sample
+                .attach_perf_event(fd.as_raw_fd())
+                .map_err(|source| Error::Attach {
+                    what: "the profile program to a perf event".into(),
+                    source,
+                })?;
+            // libbpf's perf-event link owns the descriptor from here on and
+            // closes it when the link is dropped.
+            let _ = fd.into_raw_fd();
+            self._links.push(link);
+            done.insert(scope);
+        }
+        Ok(())
+    }
+
+    /// Metadata for a profile made by this session.
+    pub fn meta(&self, duration: Duration) -> Meta {
+        let mut meta = Meta::new("profile", "cpu-clock", ValueUnit::Samples);
+        meta.period_ns = match self.config.sampling {
+            Sampling::Frequency(hz) if hz > 0 => Some(1_000_000_000 / hz),
+            Sampling::Period(n) => Some(n),
+            _ => None,
+        };
+        meta.duration = duration;
+        meta.target = match &self.config.target {
+            Target::All => "all threads".into(),
+            Target::Pids(p) => format!("PID {}", py_list(p)),
+            Target::Tids(t) => format!("TID {}", py_list(t)),
+        };
+        meta
+    }
+
+    /// Reads every counted stack. With `clear`, the counts are removed as
+    /// they are read, so the next call returns only what came after (stack
+    /// map entries are kept: their ids may still be in use).
+    pub fn collect(&mut self, clear: bool) -> Result<Collection> {
+        let read_err = |map| move |source| Error::MapRead { map, source };
+        let counts = &self.skel.maps.counts;
+        let stacks = &self.skel.maps.stacks;
+        let key_size = std::mem::size_of::<types::profile_key>();
+        let mut loss = StackLoss::default();
+        let mut samples = Vec::new();
+        let keys: Vec<Vec<u8>> = counts.keys().collect();
+        for key in keys {
+            let value = if clear {
+                counts.lookup_and_delete(&key).map_err(read_err("counts"))?
+            } else {
+                counts
+                    .lookup(&key, MapFlags::ANY)
+                    .map_err(read_err("counts"))?
+            };
+            let (Some(value), true) = (value, key.len() == key_size) else {
+                continue;
+            };
+            let count = u64::from_ne_bytes(value[..8].try_into().unwrap_or([0; 8]));
+            // SAFETY: the key is exactly the size of profile_key, a plain C
+            // struct of integers valid for any bit pattern; read_unaligned
+            // copes with the Vec's alignment.
+            let k: types::profile_key = unsafe { std::ptr::read_unaligned(key.as_ptr().cast()) };
+            let user = read_stack(stacks, k.user_stack_id, self.config.stacks.user, &mut loss);
+            let kernel = read_stack(
+                stacks,
+                k.kernel_stack_id,
+                self.config.stacks.kernel && k.kernel_stack_id != STACK_SKIPPED,
+                &mut loss,
+            );
+            samples.push(RawSample {
+                task: RawTask {
+                    pid: k.pid,
+                    tid: (k.tid != 0).then_some(k.tid),
+                    comm: comm_str(&k.comm),
+                    user,
+                    kernel,
+                },
+                waker: None,
+                value: count,
+            });
+        }
+        let hash_full = self
+            .skel
+            .maps
+            .bss_data
+            .as_deref()
+            .map_or(0, |b| b.stats.hash_full);
+        let lost = Lost {
+            stacks: loss.missed,
+            stacks_enomem: loss.enomem,
+            hash_full: hash_full - self.hash_full_seen.min(hash_full),
+        };
+        if clear {
+            self.hash_full_seen = hash_full;
+        }
+        Ok(Collection { samples, lost })
+    }
+}

@@ -1,0 +1,116 @@
+//! Hand-made profiles with every kind of stack a writer must handle.
+
+use flare::profile::{Frame, FrameKind, Meta, Profile, Sample, TaskStack, Trace, ValueUnit};
+
+pub fn frames(names: &[&str], kind: FrameKind) -> Trace {
+    Trace::Frames(names.iter().map(|n| Frame::named(*n, kind)).collect())
+}
+
+pub fn task(comm: &str, pid: u32, user: Trace, kernel: Trace) -> TaskStack {
+    TaskStack {
+        pid,
+        tid: None,
+        comm: comm.into(),
+        user,
+        kernel,
+    }
+}
+
+/// A `flare profile` result: a syscall stack, a missed user stack, a kernel
+/// thread, a user-only sample and a missed kernel stack, in ascending order.
+pub fn cpu_profile() -> Profile {
+    use FrameKind::*;
+    let k = |n: &[&str]| frames(n, Kernel);
+    let u = |n: &[&str]| frames(n, User);
+    let samples = vec![
+        (
+            task(
+                "cp",
+                9036,
+                Trace::Missed { enomem: true },
+                k(&[
+                    "filemap_map_pages",
+                    "handle_mm_fault",
+                    "exc_page_fault",
+                    "asm_exc_page_fault",
+                ]),
+            ),
+            1,
+        ),
+        (
+            task(
+                "kworker/0:1",
+                12,
+                u(&[]),
+                k(&[
+                    "memset_orig",
+                    "process_one_work",
+                    "worker_thread",
+                    "kthread",
+                    "ret_from_fork",
+                ]),
+            ),
+            2,
+        ),
+        (
+            task(
+                "dd",
+                25036,
+                u(&["read", "main"]),
+                Trace::Missed { enomem: false },
+            ),
+            3,
+        ),
+        (
+            task(
+                "func_ab",
+                13549,
+                u(&["func_a", "main", "__libc_start_main", "[unknown]"]),
+                k(&[]),
+            ),
+            5,
+        ),
+        (
+            task(
+                "dd",
+                25036,
+                u(&["read", "[unknown]"]),
+                k(&[
+                    "__clear_user",
+                    "iov_iter_zero",
+                    "read_iter_zero",
+                    "vfs_read",
+                    "ksys_read",
+                    "do_syscall_64",
+                    "entry_SYSCALL_64_after_hwframe",
+                ]),
+            ),
+            7,
+        ),
+    ];
+    Profile {
+        meta: Meta::new("profile", "cpu-clock", ValueUnit::Samples),
+        samples: samples
+            .into_iter()
+            .map(|(task, value)| Sample {
+                task,
+                waker: None,
+                value,
+            })
+            .collect(),
+    }
+}
+
+/// The same profile as recorded with only one kind of stack.
+pub fn only(profile: &Profile, user: bool, kernel: bool) -> Profile {
+    let mut p = profile.clone();
+    for s in &mut p.samples {
+        if !user {
+            s.task.user = Trace::NotCollected;
+        }
+        if !kernel {
+            s.task.kernel = Trace::NotCollected;
+        }
+    }
+    p
+}
