@@ -12,7 +12,7 @@ use clap::Parser;
 fn main() -> ExitCode {
     let cli = cli::Cli::parse();
     let result = match cli.command {
-        cli::Command::Profile(args) => run::profile(&args),
+        cli::Command::Profile(args) => run::profile::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

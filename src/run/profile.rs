@@ -1,0 +1,50 @@
+//! `flare profile` from the command line: attach, print bcc's header, wait
+//! for the duration or a signal, then symbolize and write the profile.
+
+use std::io::{self, BufWriter, Write};
+use std::mem::MaybeUninit;
+use std::time::Instant;
+
+use anyhow::Result;
+use flare::output::{folded, text};
+use flare::profile::Profile;
+use flare::symbolize::{self, Symbolizer};
+use flare::tools::profile::{header, Session};
+
+use super::{wait_for_stop, warn_lost};
+use crate::cli::profile::ProfileArgs;
+
+pub fn run(args: &ProfileArgs) -> Result<()> {
+    let config = args.config();
+    let mut object = MaybeUninit::uninit();
+    let mut session = Session::start(config.clone(), &mut object)?;
+    let started = Instant::now();
+    let stdout = io::stdout();
+    let mut out = BufWriter::new(stdout.lock());
+    if !args.folded {
+        writeln!(out, "{}", header(&config))?;
+        out.flush()?;
+    }
+    wait_for_stop(config.duration)?;
+    let elapsed = started.elapsed();
+    let collection = session.collect(false)?;
+    let mut meta = session.meta(elapsed);
+    meta.lost = collection.lost;
+    drop(session);
+
+    let mut symbolizer = Symbolizer::new(symbolize::Options::default());
+    let mut profile = Profile::new(meta);
+    profile.samples = symbolizer.resolve(collection.samples);
+    profile.merge_identical();
+    profile.sort_ascending();
+
+    if args.folded {
+        folded::write(&mut out, &profile.samples, args.style())?;
+    } else {
+        writeln!(out)?;
+        text::write(&mut out, &profile.samples, args.style())?;
+    }
+    out.flush()?;
+    warn_lost(&profile.meta.lost);
+    Ok(())
+}

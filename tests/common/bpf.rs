@@ -1,0 +1,125 @@
+//! Support for tests that load real BPF programs: the privilege gate, a
+//! lock that runs CPU-loading tests one at a time, workload programs built
+//! from `tests/workloads/*.c`, and the CPU time a process really got.
+
+use std::collections::HashMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::{Mutex, MutexGuard, OnceLock};
+
+/// True when this test may load BPF programs. Without root or BTF the test
+/// is skipped, unless `FLARE_REQUIRE_BPF=1`, when it fails.
+pub fn require_bpf() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc_geteuid() } == 0;
+    let btf = Path::new("/sys/kernel/btf/vmlinux").exists();
+    if root && btf {
+        return true;
+    }
+    let why = if root { "no BTF" } else { "not root" };
+    if std::env::var("FLARE_REQUIRE_BPF").as_deref() == Ok("1") {
+        panic!("BPF tests are required (FLARE_REQUIRE_BPF=1) but cannot run: {why}");
+    }
+    eprintln!("skipping BPF test: {why}");
+    false
+}
+
+extern "C" {
+    #[link_name = "geteuid"]
+    fn libc_geteuid() -> u32;
+}
+
+/// Serializes tests that load the CPUs, so that they do not skew each
+/// other's samples. A panicking test does not poison the others.
+pub fn serial() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Builds `tests/workloads/<name>.c` (once per test binary) with frame
+/// pointers and without inlining, and returns the executable's path.
+pub fn workload(name: &str) -> PathBuf {
+    static BUILT: OnceLock<Mutex<HashMap<String, PathBuf>>> = OnceLock::new();
+    let built = BUILT.get_or_init(Default::default);
+    let mut built = built.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(p) = built.get(name) {
+        return p.clone();
+    }
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("tests/workloads/{name}.c"));
+    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("workload-{name}"));
+    let status = Command::new("gcc")
+        .args([
+            "-O1",
+            "-g",
+            "-fno-omit-frame-pointer",
+            "-fno-inline",
+            "-pthread",
+            "-o",
+        ])
+        .arg(&out)
+        .arg(&src)
+        .status()
+        .expect("running gcc (scripts/deps.sh installs it)");
+    assert!(status.success(), "building {}", src.display());
+    built.insert(name.to_string(), out.clone());
+    out
+}
+
+/// The flare binary under test.
+pub fn flare() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_flare"))
+}
+
+/// Runs flare to completion, failing the test with its stderr if it fails.
+pub fn run_flare(args: &[&str]) -> Output {
+    let out = flare()
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("running flare");
+    assert!(
+        out.status.success(),
+        "flare {args:?} failed ({}):\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// Starts a workload with the given arguments.
+pub fn spawn(name: &str, args: &[&str]) -> Child {
+    Command::new(workload(name))
+        .args(args)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("starting workload")
+}
+
+/// Kills a child on drop, so a failing test leaves nothing running.
+pub struct Reaper(pub Child);
+
+impl Drop for Reaper {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// CPU time (user + system) a process or thread has had so far, in
+/// seconds, from `/proc/<pid>/stat` (or `/proc/<pid>/task/<tid>/stat`).
+pub fn cpu_seconds(stat_path: &str) -> f64 {
+    let stat = fs::read_to_string(stat_path).expect("reading stat");
+    // The command name may hold spaces; fields after it are fixed.
+    let rest = &stat[stat.rfind(')').expect("stat format") + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of the whole line: 11 and 12
+    // after the state field.
+    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+    ticks as f64 / 100.0
+}
+
+/// CPU seconds of a whole process.
+pub fn process_cpu(pid: u32) -> f64 {
+    cpu_seconds(&format!("/proc/{pid}/stat"))
+}
