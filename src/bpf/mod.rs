@@ -27,6 +27,7 @@ pub mod skel {
 pub const STACK_SKIPPED: i32 = -1;
 const EFAULT: i32 = 14;
 const ENOMEM: i32 = 12;
+const EEXIST: i32 = 17;
 
 /// Stacks that could not be stored, counted while reading a collection.
 #[derive(Clone, Copy, Debug, Default)]
@@ -67,7 +68,9 @@ pub fn read_stack<M: MapCore>(
         return RawTrace::Addrs(Vec::new());
     }
     loss.missed += 1;
-    let enomem = id == -ENOMEM;
+    // A stack map is a hash table without chaining: a taken bucket
+    // (-EEXIST) is as much a sign of a small map as running out (-ENOMEM).
+    let enomem = id == -ENOMEM || id == -EEXIST;
     loss.enomem |= enomem;
     RawTrace::Missed { enomem }
 }

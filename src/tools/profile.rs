@@ -221,12 +221,27 @@ impl<'obj> Session<'obj> {
             .set_max_entries((ids.len() as u32).max(1))
             .map_err(load_err)?;
         if let Some(m) = &cgroup {
-            maps.cgroup_map.reuse_fd(m.as_fd()).map_err(load_err)?;
+            maps.cgroup_sets
+                .set_inner_map_fd(m.as_fd())
+                .map_err(load_err)?;
         }
         if let Some(m) = &mntns {
-            maps.mntns_map.reuse_fd(m.as_fd()).map_err(load_err)?;
+            maps.mntns_sets
+                .set_inner_map_fd(m.as_fd())
+                .map_err(load_err)?;
         }
         let skel = open.load().map_err(load_err)?;
+        let zero = 0u32.to_ne_bytes();
+        for (sets, user) in [
+            (&skel.maps.cgroup_sets, &cgroup),
+            (&skel.maps.mntns_sets, &mntns),
+        ] {
+            if let Some(m) = user {
+                let fd = m.as_fd().as_raw_fd() as u32;
+                sets.update(&zero, &fd.to_ne_bytes(), MapFlags::ANY)
+                    .map_err(load_err)?;
+            }
+        }
         for id in ids {
             skel.maps
                 .targets
