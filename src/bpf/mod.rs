@@ -75,6 +75,38 @@ pub fn read_stack<M: MapCore>(
     RawTrace::Missed { enomem }
 }
 
+/// Stacks already read during one collection: many keys share a stack id,
+/// and each id is looked up in the kernel once.
+#[derive(Default)]
+pub struct StackCache {
+    traces: std::collections::HashMap<i32, RawTrace>,
+}
+
+impl StackCache {
+    /// [`read_stack`], looking each valid id up once. Losses are counted
+    /// for every key, as bcc counts them.
+    pub fn read<M: MapCore>(
+        &mut self,
+        stacks: &M,
+        id: i32,
+        collected: bool,
+        loss: &mut StackLoss,
+    ) -> RawTrace {
+        if !collected || id < 0 {
+            return read_stack(stacks, id, collected, loss);
+        }
+        if let Some(t) = self.traces.get(&id) {
+            if matches!(t, RawTrace::Missed { .. }) {
+                loss.missed += 1;
+            }
+            return t.clone();
+        }
+        let t = read_stack(stacks, id, collected, loss);
+        self.traces.insert(id, t.clone());
+        t
+    }
+}
+
 /// A C `char[]` comm as a string (up to the first NUL, lossy UTF-8).
 pub fn comm_str(comm: &[i8]) -> String {
     let bytes: Vec<u8> = comm

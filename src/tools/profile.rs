@@ -15,7 +15,7 @@ use libbpf_rs::{Link, MapCore, MapFlags, MapHandle, MapType, OpenObject};
 
 use crate::bpf::perf::{self, Sampling, Scope};
 use crate::bpf::skel::profile::{types, ProfileSkel, ProfileSkelBuilder};
-use crate::bpf::{comm_str, read_stack, system, StackLoss, STACK_SKIPPED};
+use crate::bpf::{comm_str, system, StackCache, StackLoss, STACK_SKIPPED};
 use crate::error::{Error, Result};
 use crate::profile::{Lost, Meta, ValueUnit};
 use crate::symbolize::{RawSample, RawTask};
@@ -378,31 +378,33 @@ impl<'obj> Session<'obj> {
     /// they are read, so the next call returns only what came after (stack
     /// map entries are kept: their ids may still be in use).
     pub fn collect(&mut self, clear: bool) -> Result<Collection> {
-        let read_err = |map| move |source| Error::MapRead { map, source };
         let counts = &self.skel.maps.counts;
         let stacks = &self.skel.maps.stacks;
         let key_size = std::mem::size_of::<types::profile_key>();
         let mut loss = StackLoss::default();
+        let mut cache = StackCache::default();
+        // One batch syscall per 4096 entries instead of two per key.
+        let batch = if clear {
+            counts.lookup_and_delete_batch(4096, MapFlags::ANY, MapFlags::ANY)
+        } else {
+            counts.lookup_batch(4096, MapFlags::ANY, MapFlags::ANY)
+        }
+        .map_err(|source| Error::MapRead {
+            map: "counts",
+            source,
+        })?;
         let mut samples = Vec::new();
-        let keys: Vec<Vec<u8>> = counts.keys().collect();
-        for key in keys {
-            let value = if clear {
-                counts.lookup_and_delete(&key).map_err(read_err("counts"))?
-            } else {
-                counts
-                    .lookup(&key, MapFlags::ANY)
-                    .map_err(read_err("counts"))?
-            };
-            let (Some(value), true) = (value, key.len() == key_size) else {
+        for (key, value) in batch {
+            if key.len() != key_size || value.len() < 8 {
                 continue;
-            };
+            }
             let count = u64::from_ne_bytes(value[..8].try_into().unwrap_or([0; 8]));
             // SAFETY: the key is exactly the size of profile_key, a plain C
             // struct of integers valid for any bit pattern; read_unaligned
             // copes with the Vec's alignment.
             let k: types::profile_key = unsafe { std::ptr::read_unaligned(key.as_ptr().cast()) };
-            let user = read_stack(stacks, k.user_stack_id, self.config.stacks.user, &mut loss);
-            let kernel = read_stack(
+            let user = cache.read(stacks, k.user_stack_id, self.config.stacks.user, &mut loss);
+            let kernel = cache.read(
                 stacks,
                 k.kernel_stack_id,
                 self.config.stacks.kernel && k.kernel_stack_id != STACK_SKIPPED,
