@@ -4,6 +4,7 @@
 
 pub mod perf;
 pub mod system;
+pub mod tracefs;
 
 use libbpf_rs::{MapCore, MapFlags};
 
@@ -20,6 +21,9 @@ use crate::symbolize::RawTrace;
 pub mod skel {
     pub mod profile {
         include!(concat!(env!("OUT_DIR"), "/profile.skel.rs"));
+    }
+    pub mod stackcount {
+        include!(concat!(env!("OUT_DIR"), "/stackcount.skel.rs"));
     }
 }
 
