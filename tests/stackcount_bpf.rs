@@ -73,7 +73,7 @@ impl Tracer {
             .stderr(Stdio::piped())
             .spawn()
             .expect("starting flare");
-        let folded = args.iter().any(|a| *a == "-f");
+        let folded = args.contains(&"-f");
         let mut header = String::new();
         let n = if folded {
             read_line_unbuffered(child.stderr.as_mut().expect("stderr"), &mut header)
@@ -239,19 +239,20 @@ fn intervals_with_timestamps_lose_nothing() {
     let t = Tracer::start(&["-T", "-i", "1", "-P", &pattern]);
     w.go();
     let out = t.finish();
-    let stamps = out
-        .lines()
-        .filter(|l| {
-            let b = l.as_bytes();
-            l.len() == 8
-                && b[2] == b':'
-                && b[5] == b':'
-                && l.replace(':', "").chars().all(|c| c.is_ascii_digit())
-        })
-        .count();
-    assert!(stamps >= 1, "no HH:MM:SS line in:\n{out}");
+    let lines: Vec<&str> = out.lines().collect();
+    let is_stamp = |l: &str| {
+        let b = l.as_bytes();
+        l.len() == 8
+            && b[2] == b':'
+            && b[5] == b':'
+            && l.replace(':', "").chars().all(|c| c.is_ascii_digit())
+    };
+    let stamps: Vec<usize> = (0..lines.len()).filter(|&i| is_stamp(lines[i])).collect();
+    assert!(!stamps.is_empty(), "no HH:MM:SS line in:\n{out}");
     // Every interval starts with a blank line, then its timestamp.
-    assert_eq!(out.matches("\n\n").count() >= stamps, true, "{out}");
+    for &i in &stamps {
+        assert!(i > 0 && lines[i - 1].is_empty(), "{out}");
+    }
     let total: u64 = text_counts(&out).values().sum();
     assert_eq!(total, CALLS, "counts summed over intervals:\n{out}");
     assert_eq!(out.matches("Detaching...").count(), 1, "{out}");
@@ -297,7 +298,12 @@ fn sched_switch_folded_starts_with_a_named_root() {
     assert!(!out.is_empty());
     for line in out.lines() {
         assert!(line.starts_with("t:sched:sched_switch;"), "{line}");
-        assert!(line.contains("__schedule"), "{line}");
+        // Every switch goes through the scheduler (or its stack could not
+        // be stored, which is shown, not hidden).
+        assert!(
+            line.contains("schedule") || line.contains("[Missed Kernel Stack]"),
+            "{line}"
+        );
     }
     // With -P, the process is the root instead.
     let t = Tracer::start(&["-f", "-K", "-P", "t:sched:sched_switch"]);

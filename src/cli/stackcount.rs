@@ -126,3 +126,50 @@ impl StackcountArgs {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::super::{Cli, Command};
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<StackcountArgs, clap::Error> {
+        let mut argv = vec!["flare", "stackcount"];
+        argv.extend_from_slice(args);
+        Cli::try_parse_from(argv).map(|c| match c.command {
+            Command::Stackcount(a) => a,
+            other => unreachable!("parsed as another command: {other:?}"),
+        })
+    }
+
+    #[test]
+    fn options_follow_bcc() {
+        let a = parse(&["-p", "185", "-c", "1", "-P", "-K", "-s", "-v", "c:malloc"]).unwrap();
+        let c = a.config();
+        assert_eq!((c.pid, c.cpu, c.per_process), (Some(185), Some(1), true));
+        assert!(c.stacks.kernel && !c.stacks.user);
+        assert_eq!(c.stack_storage_size, 16384);
+        // -p hides the process line; -d needs both stacks.
+        let s = parse(&["-d", "-p", "1", "x:y"]).unwrap().style(true);
+        assert!(s.delimited && !s.tasks);
+        assert!(!parse(&["-d", "-U", "x:y"]).unwrap().style(true).delimited);
+    }
+
+    #[test]
+    fn duration_is_the_interval_unless_one_is_given() {
+        let a = parse(&["-D", "5", "f"]).unwrap();
+        assert_eq!(a.interval(), Some(Duration::from_secs(5)));
+        let a = parse(&["-D", "5", "-i", "1", "f"]).unwrap();
+        assert_eq!(a.interval(), Some(Duration::from_secs(1)));
+        assert_eq!(parse(&["f"]).unwrap().interval(), None);
+    }
+
+    #[test]
+    fn bad_arguments_are_refused() {
+        assert!(parse(&["-K", "-U", "f"]).is_err());
+        assert!(parse(&["-i", "0", "f"]).is_err());
+        assert!(parse(&["--stack-storage-size", "0", "f"]).is_err());
+        assert!(parse(&[]).is_err());
+    }
+}
