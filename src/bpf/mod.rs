@@ -76,6 +76,40 @@ pub fn read_stack<M: MapCore>(
     RawTrace::Missed { enomem }
 }
 
+/// Reads every entry of a `counts` hash map of `key_size`-byte keys and
+/// `u64` values; with `clear`, entries are deleted as they are read, so
+/// that periodic readers see only what came after.
+pub fn read_counts<M: MapCore>(
+    counts: &M,
+    key_size: usize,
+    clear: bool,
+) -> crate::error::Result<Vec<(Vec<u8>, u64)>> {
+    let read_err = |source| crate::error::Error::MapRead {
+        map: "counts",
+        source,
+    };
+    let mut out = Vec::new();
+    let keys: Vec<Vec<u8>> = counts.keys().collect();
+    for key in keys {
+        let value = if clear {
+            counts.lookup_and_delete(&key).map_err(read_err)?
+        } else {
+            counts.lookup(&key, MapFlags::ANY).map_err(read_err)?
+        };
+        let (Some(value), true) = (value, key.len() == key_size) else {
+            continue;
+        };
+        let count = u64::from_ne_bytes(
+            value
+                .get(..8)
+                .and_then(|v| v.try_into().ok())
+                .unwrap_or([0; 8]),
+        );
+        out.push((key, count));
+    }
+    Ok(out)
+}
+
 /// A C `char[]` comm as a string (up to the first NUL, lossy UTF-8).
 pub fn comm_str(comm: &[i8]) -> String {
     let bytes: Vec<u8> = comm

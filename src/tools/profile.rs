@@ -15,7 +15,7 @@ use libbpf_rs::{Link, MapCore, MapFlags, MapHandle, MapType, OpenObject};
 
 use crate::bpf::perf::{self, Sampling, Scope};
 use crate::bpf::skel::profile::{types, ProfileSkel, ProfileSkelBuilder};
-use crate::bpf::{comm_str, read_stack, system, StackLoss, STACK_SKIPPED};
+use crate::bpf::{comm_str, read_counts, read_stack, system, StackLoss, STACK_SKIPPED};
 use crate::error::{Error, Result};
 use crate::profile::{Lost, Meta, ValueUnit};
 use crate::symbolize::{RawSample, RawTask};
@@ -363,25 +363,12 @@ impl<'obj> Session<'obj> {
     /// they are read, so the next call returns only what came after (stack
     /// map entries are kept: their ids may still be in use).
     pub fn collect(&mut self, clear: bool) -> Result<Collection> {
-        let read_err = |map| move |source| Error::MapRead { map, source };
         let counts = &self.skel.maps.counts;
         let stacks = &self.skel.maps.stacks;
         let key_size = std::mem::size_of::<types::profile_key>();
         let mut loss = StackLoss::default();
         let mut samples = Vec::new();
-        let keys: Vec<Vec<u8>> = counts.keys().collect();
-        for key in keys {
-            let value = if clear {
-                counts.lookup_and_delete(&key).map_err(read_err("counts"))?
-            } else {
-                counts
-                    .lookup(&key, MapFlags::ANY)
-                    .map_err(read_err("counts"))?
-            };
-            let (Some(value), true) = (value, key.len() == key_size) else {
-                continue;
-            };
-            let count = u64::from_ne_bytes(value[..8].try_into().unwrap_or([0; 8]));
+        for (key, count) in read_counts(counts, key_size, clear)? {
             // SAFETY: the key is exactly the size of profile_key, a plain C
             // struct of integers valid for any bit pattern; read_unaligned
             // copes with the Vec's alignment.
