@@ -13,6 +13,7 @@ fn main() -> ExitCode {
     let cli = cli::Cli::parse();
     let result = match cli.command {
         cli::Command::Profile(args) => run::profile::run(&args),
+        cli::Command::Stackcount(args) => run::stackcount::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -4,6 +4,7 @@
 
 pub mod perf;
 pub mod system;
+pub mod tracefs;
 
 use libbpf_rs::{MapCore, MapFlags};
 
@@ -20,6 +21,9 @@ use crate::symbolize::RawTrace;
 pub mod skel {
     pub mod profile {
         include!(concat!(env!("OUT_DIR"), "/profile.skel.rs"));
+    }
+    pub mod stackcount {
+        include!(concat!(env!("OUT_DIR"), "/stackcount.skel.rs"));
     }
 }
 
@@ -105,6 +109,38 @@ impl StackCache {
         self.traces.insert(id, t.clone());
         t
     }
+}
+
+/// Reads every entry of a `counts` hash map of `key_size`-byte keys and
+/// `u64` values, in batches of 4096 (one syscall each, instead of two per
+/// key); with `clear`, entries are deleted as they are read, so that
+/// periodic readers see only what came after.
+pub fn read_counts<M: MapCore>(
+    counts: &M,
+    key_size: usize,
+    clear: bool,
+) -> crate::error::Result<Vec<(Vec<u8>, u64)>> {
+    let batch = if clear {
+        counts.lookup_and_delete_batch(4096, MapFlags::ANY, MapFlags::ANY)
+    } else {
+        counts.lookup_batch(4096, MapFlags::ANY, MapFlags::ANY)
+    }
+    .map_err(|source| crate::error::Error::MapRead {
+        map: "counts",
+        source,
+    })?;
+    Ok(batch
+        .filter(|(key, _)| key.len() == key_size)
+        .map(|(key, value)| {
+            let count = u64::from_ne_bytes(
+                value
+                    .get(..8)
+                    .and_then(|v| v.try_into().ok())
+                    .unwrap_or([0; 8]),
+            );
+            (key, count)
+        })
+        .collect())
 }
 
 /// A C `char[]` comm as a string (up to the first NUL, lossy UTF-8).

@@ -2,6 +2,7 @@
 //! library's plain config. Nothing below this module sees clap.
 
 pub mod profile;
+pub mod stackcount;
 
 use clap::{Parser, Subcommand};
 
@@ -19,6 +20,9 @@ pub enum Command {
     /// Profile CPU stack traces at a timed interval
     #[command(after_help = profile::EXAMPLES)]
     Profile(profile::ProfileArgs),
+    /// Count the stacks that reach a function, tracepoint or probe
+    #[command(after_help = stackcount::EXAMPLES)]
+    Stackcount(stackcount::StackcountArgs),
 }
 
 /// A comma-separated list of process or thread ids (`185,186`).

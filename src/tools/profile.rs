@@ -15,7 +15,7 @@ use libbpf_rs::{Link, MapCore, MapFlags, MapHandle, MapType, OpenObject};
 
 use crate::bpf::perf::{self, Sampling, Scope};
 use crate::bpf::skel::profile::{types, ProfileSkel, ProfileSkelBuilder};
-use crate::bpf::{comm_str, system, StackCache, StackLoss, STACK_SKIPPED};
+use crate::bpf::{comm_str, read_counts, system, StackCache, StackLoss, STACK_SKIPPED};
 use crate::error::{Error, Result};
 use crate::profile::{Lost, Meta, ValueUnit};
 use crate::symbolize::{RawSample, RawTask};
@@ -383,22 +383,8 @@ impl<'obj> Session<'obj> {
         let key_size = std::mem::size_of::<types::profile_key>();
         let mut loss = StackLoss::default();
         let mut cache = StackCache::default();
-        // One batch syscall per 4096 entries instead of two per key.
-        let batch = if clear {
-            counts.lookup_and_delete_batch(4096, MapFlags::ANY, MapFlags::ANY)
-        } else {
-            counts.lookup_batch(4096, MapFlags::ANY, MapFlags::ANY)
-        }
-        .map_err(|source| Error::MapRead {
-            map: "counts",
-            source,
-        })?;
         let mut samples = Vec::new();
-        for (key, value) in batch {
-            if key.len() != key_size || value.len() < 8 {
-                continue;
-            }
-            let count = u64::from_ne_bytes(value[..8].try_into().unwrap_or([0; 8]));
+        for (key, count) in read_counts(counts, key_size, clear)? {
             // SAFETY: the key is exactly the size of profile_key, a plain C
             // struct of integers valid for any bit pattern; read_unaligned
             // copes with the Vec's alignment.
