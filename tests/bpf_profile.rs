@@ -432,3 +432,21 @@ fn kernel_stacks_have_no_duplicated_top_frame() {
         );
     }
 }
+
+#[test]
+fn pid_target_follows_threads_started_after_attach() {
+    if !require_bpf() {
+        return;
+    }
+    let _g = serial();
+    // Two workers created after flare attached; thread 1 swaps the shares,
+    // so together they give func_a 50 %.
+    let mut w = Workload::start("twofuncs", &["1.5", "25", "2", "late"]);
+    assert!(w.tids.is_empty(), "no workers before go");
+    let pid = w.pid.to_string();
+    let (out, _, cpu) = profile_around(&mut w, &["profile", "-F", "199", "-p", &pid], 1);
+    let entries = parse_text(&out);
+    let refs: Vec<&Entry> = entries.iter().collect();
+    let n = assert_shares(&refs, 50.0, "late threads");
+    assert_count(n, 199.0, cpu, "late threads");
+}

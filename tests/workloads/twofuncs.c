@@ -4,7 +4,9 @@
  * swaps the shares, so threads can be told apart), measured with the
  * thread CPU clock, for SECONDS of wall time.
  *
- * usage: twofuncs SECONDS [SHARE_A] [THREADS]
+ * usage: twofuncs SECONDS [SHARE_A] [THREADS] [late]
+ * With "late", the worker threads are only created after the go line (to
+ * test that a profiler follows threads started after it attached).
  * Protocol on stdio: prints "tid N" per worker and "ready", waits for a
  * line on stdin, works, prints "cpu S" (process CPU seconds used while
  * working, after a "tcpu TID S" line per worker thread), then stays alive until stdin closes, so that a profiler can
@@ -14,6 +16,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 #include <sys/resource.h>
@@ -88,6 +91,7 @@ static void *worker(void *arg)
 int main(int argc, char **argv)
 {
 	long threads = 1;
+	int late = 0;
 	char line[64];
 	pthread_t tids[64];
 
@@ -100,17 +104,23 @@ int main(int argc, char **argv)
 		share_a = atoi(argv[2]);
 	if (argc > 3)
 		threads = atol(argv[3]);
+	if (argc > 4)
+		late = strcmp(argv[4], "late") == 0;
 	if (threads < 1 || threads > 64)
 		threads = 1;
 	pthread_barrier_init(&start, NULL, threads + 1);
-	for (long i = 0; i < threads; i++)
-		pthread_create(&tids[i], NULL, worker, (void *)i);
+	if (!late)
+		for (long i = 0; i < threads; i++)
+			pthread_create(&tids[i], NULL, worker, (void *)i);
 	usleep(10000);
 	printf("ready\n");
 	fflush(stdout);
 	if (!fgets(line, sizeof(line), stdin))
 		return 1;
 	double before = process_cpu();
+	if (late)
+		for (long i = 0; i < threads; i++)
+			pthread_create(&tids[i], NULL, worker, (void *)i);
 	pthread_barrier_wait(&start);
 	for (long i = 0; i < threads; i++)
 		pthread_join(tids[i], NULL);
