@@ -26,6 +26,7 @@ fn main() {
     let arch_define = format!("-D__TARGET_ARCH_{target_arch}");
     println!("cargo:rerun-if-changed=bpf/vmlinux.h");
     println!("cargo:rerun-if-changed=bpf/common.h");
+    println!("cargo:rerun-if-changed=bpf/flare.bpf.h");
     println!("cargo:rerun-if-changed=bpf/linux/errno.h");
     for name in PROGRAMS {
         let src = format!("bpf/{name}.bpf.c");

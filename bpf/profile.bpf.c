@@ -11,6 +11,7 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
 #include <bpf/bpf_core_read.h>
+#include "flare.bpf.h"
 #include "profile.h"
 
 /* Knobs fixed for a run, set before load. */
@@ -22,9 +23,6 @@ const volatile bool user_stacks = true;
 const volatile bool kernel_stacks = true;
 const volatile bool filter_cgroup = false;
 const volatile bool filter_mntns = false;
-const volatile bool use_pidns = false;	/* flare runs in a child PID ns */
-const volatile __u64 pidns_dev = 0;
-const volatile __u64 pidns_ino = 0;
 
 struct profile_stats stats = {};
 /* Present so that the skeleton generates the key type for Rust. */
@@ -36,13 +34,6 @@ struct {
 	__type(value, __u64);
 	__uint(max_entries, 40960);
 } counts SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_STACK_TRACE);
-	__uint(key_size, sizeof(__u32));
-	__uint(value_size, FLARE_MAX_STACK_DEPTH * sizeof(__u64));
-	__uint(max_entries, 16384);
-} stacks SEC(".maps");
 
 /* PIDs (-p) or TIDs (-L) to sample, as flare's PID namespace sees them. */
 struct {
@@ -99,26 +90,15 @@ static __always_inline bool mntns_allowed(void)
 SEC("perf_event")
 int flare_profile_sample(struct bpf_perf_event_data *ctx)
 {
-	__u64 id = bpf_get_current_pid_tgid();
-	__u32 tgid = id >> 32;
-	__u32 tid = (__u32)id;
 	struct profile_key key = {};
-	__u64 one = 1, *count;
+	__u32 tgid, tid;
 
 	/* The idle task is thread 0 on every CPU. */
-	if (!include_idle && tid == 0)
+	if (!include_idle && (__u32)bpf_get_current_pid_tgid() == 0)
 		return 0;
-
-	if (use_pidns) {
-		struct bpf_pidns_info ns = {};
-
-		if (bpf_get_ns_current_pid_tgid(pidns_dev, pidns_ino, &ns,
-						sizeof(ns))) {
-			__sync_fetch_and_add(&stats.pidns_miss, 1);
-			return 0;
-		}
-		tgid = ns.tgid;
-		tid = ns.pid;
+	if (!flare_current_ids(&tgid, &tid)) {
+		__sync_fetch_and_add(&stats.pidns_miss, 1);
+		return 0;
 	}
 
 	if (filter_pid && !bpf_map_lookup_elem(&targets, &tgid))
@@ -140,19 +120,8 @@ int flare_profile_sample(struct bpf_perf_event_data *ctx)
 	key.kernel_stack_id = kernel_stacks ?
 		bpf_get_stackid(ctx, &stacks, 0) : FLARE_STACK_SKIPPED;
 
-	count = bpf_map_lookup_elem(&counts, &key);
-	if (count) {
-		__sync_fetch_and_add(count, 1);
-		return 0;
-	}
-	if (bpf_map_update_elem(&counts, &key, &one, BPF_NOEXIST)) {
-		/* Another CPU may have inserted the same key meanwhile. */
-		count = bpf_map_lookup_elem(&counts, &key);
-		if (count)
-			__sync_fetch_and_add(count, 1);
-		else
-			__sync_fetch_and_add(&stats.hash_full, 1);
-	}
+	if (!flare_count(&counts, &key, 1))
+		__sync_fetch_and_add(&stats.hash_full, 1);
 	return 0;
 }
 

@@ -14,6 +14,7 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
 #include <bpf/usdt.bpf.h>
+#include "flare.bpf.h"
 #include "stackcount.h"
 
 /* Knobs fixed for a run, set before load. */
@@ -24,9 +25,6 @@ const volatile __u32 target_cpu = 0;
 const volatile bool per_process = true;	/* keep processes apart in keys */
 const volatile bool user_stacks = true;
 const volatile bool kernel_stacks = true;
-const volatile bool use_pidns = false;	/* flare runs in a child PID ns */
-const volatile __u64 pidns_dev = 0;
-const volatile __u64 pidns_ino = 0;
 
 struct stackcount_stats stats = {};
 /* Present so that the skeleton generates the key type for Rust. */
@@ -39,31 +37,16 @@ struct {
 	__uint(max_entries, 40960);
 } counts SEC(".maps");
 
-struct {
-	__uint(type, BPF_MAP_TYPE_STACK_TRACE);
-	__uint(key_size, sizeof(__u32));
-	__uint(value_size, FLARE_MAX_STACK_DEPTH * sizeof(__u64));
-	__uint(max_entries, 16384);
-} stacks SEC(".maps");
-
 static __always_inline int count_stack(void *ctx)
 {
-	__u64 id = bpf_get_current_pid_tgid();
-	__u32 tgid = id >> 32;
 	struct stackcount_key key = {};
-	__u64 one = 1, *count;
+	__u32 tgid, tid;
 
 	if (filter_cpu && bpf_get_smp_processor_id() != target_cpu)
 		return 0;
-	if (use_pidns) {
-		struct bpf_pidns_info ns = {};
-
-		if (bpf_get_ns_current_pid_tgid(pidns_dev, pidns_ino, &ns,
-						sizeof(ns))) {
-			__sync_fetch_and_add(&stats.pidns_miss, 1);
-			return 0;
-		}
-		tgid = ns.tgid;
+	if (!flare_current_ids(&tgid, &tid)) {
+		__sync_fetch_and_add(&stats.pidns_miss, 1);
+		return 0;
 	}
 	if (filter_pid && tgid != target_pid)
 		return 0;
@@ -83,19 +66,8 @@ static __always_inline int count_stack(void *ctx)
 	key.kernel_stack_id = kernel_stacks ?
 		bpf_get_stackid(ctx, &stacks, 0) : FLARE_STACK_SKIPPED;
 
-	count = bpf_map_lookup_elem(&counts, &key);
-	if (count) {
-		__sync_fetch_and_add(count, 1);
-		return 0;
-	}
-	if (bpf_map_update_elem(&counts, &key, &one, BPF_NOEXIST)) {
-		/* Another CPU may have inserted the same key meanwhile. */
-		count = bpf_map_lookup_elem(&counts, &key);
-		if (count)
-			__sync_fetch_and_add(count, 1);
-		else
-			__sync_fetch_and_add(&stats.hash_full, 1);
-	}
+	if (!flare_count(&counts, &key, 1))
+		__sync_fetch_and_add(&stats.hash_full, 1);
 	return 0;
 }
 

@@ -279,9 +279,9 @@ fn cpu_filter_sees_only_its_cpu() {
     let _g = serial();
     for (cpu, expect) in [("1", true), ("0", false)] {
         let mut w = Workload::start_with(&["taskset", "-c", "1"], "twofuncs", &["1", "25"]);
-        let (out, _, cpu_s) = profile_around(&mut w, &["profile", "-F", "199", "-C", cpu], 1);
+        let (out, _, cpu_s) = profile_around(&mut w, &["profile", "-F", "499", "-C", cpu], 1);
         assert!(out.starts_with(&format!(
-            "Sampling at 199 Hertz of all threads by user + kernel stack on CPU#{cpu}..."
+            "Sampling at 499 Hertz of all threads by user + kernel stack on CPU#{cpu}..."
         )));
         let mine: Vec<&Entry> = parse_text(&out)
             .into_iter()
@@ -292,7 +292,7 @@ fn cpu_filter_sees_only_its_cpu() {
             .collect();
         if expect {
             let n = assert_shares(&mine, 25.0, "-C 1");
-            assert_count(n, 199.0, cpu_s, "-C 1");
+            assert_count(n, 499.0, cpu_s, "-C 1");
         } else {
             assert_eq!(
                 total(&mine),
@@ -310,7 +310,7 @@ fn system_wide_count_and_idle() {
     }
     let _g = serial();
     let mut w = Workload::start("twofuncs", &["2", "25"]);
-    let (out, _, cpu) = profile_around(&mut w, &["profile", "-F", "199"], NCPU_ALL);
+    let (out, _, cpu) = profile_around(&mut w, &["profile", "-F", "499"], NCPU_ALL);
     let entries = parse_text(&out);
     assert!(
         entries.iter().all(|e| e.pid != 0),
@@ -318,7 +318,7 @@ fn system_wide_count_and_idle() {
     );
     let mine: Vec<&Entry> = entries.iter().filter(|e| e.pid == w.pid).collect();
     let n = assert_shares(&mine, 25.0, "system-wide");
-    assert_count(n, 199.0, cpu, "system-wide");
+    assert_count(n, 499.0, cpu, "system-wide");
 
     // With -I the idle task shows up (the test machine is not saturated
     // while this test holds the lock).

@@ -15,7 +15,7 @@ use libbpf_rs::{Link, MapCore, MapFlags, MapHandle, MapType, OpenObject};
 
 use crate::bpf::perf::{self, Sampling, Scope};
 use crate::bpf::skel::profile::{types, ProfileSkel, ProfileSkelBuilder};
-use crate::bpf::{comm_str, read_counts, system, StackCache, StackLoss, STACK_SKIPPED};
+use crate::bpf::{comm_str, read_counts, system, PlainKey, StackReader};
 use crate::error::{Error, Result};
 use crate::profile::{Lost, Meta, ValueUnit};
 use crate::symbolize::{RawSample, RawTask};
@@ -117,6 +117,10 @@ pub struct Collection {
     pub samples: Vec<RawSample>,
     pub lost: Lost,
 }
+
+// SAFETY: profile_key is the skeleton's copy of a C struct of integers and
+// a char array, valid for any bit pattern.
+unsafe impl PlainKey for types::profile_key {}
 
 /// A loaded and attached profiler.
 pub struct Session<'obj> {
@@ -378,24 +382,11 @@ impl<'obj> Session<'obj> {
     /// they are read, so the next call returns only what came after (stack
     /// map entries are kept: their ids may still be in use).
     pub fn collect(&mut self, clear: bool) -> Result<Collection> {
-        let counts = &self.skel.maps.counts;
-        let stacks = &self.skel.maps.stacks;
-        let key_size = std::mem::size_of::<types::profile_key>();
-        let mut loss = StackLoss::default();
-        let mut cache = StackCache::default();
+        let mut stacks = StackReader::new(&self.skel.maps.stacks);
         let mut samples = Vec::new();
-        for (key, count) in read_counts(counts, key_size, clear)? {
-            // SAFETY: the key is exactly the size of profile_key, a plain C
-            // struct of integers valid for any bit pattern; read_unaligned
-            // copes with the Vec's alignment.
-            let k: types::profile_key = unsafe { std::ptr::read_unaligned(key.as_ptr().cast()) };
-            let user = cache.read(stacks, k.user_stack_id, self.config.stacks.user, &mut loss);
-            let kernel = cache.read(
-                stacks,
-                k.kernel_stack_id,
-                self.config.stacks.kernel && k.kernel_stack_id != STACK_SKIPPED,
-                &mut loss,
-            );
+        for (k, count) in read_counts::<types::profile_key, _>(&self.skel.maps.counts, clear)? {
+            let user = stacks.read(k.user_stack_id, self.config.stacks.user);
+            let kernel = stacks.read(k.kernel_stack_id, self.config.stacks.kernel);
             samples.push(RawSample {
                 task: RawTask {
                     pid: k.pid,
@@ -414,11 +405,7 @@ impl<'obj> Session<'obj> {
             .bss_data
             .as_deref()
             .map_or(0, |b| b.stats.hash_full);
-        let lost = Lost {
-            stacks: loss.missed,
-            stacks_enomem: loss.enomem,
-            hash_full: hash_full - self.hash_full_seen.min(hash_full),
-        };
+        let lost = stacks.lost(hash_full - self.hash_full_seen.min(hash_full));
         if clear {
             self.hash_full_seen = hash_full;
         }

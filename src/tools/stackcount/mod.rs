@@ -23,7 +23,7 @@ use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{Link, Object, OpenObject};
 
 use crate::bpf::skel::stackcount::{types, StackcountSkel, StackcountSkelBuilder};
-use crate::bpf::{comm_str, read_counts, system, StackCache, StackLoss, STACK_SKIPPED};
+use crate::bpf::{comm_str, read_counts, system, PlainKey, StackReader};
 use crate::error::{Error, Result};
 use crate::profile::{Lost, Meta, ValueUnit};
 use crate::symbolize::{RawSample, RawTask};
@@ -137,6 +137,10 @@ impl Targets {
         }
     }
 }
+
+// SAFETY: stackcount_key is the skeleton's copy of a C struct of integers
+// and a char array, valid for any bit pattern.
+unsafe impl PlainKey for types::stackcount_key {}
 
 /// A loaded and attached stack counter.
 pub struct Session<'obj> {
@@ -316,29 +320,11 @@ impl<'obj> Session<'obj> {
     /// are read, so the next call returns only what came after (stack map
     /// entries are kept: their ids may still be in use).
     pub fn collect(&mut self, clear: bool) -> Result<Collection> {
-        let counts = &self.skel.maps.counts;
-        let stacks = &self.skel.maps.stacks;
-        let key_size = std::mem::size_of::<types::stackcount_key>();
-        let mut loss = StackLoss::default();
-        let mut cache = StackCache::default();
+        let mut stacks = StackReader::new(&self.skel.maps.stacks);
         let mut samples = Vec::new();
-        for (key, count) in read_counts(counts, key_size, clear)? {
-            // SAFETY: the key is exactly the size of stackcount_key, a plain
-            // C struct of integers valid for any bit pattern; read_unaligned
-            // copes with the Vec's alignment.
-            let k: types::stackcount_key = unsafe { std::ptr::read_unaligned(key.as_ptr().cast()) };
-            let user = cache.read(
-                stacks,
-                k.user_stack_id,
-                self.config.stacks.user && k.user_stack_id != STACK_SKIPPED,
-                &mut loss,
-            );
-            let kernel = cache.read(
-                stacks,
-                k.kernel_stack_id,
-                self.config.stacks.kernel && k.kernel_stack_id != STACK_SKIPPED,
-                &mut loss,
-            );
+        for (k, count) in read_counts::<types::stackcount_key, _>(&self.skel.maps.counts, clear)? {
+            let user = stacks.read(k.user_stack_id, self.config.stacks.user);
+            let kernel = stacks.read(k.kernel_stack_id, self.config.stacks.kernel);
             // Stacks of all processes counted together have no process:
             // the pattern stands in for its name, so that folded lines and
             // flame graphs get one root instead of an empty one.
@@ -366,11 +352,7 @@ impl<'obj> Session<'obj> {
             .as_deref()
             .map_or(0, |b| b.stats.hash_full);
         let misses = self.recursion_misses();
-        let lost = Lost {
-            stacks: loss.missed,
-            stacks_enomem: loss.enomem,
-            hash_full: hash_full - self.hash_full_seen.min(hash_full),
-        };
+        let lost = stacks.lost(hash_full - self.hash_full_seen.min(hash_full));
         let missed_events = misses - self.misses_seen.min(misses);
         if clear {
             self.hash_full_seen = hash_full;

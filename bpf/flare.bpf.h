@@ -1,0 +1,70 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * BPF-side helpers shared by every flare program: the stack-trace map,
+ * task ids as flare's PID namespace sees them, and counting into a hash
+ * map. Included once by each tool.bpf.c, after vmlinux.h and libbpf's
+ * headers.
+ */
+#ifndef FLARE_BPF_H
+#define FLARE_BPF_H
+
+#include "common.h"
+
+/* flare's PID namespace, when it is not the initial one (set before load). */
+const volatile bool use_pidns = false;
+const volatile __u64 pidns_dev = 0;
+const volatile __u64 pidns_ino = 0;
+
+/* Stack traces, shared by all keys of a program; sized before load. */
+struct {
+	__uint(type, BPF_MAP_TYPE_STACK_TRACE);
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, FLARE_MAX_STACK_DEPTH * sizeof(__u64));
+	__uint(max_entries, 16384);
+} stacks SEC(".maps");
+
+/*
+ * The current task's process and thread ids as flare's PID namespace sees
+ * them. False for a task outside that namespace (it has no ids there).
+ */
+static __always_inline bool flare_current_ids(__u32 *tgid, __u32 *tid)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+
+	if (use_pidns) {
+		struct bpf_pidns_info ns = {};
+
+		if (bpf_get_ns_current_pid_tgid(pidns_dev, pidns_ino, &ns, sizeof(ns)))
+			return false;
+		*tgid = ns.tgid;
+		*tid = ns.pid;
+		return true;
+	}
+	*tgid = id >> 32;
+	*tid = (__u32)id;
+	return true;
+}
+
+/*
+ * Adds `delta` to the counter of `key` in the hash map `map`. False when
+ * the key is new and the map is full.
+ */
+static __always_inline bool flare_count(void *map, const void *key, __u64 delta)
+{
+	__u64 *count = bpf_map_lookup_elem(map, key);
+
+	if (count) {
+		__sync_fetch_and_add(count, delta);
+		return true;
+	}
+	if (!bpf_map_update_elem(map, key, &delta, BPF_NOEXIST))
+		return true;
+	/* Another CPU may have inserted the same key meanwhile. */
+	count = bpf_map_lookup_elem(map, key);
+	if (!count)
+		return false;
+	__sync_fetch_and_add(count, delta);
+	return true;
+}
+
+#endif /* FLARE_BPF_H */
