@@ -234,7 +234,9 @@ fn intervals_with_timestamps_lose_nothing() {
         return;
     }
     let _guard = serial();
-    let mut w = Workload::start("leafcalls", &[&CALLS.to_string()]);
+    // caller_a's calls, 2.5 s of quiet, then caller_b's: with -i 1 they
+    // land in different intervals.
+    let mut w = Workload::start("leafcalls", &[&CALLS.to_string(), "0", "2500"]);
     let pattern = format!("{}:leaf", workload("leafcalls").display());
     let t = Tracer::start(&["-T", "-i", "1", "-P", &pattern]);
     w.go();
@@ -256,6 +258,34 @@ fn intervals_with_timestamps_lose_nothing() {
     let total: u64 = text_counts(&out).values().sum();
     assert_eq!(total, CALLS, "counts summed over intervals:\n{out}");
     assert_eq!(out.matches("Detaching...").count(), 1, "{out}");
+    // Each interval prints and clears: a caller's counts show up in the
+    // intervals when the calls happened, never again later.
+    let intervals: Vec<String> = stamps
+        .iter()
+        .enumerate()
+        .map(|(n, &i)| lines[i..stamps.get(n + 1).copied().unwrap_or(lines.len())].join("\n"))
+        .collect();
+    let per_caller = |caller: &str| -> Vec<u64> {
+        intervals
+            .iter()
+            .map(|iv| {
+                text_counts(iv)
+                    .iter()
+                    .filter(|(stack, _)| stack.contains(caller))
+                    .map(|(_, n)| n)
+                    .sum()
+            })
+            .collect()
+    };
+    let (a, b) = (per_caller("caller_a"), per_caller("caller_b"));
+    assert_eq!(a.iter().sum::<u64>(), CALLS / 2, "{out}");
+    assert_eq!(b.iter().sum::<u64>(), CALLS / 2, "{out}");
+    let last_a = a.iter().rposition(|&n| n > 0).expect("caller_a counted");
+    let first_b = b.iter().position(|&n| n > 0).expect("caller_b counted");
+    assert!(
+        last_a < first_b,
+        "caller_a {a:?} before caller_b {b:?}:\n{out}"
+    );
 }
 
 #[test]

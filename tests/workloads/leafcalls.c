@@ -5,7 +5,9 @@
  * calls on /dev/zero, prints "done" and waits to be killed (so that its
  * stacks can still be symbolized). Before SIGUSR1 it prints "ready".
  *
- * usage: leafcalls CALLS [READS]
+ * usage: leafcalls CALLS [READS] [PAUSE_MS]
+ * With PAUSE_MS, all caller_a() calls come first, then a pause, then all
+ * caller_b() calls (to test interval output).
  */
 #include <fcntl.h>
 #include <signal.h>
@@ -64,11 +66,12 @@ int main(int argc, char **argv)
 	int sig;
 
 	if (argc < 2) {
-		fprintf(stderr, "usage: %s CALLS [READS]\n", argv[0]);
+		fprintf(stderr, "usage: %s CALLS [READS] [PAUSE_MS]\n", argv[0]);
 		return 2;
 	}
 	long calls = atol(argv[1]);
 	long reads = argc > 2 ? atol(argv[2]) : 0;
+	long pause_ms = argc > 3 ? atol(argv[3]) : 0;
 
 	sigemptyset(&set);
 	sigaddset(&set, SIGUSR1);
@@ -77,9 +80,17 @@ int main(int argc, char **argv)
 	fflush(stdout);
 	sigwait(&set, &sig);
 
-	for (long i = 0; i < calls / 2; i++) {
-		caller_a(i);
-		caller_b(i);
+	if (pause_ms > 0) {
+		for (long i = 0; i < calls / 2; i++)
+			caller_a(i);
+		usleep(pause_ms * 1000);
+		for (long i = 0; i < calls / 2; i++)
+			caller_b(i);
+	} else {
+		for (long i = 0; i < calls / 2; i++) {
+			caller_a(i);
+			caller_b(i);
+		}
 	}
 	do_reads(reads);
 	printf("done\n");
