@@ -13,6 +13,9 @@ fn main() -> ExitCode {
     let cli = cli::Cli::parse();
     let result = match cli.command {
         cli::Command::Profile(args) => run::profile::run(&args),
+        cli::Command::Offcputime(args) => run::offcpu::offcputime(&args),
+        cli::Command::Wakeuptime(args) => run::offcpu::wakeuptime(&args),
+        cli::Command::Offwaketime(args) => run::offcpu::offwaketime(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -3,6 +3,7 @@
 //! stack-trace maps).
 
 pub mod perf;
+pub mod probe;
 pub mod system;
 
 use libbpf_rs::{MapCore, MapFlags};
@@ -20,6 +21,9 @@ use crate::symbolize::RawTrace;
 pub mod skel {
     pub mod profile {
         include!(concat!(env!("OUT_DIR"), "/profile.skel.rs"));
+    }
+    pub mod offcpu {
+        include!(concat!(env!("OUT_DIR"), "/offcpu.skel.rs"));
     }
 }
 

@@ -1,4 +1,5 @@
 //! The tools: each turns a plain config into attached BPF programs and,
 //! when asked, into raw samples for the symbolizer.
 
+pub mod offcpu;
 pub mod profile;
