@@ -61,7 +61,9 @@ pub fn tp_btf(tp: &str) -> bool {
 /// True when raw tracepoint programs can be loaded (Linux 4.17 and later).
 pub fn raw_tp() -> bool {
     // SAFETY: the probe takes no pointers besides the (NULL) options.
-    unsafe { sys::libbpf_probe_bpf_prog_type(sys::BPF_PROG_TYPE_RAW_TRACEPOINT, std::ptr::null()) == 1 }
+    unsafe {
+        sys::libbpf_probe_bpf_prog_type(sys::BPF_PROG_TYPE_RAW_TRACEPOINT, std::ptr::null()) == 1
+    }
 }
 
 /// True when the kernel can place kprobes: it has the perf kprobe event

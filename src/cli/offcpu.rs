@@ -204,7 +204,7 @@ pub struct OffwaketimeArgs {
     pub stacks: StackArgs,
 
     /// The number of unique stack traces that can be stored and displayed
-    #[arg(long, value_name = "STACK_STORAGE_SIZE", default_value_t = 1024, value_parser = nonzero_u32)]
+    #[arg(long, value_name = "STACK_STORAGE_SIZE", default_value_t = 16384, value_parser = nonzero_u32)]
     pub stack_storage_size: u32,
 
     #[command(flatten)]

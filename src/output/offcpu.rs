@@ -68,7 +68,12 @@ fn push_frames<'a>(
     }
 }
 
-fn write_lines<W: Write>(w: &mut W, trace: &Trace, missed: &str, line: impl Fn(&Frame) -> String) -> io::Result<()> {
+fn write_lines<W: Write>(
+    w: &mut W,
+    trace: &Trace,
+    missed: &str,
+    line: impl Fn(&Frame) -> String,
+) -> io::Result<()> {
     match trace {
         Trace::NotCollected => Ok(()),
         Trace::Missed { .. } => writeln!(w, "    {missed}"),
@@ -132,7 +137,13 @@ pub fn offwaketime_text<'a, W: Write>(
             Trace::Frames(f) => Trace::Frames(f.iter().rev().cloned().collect()),
             other => other.clone(),
         };
-        writeln!(w, "    {:<16} {} {}", "waker:", wk.comm, wk.tid.unwrap_or(wk.pid))?;
+        writeln!(
+            w,
+            "    {:<16} {} {}",
+            "waker:",
+            wk.comm,
+            wk.tid.unwrap_or(wk.pid)
+        )?;
         write_lines(w, &rev(&wk.user), MISSED_USER, uname)?;
         if style.delimited {
             writeln!(w, "    -")?;
@@ -144,7 +155,13 @@ pub fn offwaketime_text<'a, W: Write>(
             writeln!(w, "    -")?;
         }
         write_lines(w, &t.user, MISSED_USER, uname)?;
-        writeln!(w, "    {:<16} {} {}", "target:", t.comm, t.tid.unwrap_or(t.pid))?;
+        writeln!(
+            w,
+            "    {:<16} {} {}",
+            "target:",
+            t.comm,
+            t.tid.unwrap_or(t.pid)
+        )?;
         writeln!(w, "        {}\n", s.value)?;
     }
     Ok(())

@@ -116,10 +116,10 @@ impl Config {
             state: None,
             min_us: 1,
             max_us: u64::MAX,
-            stack_storage_size: match tool {
-                Tool::OffWake => 1024,
-                _ => 16384,
-            },
+            // bcc's offwaketime still defaults to 1024, which its siblings
+            // left for 16384: with two stacks per side, 1024 buckets
+            // collide (-EEXIST) within seconds on a busy host.
+            stack_storage_size: 16384,
             hash_storage_size: 10240,
             attach: Attach::Auto,
             duration: None,
@@ -129,12 +129,7 @@ impl Config {
 
 /// Who is traced, in bcc's words (`PID 185`, `user threads`).
 pub fn thread_context(threads: &Threads) -> String {
-    let ids = |v: &[u32]| {
-        v.iter()
-            .map(u32::to_string)
-            .collect::<Vec<_>>()
-            .join(",")
-    };
+    let ids = |v: &[u32]| v.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
     match threads {
         Threads::All => "all threads".into(),
         Threads::Pids(p) => format!("PID {}", ids(p)),
@@ -205,7 +200,7 @@ mod tests {
 
     #[test]
     fn defaults_match_bcc() {
-        assert_eq!(Config::new(Tool::OffWake).stack_storage_size, 1024);
+        assert_eq!(Config::new(Tool::OffWake).stack_storage_size, 16384);
         assert_eq!(Config::new(Tool::OffCpu).stack_storage_size, 16384);
         let w = Config::new(Tool::Wakeup);
         assert!(!w.stacks.user && w.stacks.kernel);

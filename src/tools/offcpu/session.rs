@@ -126,11 +126,20 @@ impl<'obj> Session<'obj> {
         let progs = &mut open.progs;
         let wanted = [
             (&mut progs.flare_switch_btf, attach == Attach::TpBtf),
-            (&mut progs.flare_waking_btf, attach == Attach::TpBtf && waker),
+            (
+                &mut progs.flare_waking_btf,
+                attach == Attach::TpBtf && waker,
+            ),
             (&mut progs.flare_switch_raw, attach == Attach::RawTp),
-            (&mut progs.flare_waking_raw, attach == Attach::RawTp && waker),
+            (
+                &mut progs.flare_waking_raw,
+                attach == Attach::RawTp && waker,
+            ),
             (&mut progs.flare_switch_kprobe, attach == Attach::Kprobe),
-            (&mut progs.flare_waking_kprobe, attach == Attach::Kprobe && waker),
+            (
+                &mut progs.flare_waking_kprobe,
+                attach == Attach::Kprobe && waker,
+            ),
         ];
         for (prog, on) in wanted {
             prog.set_autoload(on);

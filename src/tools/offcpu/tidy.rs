@@ -11,9 +11,14 @@ use crate::profile::{Profile, TaskStack, Trace};
 /// (`bpf_prog_<tag>_<name>`), trampolines, and the tracepoint glue that
 /// calls them (`bpf_trace_run2`, `__bpf_trace_sched_switch`).
 pub fn is_tracing_frame(name: &str) -> bool {
-    ["bpf_prog_", "bpf_trampoline_", "bpf_trace_run", "__bpf_trace_"]
-        .iter()
-        .any(|p| name.starts_with(p))
+    [
+        "bpf_prog_",
+        "bpf_trampoline_",
+        "bpf_trace_run",
+        "__bpf_trace_",
+    ]
+    .iter()
+    .any(|p| name.starts_with(p))
 }
 
 /// How deep below the top of a kernel stack the tracing machinery can sit.
@@ -82,7 +87,11 @@ mod tests {
 
     #[test]
     fn tracing_frames_and_what_is_above_them_leave_the_top() {
-        let mut p = Profile::new(Meta::new("offcputime", "sched_switch", ValueUnit::Microseconds));
+        let mut p = Profile::new(Meta::new(
+            "offcputime",
+            "sched_switch",
+            ValueUnit::Microseconds,
+        ));
         p.samples = vec![
             sample(
                 &[
@@ -95,19 +104,59 @@ mod tests {
                 5,
             ),
             sample(&["bpf_prog_1_other", "__schedule", "schedule"], 2),
-            sample(&["__start_bss_decrypted", "bpf_trace_run4", "__schedule", "schedule"], 3),
-            sample(&["a", "b", "c", "d", "e", "f", "g", "h", "bpf_trace_run4", "x"], 1),
+            sample(
+                &[
+                    "__start_bss_decrypted",
+                    "bpf_trace_run4",
+                    "__schedule",
+                    "schedule",
+                ],
+                3,
+            ),
+            sample(
+                &[
+                    "a",
+                    "b",
+                    "c",
+                    "d",
+                    "e",
+                    "f",
+                    "g",
+                    "h",
+                    "bpf_trace_run4",
+                    "x",
+                ],
+                1,
+            ),
         ];
         tidy(&mut p, Tool::OffCpu);
         let names: Vec<Vec<&str>> = p
             .samples
             .iter()
-            .map(|s| s.task.kernel.frames().iter().map(|f| f.name.as_str()).collect())
+            .map(|s| {
+                s.task
+                    .kernel
+                    .frames()
+                    .iter()
+                    .map(|f| f.name.as_str())
+                    .collect()
+            })
             .collect();
         assert_eq!(
             names,
             vec![
-                vec!["a", "b", "c", "d", "e", "f", "g", "h", "bpf_trace_run4", "x"],
+                vec![
+                    "a",
+                    "b",
+                    "c",
+                    "d",
+                    "e",
+                    "f",
+                    "g",
+                    "h",
+                    "bpf_trace_run4",
+                    "x"
+                ],
                 vec!["__schedule", "schedule"],
             ]
         );
