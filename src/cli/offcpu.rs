@@ -262,3 +262,121 @@ impl OffwaketimeArgs {
         c
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::error::ErrorKind;
+    use clap::Parser;
+    use flare::tools::offcpu::header;
+
+    use super::*;
+    use crate::cli::{Cli, Command};
+
+    fn config(args: &[&str]) -> Result<Config, clap::Error> {
+        Cli::try_parse_from(args.iter().copied()).map(|c| match c.command {
+            Command::Offcputime(a) => a.config(),
+            Command::Wakeuptime(a) => a.config(),
+            Command::Offwaketime(a) => a.config(),
+            other => panic!("parsed as {other:?}"),
+        })
+    }
+
+    fn head(args: &[&str]) -> String {
+        header(&config(args).expect("valid arguments"))
+    }
+
+    #[test]
+    fn headers_match_bcc() {
+        assert_eq!(
+            head(&["flare", "offcputime", "5"]),
+            "Tracing off-CPU time (us) of all threads by user + kernel stack for 5 secs."
+        );
+        assert_eq!(
+            head(&["flare", "offcputime", "-t", "188", "-U"]),
+            "Tracing off-CPU time (us) of TID 188 by user stack... Hit Ctrl-C to end."
+        );
+        assert_eq!(
+            head(&["flare", "offcputime", "-k", "-K", "1"]),
+            "Tracing off-CPU time (us) of kernel threads by kernel stack for 1 secs."
+        );
+        assert_eq!(
+            head(&["flare", "wakeuptime", "-p", "185"]),
+            "Tracing blocked time (us) by kernel stack... Hit Ctrl-C to end."
+        );
+        assert_eq!(
+            head(&["flare", "offwaketime", "-K", "5"]),
+            "Tracing blocked time (us) by kernel off-CPU and waker stack for 5 secs."
+        );
+    }
+
+    #[test]
+    fn options_map_to_the_config() {
+        let c = config(&[
+            "flare",
+            "offcputime",
+            "-p",
+            "1,2",
+            "-m",
+            "1000",
+            "-M",
+            "9000",
+            "--state",
+            "2",
+        ])
+        .unwrap();
+        assert_eq!(c.threads, Threads::Pids(vec![1, 2]));
+        assert_eq!((c.min_us, c.max_us, c.state), (1000, 9000, Some(2)));
+        let c = config(&["flare", "offwaketime", "-u", "--attach", "raw-tp"]).unwrap();
+        assert_eq!((c.threads, c.attach), (Threads::User, Attach::RawTp));
+        assert_eq!((c.min_us, c.max_us), (1, u64::MAX));
+        let c = config(&[
+            "flare",
+            "wakeuptime",
+            "--user-stack",
+            "--stack-storage-size",
+            "64",
+        ])
+        .unwrap();
+        assert!(c.stacks.user && c.stacks.kernel);
+        assert_eq!(c.stack_storage_size, 64);
+    }
+
+    #[test]
+    fn exclusive_options_are_refused() {
+        for bad in [
+            &["flare", "offcputime", "-p", "1", "-t", "2"][..],
+            &["flare", "offcputime", "-u", "-k"],
+            &["flare", "offcputime", "-p", "1", "-u"],
+            &["flare", "offwaketime", "-U", "-K"],
+            &["flare", "offwaketime", "-k", "-U"],
+            &["flare", "wakeuptime", "-p", "1", "-u"],
+        ] {
+            let err = config(bad).expect_err("conflicting options must be refused");
+            assert_eq!(err.kind(), ErrorKind::ArgumentConflict, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn bad_values_are_refused() {
+        for bad in [
+            &["flare", "offcputime", "-m", "0"][..],
+            &["flare", "offcputime", "0"],
+            &["flare", "offwaketime", "--stack-storage-size", "0"],
+            &["flare", "wakeuptime", "-p", "x"],
+            &["flare", "offcputime", "--attach", "fentry"],
+        ] {
+            assert!(config(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn delimiter_only_with_both_stacks() {
+        let style = |args: &[&str]| match Cli::try_parse_from(args.iter().copied()).unwrap().command
+        {
+            Command::Offwaketime(a) => a.stacks.style(),
+            other => panic!("parsed as {other:?}"),
+        };
+        assert!(style(&["flare", "offwaketime", "-d"]).delimited);
+        assert!(!style(&["flare", "offwaketime", "-d", "-K"]).delimited);
+    }
+}
