@@ -131,21 +131,18 @@ static __always_inline bool state_allowed(struct task_struct *t)
 	return task_state(t) & state;
 }
 
-/* The ids and name of task `t`, and its stacks when it is current. */
-static __always_inline void fill_task(void *ctx, struct offcpu_task *out,
-				      struct task_struct *t, bool with_stacks)
+/* The ids, name and stacks of the current task (cheap helpers only). */
+static __always_inline void fill_current(void *ctx, struct offcpu_task *out)
 {
-	out->pid = BPF_CORE_READ(t, tgid);
-	out->tid = BPF_CORE_READ(t, pid);
-	BPF_CORE_READ_STR_INTO(&out->comm, t, comm);
-	out->user_stack_id = FLARE_STACK_SKIPPED;
-	out->kernel_stack_id = FLARE_STACK_SKIPPED;
-	if (!with_stacks)
-		return;
-	if (user_stacks)
-		out->user_stack_id = bpf_get_stackid(ctx, &stacks, BPF_F_USER_STACK);
-	if (kernel_stacks)
-		out->kernel_stack_id = bpf_get_stackid(ctx, &stacks, 0);
+	__u64 id = bpf_get_current_pid_tgid();
+
+	out->pid = id >> 32;
+	out->tid = (__u32)id;
+	bpf_get_current_comm(&out->comm, sizeof(out->comm));
+	out->user_stack_id = user_stacks ?
+		bpf_get_stackid(ctx, &stacks, BPF_F_USER_STACK) : FLARE_STACK_SKIPPED;
+	out->kernel_stack_id = kernel_stacks ?
+		bpf_get_stackid(ctx, &stacks, 0) : FLARE_STACK_SKIPPED;
 }
 
 static __always_inline void add(struct offcpu_key *key, __u64 us)
@@ -189,9 +186,13 @@ static __always_inline void switch_out(void *ctx, struct task_struct *prev,
 	if (mode != OFFCPU_MODE_WAKEUP && !state_allowed(prev))
 		return;
 	s.ts = now;
-	if (mode != OFFCPU_MODE_WAKEUP && !stacks_at_switch_in)
-		fill_task(ctx, &s.task, prev, true);
-	key = task_key(BPF_CORE_READ(prev, pid));
+	if (mode != OFFCPU_MODE_WAKEUP && !stacks_at_switch_in) {
+		/* prev is still current: read it through the helpers. */
+		fill_current(ctx, &s.task);
+		key = task_key(s.task.tid);
+	} else {
+		key = task_key(BPF_CORE_READ(prev, pid));
+	}
 	if (bpf_map_update_elem(&start, &key, &s, BPF_ANY))
 		__sync_fetch_and_add(&stats.start_full, 1);
 }
@@ -224,7 +225,7 @@ static __always_inline void switch_in(void *ctx, struct task_struct *next,
 	if (!blocked_us(ts, now, &us))
 		return;
 	if (stacks_at_switch_in)
-		fill_task(ctx, &key.target, next, true);
+		fill_current(ctx, &key.target);	/* next is current */
 	add(&key, us);
 }
 
@@ -253,7 +254,7 @@ static __always_inline int on_waking(void *ctx, struct task_struct *p)
 	if (mode == OFFCPU_MODE_OFFWAKE) {
 		if (!thread_allowed(p))
 			return 0;
-		fill_task(ctx, &woke, current_task(), true);
+		fill_current(ctx, &woke);
 		bpf_map_update_elem(&wokeby, &tkey, &woke, BPF_ANY);
 		return 0;
 	}
@@ -266,7 +267,7 @@ static __always_inline int on_waking(void *ctx, struct task_struct *p)
 	if (!blocked_us(ts, bpf_ktime_get_ns(), &us))
 		return 0;
 	BPF_CORE_READ_STR_INTO(&key.target.comm, p, comm);
-	fill_task(ctx, &key.waker, current_task(), true);
+	fill_current(ctx, &key.waker);
 	/* bcc keys wakeuptime by names and stack only; the pid stays for
 	 * symbolizing a user stack. */
 	key.waker.tid = 0;

@@ -149,7 +149,8 @@ pub fn offwaketime_text<'a, W: Write>(
             writeln!(w, "    -")?;
         }
         write_lines(w, &rev(&wk.kernel), MISSED_KERNEL, kname)?;
-        writeln!(w, "    {:<16} {}", "--", "--")?;
+        // bcc: "%-16s %s" % ("--", "--")
+        writeln!(w, "    --               --")?;
         write_lines(w, &t.kernel, MISSED_KERNEL, kname)?;
         if style.delimited {
             writeln!(w, "    -")?;
