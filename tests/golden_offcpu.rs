@@ -245,40 +245,38 @@ fn styles() -> [(&'static str, StackStyle); 2] {
     ]
 }
 
-#[test]
-fn offcputime_formats() {
+type Writer = fn(&mut Vec<u8>, &[Sample], StackStyle) -> std::io::Result<()>;
+
+/// Checks `tool`'s text and folded output for every -U/-K and -d choice.
+fn check_all(tool: &str, samples: &[Sample], text: Writer, fold: Writer) {
     for (stacks, user, kernel) in STACKS {
-        let s = only(&offcpu_samples(), user, kernel);
+        let s = only(samples, user, kernel);
         for (flags, style) in styles() {
-            let name = format!("offcputime{stacks}{flags}");
-            golden::check(
-                &format!("{name}.txt"),
-                &render(|w| offcpu::offcputime_text(w, &s, style)),
-            );
-            golden::check(
-                &format!("{name}.folded"),
-                &render(|w| folded::write(w, &s, style)),
-            );
+            let name = format!("{tool}{stacks}{flags}");
+            golden::check(&format!("{name}.txt"), &render(|w| text(w, &s, style)));
+            golden::check(&format!("{name}.folded"), &render(|w| fold(w, &s, style)));
         }
     }
 }
 
 #[test]
+fn offcputime_formats() {
+    check_all(
+        "offcputime",
+        &offcpu_samples(),
+        |w, s, style| offcpu::offcputime_text(w, s, style),
+        |w, s, style| folded::write(w, s, style),
+    );
+}
+
+#[test]
 fn offwaketime_formats() {
-    for (stacks, user, kernel) in STACKS {
-        let s = only(&offwake(), user, kernel);
-        for (flags, style) in styles() {
-            let name = format!("offwaketime{stacks}{flags}");
-            golden::check(
-                &format!("{name}.txt"),
-                &render(|w| offcpu::offwaketime_text(w, &s, style)),
-            );
-            golden::check(
-                &format!("{name}.folded"),
-                &render(|w| offcpu::offwaketime_folded(w, &s, style)),
-            );
-        }
-    }
+    check_all(
+        "offwaketime",
+        &offwake(),
+        |w, s, style| offcpu::offwaketime_text(w, s, style),
+        |w, s, style| offcpu::offwaketime_folded(w, s, style),
+    );
 }
 
 #[test]

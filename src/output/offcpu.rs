@@ -118,6 +118,11 @@ pub fn wakeuptime_folded<'a, W: Write>(
     Ok(())
 }
 
+/// offwaketime's `waker:` / `target:` line: label, name, thread id.
+fn task_line<W: Write>(w: &mut W, label: &str, t: &TaskStack) -> io::Result<()> {
+    writeln!(w, "    {label:<16} {} {}", t.comm, t.tid.unwrap_or(t.pid))
+}
+
 /// offwaketime's multi-line output: `waker:`, its user then kernel frames
 /// root first, `--  --`, the target's kernel then user frames leaf first,
 /// `target:` and the microseconds. `-d` puts `-` between user and kernel
@@ -137,13 +142,7 @@ pub fn offwaketime_text<'a, W: Write>(
             Trace::Frames(f) => Trace::Frames(f.iter().rev().cloned().collect()),
             other => other.clone(),
         };
-        writeln!(
-            w,
-            "    {:<16} {} {}",
-            "waker:",
-            wk.comm,
-            wk.tid.unwrap_or(wk.pid)
-        )?;
+        task_line(w, "waker:", wk)?;
         write_lines(w, &rev(&wk.user), MISSED_USER, uname)?;
         if style.delimited {
             writeln!(w, "    -")?;
@@ -156,13 +155,7 @@ pub fn offwaketime_text<'a, W: Write>(
             writeln!(w, "    -")?;
         }
         write_lines(w, &t.user, MISSED_USER, uname)?;
-        writeln!(
-            w,
-            "    {:<16} {} {}",
-            "target:",
-            t.comm,
-            t.tid.unwrap_or(t.pid)
-        )?;
+        task_line(w, "target:", t)?;
         writeln!(w, "        {}\n", s.value)?;
     }
     Ok(())

@@ -85,6 +85,20 @@ mod tests {
         }
     }
 
+    /// Tracing frames deeper than the top of a stack are left alone.
+    const DEEP: [&str; 10] = [
+        "a",
+        "b",
+        "c",
+        "d",
+        "e",
+        "f",
+        "g",
+        "h",
+        "bpf_trace_run4",
+        "x",
+    ];
+
     #[test]
     fn tracing_frames_and_what_is_above_them_leave_the_top() {
         let mut p = Profile::new(Meta::new(
@@ -113,21 +127,7 @@ mod tests {
                 ],
                 3,
             ),
-            sample(
-                &[
-                    "a",
-                    "b",
-                    "c",
-                    "d",
-                    "e",
-                    "f",
-                    "g",
-                    "h",
-                    "bpf_trace_run4",
-                    "x",
-                ],
-                1,
-            ),
+            sample(&DEEP, 1),
         ];
         tidy(&mut p, Tool::OffCpu);
         let names: Vec<Vec<&str>> = p
@@ -142,24 +142,7 @@ mod tests {
                     .collect()
             })
             .collect();
-        assert_eq!(
-            names,
-            vec![
-                vec![
-                    "a",
-                    "b",
-                    "c",
-                    "d",
-                    "e",
-                    "f",
-                    "g",
-                    "h",
-                    "bpf_trace_run4",
-                    "x"
-                ],
-                vec!["__schedule", "schedule"],
-            ]
-        );
+        assert_eq!(names, vec![DEEP.to_vec(), vec!["__schedule", "schedule"],]);
         assert_eq!(p.samples[1].value, 10);
     }
 }
