@@ -421,3 +421,23 @@ fn kprobe_attach_works_or_says_why_not() {
         "unclear error: {err}"
     );
 }
+
+#[test]
+fn state_filter_keeps_the_matching_sleeps() {
+    if !require_bpf() {
+        return;
+    }
+    let _g = serial();
+    // A pipe read sleeps interruptibly (TASK_INTERRUPTIBLE, 1), never
+    // uninterruptibly (TASK_UNINTERRUPTIBLE, 2).
+    let in_read = |f: &str| f.contains(";block_in_read;");
+    let t = trace("offcputime", &["-f", "-t", "{blocker}", "--state", "1"]);
+    assert_blocker_time(&t, in_read);
+    let d = trace("offcputime", &["-f", "-t", "{blocker}", "--state", "2"]);
+    assert_eq!(
+        d.sum(in_read),
+        0,
+        "--state 2 kept interruptible sleeps:\n{}",
+        d.stdout
+    );
+}
