@@ -14,6 +14,9 @@ fn main() -> ExitCode {
     let result = match cli.command {
         cli::Command::Profile(args) => run::profile::run(&args),
         cli::Command::Stackcount(args) => run::stackcount::run(&args),
+        cli::Command::Offcputime(args) => run::offcpu::offcputime(&args),
+        cli::Command::Wakeuptime(args) => run::offcpu::wakeuptime(&args),
+        cli::Command::Offwaketime(args) => run::offcpu::offwaketime(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -4,6 +4,7 @@
 
 pub mod maps;
 pub mod perf;
+pub mod probe;
 pub mod system;
 pub mod tracefs;
 
@@ -21,6 +22,9 @@ pub mod skel {
     }
     pub mod stackcount {
         include!(concat!(env!("OUT_DIR"), "/stackcount.skel.rs"));
+    }
+    pub mod offcpu {
+        include!(concat!(env!("OUT_DIR"), "/offcpu.skel.rs"));
     }
 }
 

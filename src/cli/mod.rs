@@ -1,6 +1,7 @@
 //! The command line: one clap struct per tool, each converted into the
 //! library's plain config. Nothing below this module sees clap.
 
+pub mod offcpu;
 pub mod profile;
 pub mod stackcount;
 
@@ -23,6 +24,15 @@ pub enum Command {
     /// Count the stacks that reach a function, tracepoint or probe
     #[command(after_help = stackcount::EXAMPLES)]
     Stackcount(stackcount::StackcountArgs),
+    /// Summarize off-CPU time by stack trace
+    #[command(after_help = offcpu::OFFCPUTIME_EXAMPLES)]
+    Offcputime(offcpu::OffcputimeArgs),
+    /// Summarize sleep to wakeup time by waker kernel stack
+    #[command(after_help = offcpu::WAKEUPTIME_EXAMPLES)]
+    Wakeuptime(offcpu::WakeuptimeArgs),
+    /// Summarize blocked time by kernel stack trace + waker stack
+    #[command(after_help = offcpu::OFFWAKETIME_EXAMPLES)]
+    Offwaketime(offcpu::OffwaketimeArgs),
 }
 
 /// A comma-separated list of process or thread ids (`185,186`).

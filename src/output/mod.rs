@@ -2,6 +2,7 @@
 //! to any `impl Write`; none of them knows how the profile was collected.
 
 pub mod folded;
+pub mod offcpu;
 pub mod stackcount;
 pub mod text;
 

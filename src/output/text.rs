@@ -5,13 +5,25 @@
 use std::io::{self, Write};
 
 use super::{kernel_name, StackStyle};
-use crate::profile::{Sample, Trace};
+use crate::profile::{Sample, TaskStack, Trace};
 
 /// Writes one sample the way bcc's `profile` and `stackcount` do: kernel
 /// frames, an optional `--` delimiter, user frames, the task line and the
 /// value.
 pub fn write_sample<W: Write>(w: &mut W, s: &Sample, style: StackStyle) -> io::Result<()> {
     let t = &s.task;
+    write_stacks(w, t, style)?;
+    writeln!(w, "    {:<16} {} ({})", "-", t.comm, t.pid)?;
+    writeln!(w, "        {}\n", s.value)
+}
+
+/// Writes a task's kernel frames, the optional `--` delimiter and its user
+/// frames, one per line, leaf first: the body of a bcc entry.
+pub(crate) fn write_stacks<W: Write>(
+    w: &mut W,
+    t: &TaskStack,
+    style: StackStyle,
+) -> io::Result<()> {
     match &t.kernel {
         Trace::NotCollected => {}
         Trace::Missed { .. } => writeln!(w, "    [Missed Kernel Stack]")?,
@@ -34,8 +46,7 @@ pub fn write_sample<W: Write>(w: &mut W, s: &Sample, style: StackStyle) -> io::R
             }
         }
     }
-    writeln!(w, "    {:<16} {} ({})", "-", t.comm, t.pid)?;
-    writeln!(w, "        {}\n", s.value)
+    Ok(())
 }
 
 /// Writes every sample in the profile's current order.

@@ -1,6 +1,7 @@
 //! Running the tools from the command line: what every tool does around
 //! its own collection (waiting for a stop, reporting losses, writing).
 
+pub mod offcpu;
 pub mod profile;
 pub mod stackcount;
 

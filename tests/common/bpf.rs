@@ -123,3 +123,15 @@ pub fn cpu_seconds(stat_path: &str) -> f64 {
 pub fn process_cpu(pid: u32) -> f64 {
     cpu_seconds(&format!("/proc/{pid}/stat"))
 }
+
+/// Starts a workload with piped stdin and stdout; returns it and its stdin.
+pub fn spawn_with_stdin(name: &str, args: &[&str]) -> (Child, std::process::ChildStdin) {
+    let mut child = Command::new(workload(name))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("starting workload");
+    let stdin = child.stdin.take().expect("piped stdin");
+    (child, stdin)
+}

@@ -1,0 +1,382 @@
+//! `flare offcputime`, `wakeuptime` and `offwaketime` arguments: bcc's
+//! options, names and defaults, shared where the tools share them.
+
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+use flare::output::StackStyle;
+use flare::tools::offcpu::{Attach, Config, Threads, Tool};
+use flare::tools::profile::Stacks;
+
+use super::{id_list, nonzero, nonzero_u32, IdList};
+
+pub const OFFCPUTIME_EXAMPLES: &str = "\
+Examples:
+    flare offcputime             # trace off-CPU stack time until Ctrl-C
+    flare offcputime 5           # trace for 5 seconds only
+    flare offcputime -f 5        # 5 seconds, and output in folded format
+    flare offcputime -m 1000     # trace only events that last more than 1000 usec
+    flare offcputime -M 10000    # trace only events that last less than 10000 usec
+    flare offcputime -p 185      # only trace threads for PID 185
+    flare offcputime -t 188      # only trace thread 188
+    flare offcputime -u          # only trace user threads (no kernel)
+    flare offcputime -k          # only trace kernel threads (no user)
+    flare offcputime -U          # only show user space stacks (no kernel)
+    flare offcputime -K          # only show kernel space stacks (no user)";
+
+pub const WAKEUPTIME_EXAMPLES: &str = "\
+Examples:
+    flare wakeuptime             # trace blocked time with waker stacks
+    flare wakeuptime 5           # trace for 5 seconds only
+    flare wakeuptime -f 5        # 5 seconds, and output in folded format
+    flare wakeuptime -u          # don't include kernel threads (user only)
+    flare wakeuptime -p 185      # trace for PID 185 only
+    flare wakeuptime --user-stack  # also show the waker's user stack";
+
+pub const OFFWAKETIME_EXAMPLES: &str = "\
+Examples:
+    flare offwaketime            # trace off-CPU + waker stack time until Ctrl-C
+    flare offwaketime 5          # trace for 5 seconds only
+    flare offwaketime -f 5       # 5 seconds, and output in folded format
+    flare offwaketime -m 1000    # trace only events that last more than 1000 usec
+    flare offwaketime -M 9000    # trace only events that last less than 9000 usec
+    flare offwaketime -p 185     # only trace threads for PID 185
+    flare offwaketime -t 188     # only trace thread 188
+    flare offwaketime -u         # only trace user threads (no kernel)
+    flare offwaketime -k         # only trace kernel threads (no user)
+    flare offwaketime -U         # only show user space stacks (no kernel)
+    flare offwaketime -K         # only show kernel space stacks (no user)";
+
+/// How to attach to the scheduler.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum AttachArg {
+    /// The first that works of tp-btf, raw-tp, kprobe
+    Auto,
+    /// BTF-typed tracepoints (Linux 5.5+)
+    TpBtf,
+    /// Raw tracepoints (Linux 4.17+)
+    RawTp,
+    /// kprobes on finish_task_switch and try_to_wake_up
+    Kprobe,
+}
+
+/// Options all three tools share.
+#[derive(Debug, Args)]
+pub struct CommonArgs {
+    /// Output folded format
+    #[arg(short = 'f', long)]
+    pub folded: bool,
+
+    /// The amount of time in microseconds over which we store traces
+    #[arg(short = 'm', long, value_name = "MIN_BLOCK_TIME", default_value_t = 1, value_parser = nonzero)]
+    pub min_block_time: u64,
+
+    /// The amount of time in microseconds under which we store traces [default: U64_MAX]
+    #[arg(short = 'M', long, value_name = "MAX_BLOCK_TIME", value_parser = nonzero)]
+    pub max_block_time: Option<u64>,
+
+    /// How to attach to the scheduler
+    #[arg(long, value_enum, default_value_t = AttachArg::Auto)]
+    pub attach: AttachArg,
+
+    /// Duration of trace, in seconds [default: until Ctrl-C]
+    #[arg(value_name = "DURATION", value_parser = nonzero)]
+    pub duration: Option<u64>,
+}
+
+/// bcc's -p/-t/-u/-k, one at most.
+#[derive(Debug, Args)]
+pub struct ThreadArgs {
+    /// Trace these comma-separated PIDs only
+    #[arg(short = 'p', long = "pid", value_name = "PID", value_parser = id_list,
+          conflicts_with_all = ["tid", "user_threads_only", "kernel_threads_only"])]
+    pub pid: Option<IdList>,
+
+    /// Trace these comma-separated TIDs only
+    #[arg(short = 't', long = "tid", value_name = "TID", value_parser = id_list,
+          conflicts_with_all = ["user_threads_only", "kernel_threads_only"])]
+    pub tid: Option<IdList>,
+
+    /// User threads only (no kernel threads)
+    #[arg(short = 'u', long, conflicts_with = "kernel_threads_only")]
+    pub user_threads_only: bool,
+
+    /// Kernel threads only (no user threads)
+    #[arg(short = 'k', long, conflicts_with = "user_stacks_only")]
+    pub kernel_threads_only: bool,
+}
+
+impl ThreadArgs {
+    fn threads(&self) -> Threads {
+        match (&self.pid, &self.tid) {
+            (Some(p), _) => Threads::Pids(p.0.clone()),
+            (None, Some(t)) => Threads::Tids(t.0.clone()),
+            _ if self.user_threads_only => Threads::User,
+            _ if self.kernel_threads_only => Threads::Kernel,
+            _ => Threads::All,
+        }
+    }
+}
+
+/// bcc's -U/-K and -d.
+#[derive(Debug, Args)]
+pub struct StackArgs {
+    /// Show stacks from user space only (no kernel space stacks)
+    #[arg(short = 'U', long, conflicts_with = "kernel_stacks_only")]
+    pub user_stacks_only: bool,
+
+    /// Show stacks from kernel space only (no user space stacks)
+    #[arg(short = 'K', long)]
+    pub kernel_stacks_only: bool,
+
+    /// Insert delimiter between kernel/user stacks
+    #[arg(short = 'd', long)]
+    pub delimited: bool,
+}
+
+impl StackArgs {
+    fn stacks(&self) -> Stacks {
+        Stacks {
+            user: !self.kernel_stacks_only,
+            kernel: !self.user_stacks_only,
+        }
+    }
+
+    /// How stacks are printed.
+    pub fn style(&self) -> StackStyle {
+        StackStyle {
+            // bcc draws the delimiter only when both kinds are shown.
+            delimited: self.delimited && !self.user_stacks_only && !self.kernel_stacks_only,
+            annotate_kernel: false,
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct OffcputimeArgs {
+    #[command(flatten)]
+    pub threads: ThreadArgs,
+
+    #[command(flatten)]
+    pub stacks: StackArgs,
+
+    /// The number of unique stack traces that can be stored and displayed
+    #[arg(long, value_name = "STACK_STORAGE_SIZE", default_value_t = 16384, value_parser = nonzero_u32)]
+    pub stack_storage_size: u32,
+
+    /// Filter on this thread state bitmask (eg, 2 == TASK_UNINTERRUPTIBLE) see include/linux/sched.h
+    #[arg(long, value_name = "STATE")]
+    pub state: Option<u64>,
+
+    #[command(flatten)]
+    pub common: CommonArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct WakeuptimeArgs {
+    /// User threads only (no kernel threads)
+    #[arg(short = 'u', long = "useronly", conflicts_with = "pid")]
+    pub user_threads_only: bool,
+
+    /// Trace this PID only
+    #[arg(short = 'p', long, value_name = "PID")]
+    pub pid: Option<u32>,
+
+    /// Also show the waker's user stack, below its kernel stack (bcc
+    /// shows the kernel stack only)
+    #[arg(long)]
+    pub user_stack: bool,
+
+    /// The number of unique stack traces that can be stored and displayed
+    #[arg(long, value_name = "STACK_STORAGE_SIZE", default_value_t = 16384, value_parser = nonzero_u32)]
+    pub stack_storage_size: u32,
+
+    #[command(flatten)]
+    pub common: CommonArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct OffwaketimeArgs {
+    #[command(flatten)]
+    pub threads: ThreadArgs,
+
+    #[command(flatten)]
+    pub stacks: StackArgs,
+
+    /// The number of unique stack traces that can be stored and displayed
+    #[arg(long, value_name = "STACK_STORAGE_SIZE", default_value_t = 16384, value_parser = nonzero_u32)]
+    pub stack_storage_size: u32,
+
+    #[command(flatten)]
+    pub common: CommonArgs,
+}
+
+impl CommonArgs {
+    fn apply(&self, c: &mut Config) {
+        c.min_us = self.min_block_time;
+        c.max_us = self.max_block_time.unwrap_or(u64::MAX);
+        c.attach = match self.attach {
+            AttachArg::Auto => Attach::Auto,
+            AttachArg::TpBtf => Attach::TpBtf,
+            AttachArg::RawTp => Attach::RawTp,
+            AttachArg::Kprobe => Attach::Kprobe,
+        };
+        c.duration = self.duration.map(Duration::from_secs);
+    }
+}
+
+impl OffcputimeArgs {
+    pub fn config(&self) -> Config {
+        let mut c = Config::new(Tool::OffCpu);
+        c.threads = self.threads.threads();
+        c.stacks = self.stacks.stacks();
+        c.state = self.state;
+        c.stack_storage_size = self.stack_storage_size;
+        self.common.apply(&mut c);
+        c
+    }
+}
+
+impl WakeuptimeArgs {
+    pub fn config(&self) -> Config {
+        let mut c = Config::new(Tool::Wakeup);
+        c.threads = match (self.pid, self.user_threads_only) {
+            (Some(p), _) => Threads::Pids(vec![p]),
+            (None, true) => Threads::User,
+            (None, false) => Threads::All,
+        };
+        c.stacks.user = self.user_stack;
+        c.stack_storage_size = self.stack_storage_size;
+        self.common.apply(&mut c);
+        c
+    }
+}
+
+impl OffwaketimeArgs {
+    pub fn config(&self) -> Config {
+        let mut c = Config::new(Tool::OffWake);
+        c.threads = self.threads.threads();
+        c.stacks = self.stacks.stacks();
+        c.stack_storage_size = self.stack_storage_size;
+        self.common.apply(&mut c);
+        c
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::error::ErrorKind;
+    use clap::Parser;
+    use flare::tools::offcpu::header;
+
+    use super::*;
+    use crate::cli::{Cli, Command};
+
+    fn config(args: &[&str]) -> Result<Config, clap::Error> {
+        Cli::try_parse_from(args.iter().copied()).map(|c| match c.command {
+            Command::Offcputime(a) => a.config(),
+            Command::Wakeuptime(a) => a.config(),
+            Command::Offwaketime(a) => a.config(),
+            other => panic!("parsed as {other:?}"),
+        })
+    }
+
+    fn head(args: &[&str]) -> String {
+        header(&config(args).expect("valid arguments"))
+    }
+
+    #[test]
+    fn headers_match_bcc() {
+        assert_eq!(
+            head(&["flare", "offcputime", "5"]),
+            "Tracing off-CPU time (us) of all threads by user + kernel stack for 5 secs."
+        );
+        assert_eq!(
+            head(&["flare", "offcputime", "-t", "188", "-U"]),
+            "Tracing off-CPU time (us) of TID 188 by user stack... Hit Ctrl-C to end."
+        );
+        assert_eq!(
+            head(&["flare", "offcputime", "-k", "-K", "1"]),
+            "Tracing off-CPU time (us) of kernel threads by kernel stack for 1 secs."
+        );
+        assert_eq!(
+            head(&["flare", "wakeuptime", "-p", "185"]),
+            "Tracing blocked time (us) by kernel stack... Hit Ctrl-C to end."
+        );
+        assert_eq!(
+            head(&["flare", "offwaketime", "-K", "5"]),
+            "Tracing blocked time (us) by kernel off-CPU and waker stack for 5 secs."
+        );
+    }
+
+    #[test]
+    fn options_map_to_the_config() {
+        let c = config(&[
+            "flare",
+            "offcputime",
+            "-p",
+            "1,2",
+            "-m",
+            "1000",
+            "-M",
+            "9000",
+            "--state",
+            "2",
+        ])
+        .unwrap();
+        assert_eq!(c.threads, Threads::Pids(vec![1, 2]));
+        assert_eq!((c.min_us, c.max_us, c.state), (1000, 9000, Some(2)));
+        let c = config(&["flare", "offwaketime", "-u", "--attach", "raw-tp"]).unwrap();
+        assert_eq!((c.threads, c.attach), (Threads::User, Attach::RawTp));
+        assert_eq!((c.min_us, c.max_us), (1, u64::MAX));
+        let c = config(&[
+            "flare",
+            "wakeuptime",
+            "--user-stack",
+            "--stack-storage-size",
+            "64",
+        ])
+        .unwrap();
+        assert!(c.stacks.user && c.stacks.kernel);
+        assert_eq!(c.stack_storage_size, 64);
+    }
+
+    #[test]
+    fn exclusive_options_are_refused() {
+        for bad in [
+            &["flare", "offcputime", "-p", "1", "-t", "2"][..],
+            &["flare", "offcputime", "-u", "-k"],
+            &["flare", "offcputime", "-p", "1", "-u"],
+            &["flare", "offwaketime", "-U", "-K"],
+            &["flare", "offwaketime", "-k", "-U"],
+            &["flare", "wakeuptime", "-p", "1", "-u"],
+        ] {
+            let err = config(bad).expect_err("conflicting options must be refused");
+            assert_eq!(err.kind(), ErrorKind::ArgumentConflict, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn bad_values_are_refused() {
+        for bad in [
+            &["flare", "offcputime", "-m", "0"][..],
+            &["flare", "offcputime", "0"],
+            &["flare", "offwaketime", "--stack-storage-size", "0"],
+            &["flare", "wakeuptime", "-p", "x"],
+            &["flare", "offcputime", "--attach", "fentry"],
+        ] {
+            assert!(config(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn delimiter_only_with_both_stacks() {
+        let style = |args: &[&str]| match Cli::try_parse_from(args.iter().copied()).unwrap().command
+        {
+            Command::Offwaketime(a) => a.stacks.style(),
+            other => panic!("parsed as {other:?}"),
+        };
+        assert!(style(&["flare", "offwaketime", "-d"]).delimited);
+        assert!(!style(&["flare", "offwaketime", "-d", "-K"]).delimited);
+    }
+}

@@ -1,0 +1,309 @@
+//! Loading `offcpu.bpf.c` for one of the three tools, attaching it the best
+//! way this kernel allows, and reading back what it summed.
+
+use std::mem::MaybeUninit;
+use std::time::Duration;
+
+use libbpf_rs::skel::{OpenSkel, SkelBuilder};
+use libbpf_rs::{Link, MapCore, MapFlags, OpenObject};
+
+use super::{thread_context, Attach, Config, Threads, Tool};
+use crate::bpf::skel::offcpu::{types, OffcpuSkel, OffcpuSkelBuilder};
+use crate::bpf::{comm_str, probe, read_counts, system, PlainKey, StackReader};
+use crate::error::{Error, Result};
+use crate::profile::{Lost, Meta, ValueUnit};
+use crate::symbolize::{RawSample, RawTask, RawTrace};
+
+/// Mirrors the `OFFCPU_*` constants of `offcpu.h`.
+const MODE_OFFCPU: u32 = 0;
+const MODE_WAKEUP: u32 = 1;
+const MODE_OFFWAKE: u32 = 2;
+const THREADS_ALL: u32 = 0;
+const THREADS_PIDS: u32 = 1;
+const THREADS_TIDS: u32 = 2;
+const THREADS_USER: u32 = 3;
+const THREADS_KERNEL: u32 = 4;
+
+/// What one read of the kernel maps returned.
+#[derive(Debug, Default)]
+pub struct Collection {
+    pub samples: Vec<RawSample>,
+    pub lost: Lost,
+    /// Switch-outs that could not be tracked because the map of blocked
+    /// threads was full.
+    pub untracked: u64,
+}
+
+// SAFETY: offcpu_key is the skeleton's copy of a C struct of integers and
+// char arrays, valid for any bit pattern.
+unsafe impl PlainKey for types::offcpu_key {}
+
+/// A loaded and attached off-CPU tracer.
+pub struct Session<'obj> {
+    skel: OffcpuSkel<'obj>,
+    config: Config,
+    attach: Attach,
+    /// Dropping the links detaches the programs.
+    _links: Vec<Link>,
+}
+
+/// The way to attach: the one asked for, or the first that works.
+fn choose(asked: Attach, tool: Tool) -> Result<Attach> {
+    let waker_tp = if tool == Tool::OffCpu {
+        None
+    } else {
+        Some("sched_waking")
+    };
+    let btf_ok = || probe::tp_btf("sched_switch") && waker_tp.is_none_or(probe::tp_btf);
+    match asked {
+        Attach::Auto if btf_ok() => Ok(Attach::TpBtf),
+        Attach::Auto if probe::raw_tp() => Ok(Attach::RawTp),
+        Attach::Auto if probe::kprobes() => Ok(Attach::Kprobe),
+        Attach::Auto => Err(Error::Unsupported(
+            "this kernel can attach BPF programs neither to scheduler tracepoints (tp_btf, raw_tp) nor to kprobes: off-CPU tracing needs Linux 4.17 or later, or one built with CONFIG_KPROBES".into(),
+        )),
+        Attach::TpBtf if !btf_ok() => Err(Error::Unsupported(
+            "--attach tp-btf: this kernel refuses BTF-typed tracepoint programs (it needs Linux 5.5+ with BTF, and no lockdown forbidding BPF tracing): use --attach raw-tp".into(),
+        )),
+        Attach::RawTp if !probe::raw_tp() => Err(Error::Unsupported(
+            "--attach raw-tp: this kernel has no raw tracepoint programs (Linux 4.17+): use --attach kprobe".into(),
+        )),
+        Attach::Kprobe if !probe::kprobes() => Err(Error::Unsupported(
+            "--attach kprobe: this kernel has no kprobe support (no kprobe event source: it was built without CONFIG_KPROBES): use --attach tp-btf or raw-tp".into(),
+        )),
+        other => Ok(other),
+    }
+}
+
+impl<'obj> Session<'obj> {
+    /// Validates the config against the system, loads the BPF program and
+    /// starts tracing.
+    pub fn start(config: Config, object: &'obj mut MaybeUninit<OpenObject>) -> Result<Self> {
+        system::check_environment()?;
+        match &config.threads {
+            Threads::Pids(p) => p.iter().try_for_each(|&p| system::check_process(p))?,
+            Threads::Tids(t) => t.iter().try_for_each(|&t| system::check_thread(t))?,
+            _ => {}
+        }
+        let attach = choose(config.attach, config.tool)?;
+        system::raise_memlock();
+
+        let load_err = |source| Error::Load {
+            prog: "offcpu",
+            source,
+        };
+        let mut open = OffcpuSkelBuilder::default()
+            .open(object)
+            .map_err(load_err)?;
+        let ids: &[u32] = match &config.threads {
+            Threads::Pids(p) => p,
+            Threads::Tids(t) => t,
+            _ => &[],
+        };
+        {
+            let ro = open
+                .maps
+                .rodata_data
+                .as_deref_mut()
+                .ok_or_else(|| Error::Unsupported("offcpu.bpf.c has no rodata".into()))?;
+            ro.mode = match config.tool {
+                Tool::OffCpu => MODE_OFFCPU,
+                Tool::Wakeup => MODE_WAKEUP,
+                Tool::OffWake => MODE_OFFWAKE,
+            };
+            ro.thread_filter = match config.threads {
+                Threads::All => THREADS_ALL,
+                Threads::Pids(_) => THREADS_PIDS,
+                Threads::Tids(_) => THREADS_TIDS,
+                Threads::User => THREADS_USER,
+                Threads::Kernel => THREADS_KERNEL,
+            };
+            ro.filter_state = config.state.is_some();
+            ro.state = config.state.unwrap_or(0);
+            ro.user_stacks = config.stacks.user;
+            ro.kernel_stacks = config.stacks.kernel;
+            ro.min_us = config.min_us;
+            ro.max_us = config.max_us;
+            ro.stacks_at_switch_in = attach == Attach::Kprobe;
+        }
+        let waker = config.tool != Tool::OffCpu;
+        let progs = &mut open.progs;
+        let wanted = [
+            (&mut progs.flare_switch_btf, attach == Attach::TpBtf),
+            (
+                &mut progs.flare_waking_btf,
+                attach == Attach::TpBtf && waker,
+            ),
+            (&mut progs.flare_switch_raw, attach == Attach::RawTp),
+            (
+                &mut progs.flare_waking_raw,
+                attach == Attach::RawTp && waker,
+            ),
+            (&mut progs.flare_switch_kprobe, attach == Attach::Kprobe),
+            (
+                &mut progs.flare_waking_kprobe,
+                attach == Attach::Kprobe && waker,
+            ),
+        ];
+        for (prog, on) in wanted {
+            prog.set_autoload(on);
+        }
+        let maps = &mut open.maps;
+        maps.counts
+            .set_max_entries(config.hash_storage_size)
+            .map_err(load_err)?;
+        maps.stacks
+            .set_max_entries(config.stack_storage_size)
+            .map_err(load_err)?;
+        maps.targets
+            .set_max_entries((ids.len() as u32).max(1))
+            .map_err(load_err)?;
+        if config.tool != Tool::OffWake {
+            // Unused: keep it from taking memory.
+            maps.wokeby.set_max_entries(1).map_err(load_err)?;
+        }
+        let skel = open.load().map_err(load_err)?;
+        for id in ids {
+            skel.maps
+                .targets
+                .update(&id.to_ne_bytes(), &[1u8], MapFlags::ANY)
+                .map_err(load_err)?;
+        }
+        let mut session = Session {
+            skel,
+            config,
+            attach,
+            _links: Vec::new(),
+        };
+        session.attach_programs()?;
+        Ok(session)
+    }
+
+    fn attach_programs(&mut self) -> Result<()> {
+        let waker = self.config.tool != Tool::OffCpu;
+        let progs = &self.skel.progs;
+        let attach_err = |what: &str| {
+            let what = what.to_string();
+            move |source| Error::Attach { what, source }
+        };
+        match self.attach {
+            Attach::Kprobe => {
+                let mut pairs = vec![(&progs.flare_switch_kprobe, "finish_task_switch")];
+                if waker {
+                    pairs.push((&progs.flare_waking_kprobe, "try_to_wake_up"));
+                }
+                for (prog, func) in pairs {
+                    let sym = probe::kernel_symbol(func).ok_or_else(|| {
+                        Error::Unsupported(format!(
+                            "cannot attach a kprobe to {func}: no such function in /proc/kallsyms (use --attach tp-btf or raw-tp)"
+                        ))
+                    })?;
+                    let link = prog.attach_kprobe(false, &sym).map_err(|e| {
+                        Error::Unsupported(format!(
+                            "cannot attach a kprobe to {sym}: {e} (this kernel may lack kprobe support, CONFIG_KPROBES: use --attach tp-btf or raw-tp)"
+                        ))
+                    })?;
+                    self._links.push(link);
+                }
+            }
+            Attach::RawTp => {
+                let link = progs
+                    .flare_switch_raw
+                    .attach_raw_tracepoint("sched_switch")
+                    .map_err(attach_err("raw tracepoint sched_switch"))?;
+                self._links.push(link);
+                if waker {
+                    let link = progs
+                        .flare_waking_raw
+                        .attach_raw_tracepoint("sched_waking")
+                        .map_err(attach_err("raw tracepoint sched_waking"))?;
+                    self._links.push(link);
+                }
+            }
+            Attach::TpBtf | Attach::Auto => {
+                let link = progs
+                    .flare_switch_btf
+                    .attach()
+                    .map_err(attach_err("tp_btf sched_switch"))?;
+                self._links.push(link);
+                if waker {
+                    let link = progs
+                        .flare_waking_btf
+                        .attach()
+                        .map_err(attach_err("tp_btf sched_waking"))?;
+                    self._links.push(link);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// How the programs were attached.
+    pub fn attach(&self) -> Attach {
+        self.attach
+    }
+
+    /// Metadata for a profile made by this session.
+    pub fn meta(&self, duration: Duration) -> Meta {
+        let event = match self.config.tool {
+            Tool::Wakeup => "sched_waking",
+            _ => "sched_switch",
+        };
+        let mut meta = Meta::new(self.config.tool.name(), event, ValueUnit::Microseconds);
+        meta.duration = duration;
+        meta.target = thread_context(&self.config.threads);
+        meta
+    }
+
+    /// Reads every summed key (the maps are left as they are).
+    pub fn collect(&self) -> Result<Collection> {
+        let mut stacks = StackReader::new(&self.skel.maps.stacks);
+        let mut samples = Vec::new();
+        let want = self.config.stacks;
+        let mut task = |t: &types::offcpu_task| RawTask {
+            pid: t.pid,
+            tid: (t.tid != 0).then_some(t.tid),
+            comm: comm_str(&t.comm),
+            user: stacks.read(t.user_stack_id, want.user),
+            kernel: stacks.read(t.kernel_stack_id, want.kernel),
+        };
+        for (k, us) in read_counts::<types::offcpu_key, _>(&self.skel.maps.counts, false)? {
+            let sample = match self.config.tool {
+                Tool::OffCpu => RawSample {
+                    task: task(&k.target),
+                    waker: None,
+                    value: us,
+                },
+                Tool::OffWake => RawSample {
+                    task: task(&k.target),
+                    waker: (k.has_waker != 0).then(|| task(&k.waker)),
+                    value: us,
+                },
+                Tool::Wakeup => RawSample {
+                    task: RawTask {
+                        pid: 0,
+                        tid: None,
+                        comm: comm_str(&k.target.comm),
+                        user: RawTrace::NotCollected,
+                        kernel: RawTrace::NotCollected,
+                    },
+                    waker: Some(task(&k.waker)),
+                    value: us,
+                },
+            };
+            samples.push(sample);
+        }
+        let stats = self
+            .skel
+            .maps
+            .bss_data
+            .as_deref()
+            .map(|b| b.stats)
+            .unwrap_or_default();
+        Ok(Collection {
+            samples,
+            lost: stacks.lost(stats.hash_full),
+            untracked: stats.start_full,
+        })
+    }
+}

@@ -1,0 +1,148 @@
+//! Finishing an off-CPU profile after symbolization: the frames of the
+//! tracing machinery itself come off the top of kernel stacks (the BPF
+//! program, its trampoline and the tracepoint glue are where the stack was
+//! taken, not where the thread blocked), and wakeuptime's entries are
+//! summed per waker name, as bcc keys them.
+
+use super::Tool;
+use crate::profile::{Profile, TaskStack, Trace};
+
+/// True for frames of the BPF tracing machinery: programs
+/// (`bpf_prog_<tag>_<name>`), trampolines, and the tracepoint glue that
+/// calls them (`bpf_trace_run2`, `__bpf_trace_sched_switch`).
+pub fn is_tracing_frame(name: &str) -> bool {
+    [
+        "bpf_prog_",
+        "bpf_trampoline_",
+        "bpf_trace_run",
+        "__bpf_trace_",
+    ]
+    .iter()
+    .any(|p| name.starts_with(p))
+}
+
+/// How deep below the top of a kernel stack the tracing machinery can sit.
+const TRACING_DEPTH: usize = 8;
+
+/// Drops the top of a kernel stack down to its last tracing frame. The BPF
+/// program's own frame is not always named (kallsyms readers may resolve
+/// it to whatever symbol precedes it), so everything above the tracing
+/// glue goes with it.
+fn strip(task: &mut TaskStack) {
+    if let Trace::Frames(frames) = &mut task.kernel {
+        let top = frames.len().min(TRACING_DEPTH);
+        if let Some(last) = frames[..top]
+            .iter()
+            .rposition(|f| is_tracing_frame(&f.name))
+        {
+            frames.drain(..=last);
+        }
+    }
+}
+
+/// Strips tracing frames, merges what became identical and sorts by
+/// value, smallest first (bcc's order).
+pub fn tidy(profile: &mut Profile, tool: Tool) {
+    for s in &mut profile.samples {
+        strip(&mut s.task);
+        if let Some(w) = &mut s.waker {
+            strip(w);
+            if tool == Tool::Wakeup {
+                w.pid = 0;
+                w.tid = None;
+            }
+        }
+    }
+    profile.merge_identical();
+    profile.sort_ascending();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::profile::{Frame, FrameKind, Meta, Sample, ValueUnit};
+
+    fn kernel(names: &[&str]) -> Trace {
+        Trace::Frames(
+            names
+                .iter()
+                .map(|n| Frame::named(*n, FrameKind::Kernel))
+                .collect(),
+        )
+    }
+
+    fn sample(k: &[&str], value: u64) -> Sample {
+        Sample {
+            task: TaskStack {
+                pid: 1,
+                tid: Some(1),
+                comm: "a".into(),
+                user: Trace::NotCollected,
+                kernel: kernel(k),
+            },
+            waker: None,
+            value,
+        }
+    }
+
+    /// Tracing frames deeper than the top of a stack are left alone.
+    const DEEP: [&str; 10] = [
+        "a",
+        "b",
+        "c",
+        "d",
+        "e",
+        "f",
+        "g",
+        "h",
+        "bpf_trace_run4",
+        "x",
+    ];
+
+    #[test]
+    fn tracing_frames_and_what_is_above_them_leave_the_top() {
+        let mut p = Profile::new(Meta::new(
+            "offcputime",
+            "sched_switch",
+            ValueUnit::Microseconds,
+        ));
+        p.samples = vec![
+            sample(
+                &[
+                    "bpf_prog_6deef7357e7b4530_flare_switch_btf",
+                    "bpf_trace_run4",
+                    "__bpf_trace_sched_switch",
+                    "__schedule",
+                    "schedule",
+                ],
+                5,
+            ),
+            sample(&["bpf_prog_1_other", "__schedule", "schedule"], 2),
+            sample(
+                &[
+                    "__start_bss_decrypted",
+                    "bpf_trace_run4",
+                    "__schedule",
+                    "schedule",
+                ],
+                3,
+            ),
+            sample(&DEEP, 1),
+        ];
+        tidy(&mut p, Tool::OffCpu);
+        let names: Vec<Vec<&str>> = p
+            .samples
+            .iter()
+            .map(|s| {
+                s.task
+                    .kernel
+                    .frames()
+                    .iter()
+                    .map(|f| f.name.as_str())
+                    .collect()
+            })
+            .collect();
+        assert_eq!(names, vec![DEEP.to_vec(), vec!["__schedule", "schedule"],]);
+        assert_eq!(p.samples[1].value, 10);
+    }
+}
