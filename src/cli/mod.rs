@@ -1,6 +1,8 @@
 //! The command line: one clap struct per tool, each converted into the
 //! library's plain config. Nothing below this module sees clap.
 
+pub mod analyze;
+pub mod output;
 pub mod profile;
 
 use clap::{Parser, Subcommand};
@@ -19,6 +21,12 @@ pub enum Command {
     /// Profile CPU stack traces at a timed interval
     #[command(after_help = profile::EXAMPLES)]
     Profile(profile::ProfileArgs),
+    /// Draw a flame graph (SVG) from folded stacks
+    Flamegraph(analyze::FlamegraphArgs),
+    /// Draw a differential flame graph of two folded profiles
+    Diff(analyze::DiffArgs),
+    /// List the functions with the most self and total value
+    Top(analyze::TopArgs),
 }
 
 /// A comma-separated list of process or thread ids (`185,186`).

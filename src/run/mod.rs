@@ -1,6 +1,8 @@
 //! Running the tools from the command line: what every tool does around
 //! its own collection (waiting for a stop, reporting losses, writing).
 
+pub mod analyze;
+pub mod output;
 pub mod profile;
 
 use std::sync::mpsc;

@@ -11,17 +11,26 @@ use flare::profile::Profile;
 use flare::symbolize::{self, Symbolizer};
 use flare::tools::profile::{header, Session};
 
+use super::output::write_outputs;
 use super::{wait_for_stop, warn_lost};
+use crate::cli::output::Destination;
 use crate::cli::profile::ProfileArgs;
 
 pub fn run(args: &ProfileArgs) -> Result<()> {
     let config = args.config();
+    let destinations = args.output.destinations().map_err(anyhow::Error::msg)?;
+    let other_stdout = destinations
+        .iter()
+        .any(|d| matches!(d, Destination::Stdout(_)));
+    // bcc's stacks go to stdout unless files were asked for (or another
+    // format takes stdout); -f still prints folded stacks next to files.
+    let bcc_stdout = !other_stdout && (destinations.is_empty() || args.folded);
     let mut object = MaybeUninit::uninit();
     let mut session = Session::start(config.clone(), &mut object)?;
     let started = Instant::now();
     let stdout = io::stdout();
     let mut out = BufWriter::new(stdout.lock());
-    if !args.folded {
+    if !args.folded && !other_stdout {
         writeln!(out, "{}", header(&config))?;
         out.flush()?;
     }
@@ -38,13 +47,15 @@ pub fn run(args: &ProfileArgs) -> Result<()> {
     profile.merge_identical();
     profile.sort_ascending();
 
-    if args.folded {
+    if bcc_stdout && args.folded {
         folded::write(&mut out, &profile.samples, args.style())?;
-    } else {
+    } else if bcc_stdout {
         writeln!(out)?;
         text::write(&mut out, &profile.samples, args.style())?;
     }
     out.flush()?;
+    drop(out);
+    write_outputs(&profile, &destinations, args.style())?;
     warn_lost(&profile.meta.lost);
     Ok(())
 }
