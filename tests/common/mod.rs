@@ -4,3 +4,5 @@
 pub mod bpf;
 pub mod fixtures;
 pub mod golden;
+pub mod rich;
+pub mod schema;
