@@ -106,7 +106,7 @@ fn seconds(d: Duration) -> String {
 fn time(ns: u64) -> String {
     match ns {
         0..=9_999 => format!("{ns} ns"),
-        10_000..=9_999_999 => format!("{:.1} us", ns as f64 / 1e3),
+        10_000..=999_999 => format!("{:.1} us", ns as f64 / 1e3),
         _ => format!("{:.1} ms", ns as f64 / 1e6),
     }
 }
