@@ -242,6 +242,22 @@ pub fn build(profile: &Profile, time_nanos: i64) -> proto::Profile {
     }
     b.out.comment = comments.iter().map(|c| b.string(c)).collect();
 
+    // pprof names the first mapping as the profile's main binary: register
+    // the user modules first, the one with the most frame-weight leading.
+    let mut modules: HashMap<&str, (u64, &Frame)> = HashMap::new();
+    for s in &profile.samples {
+        for f in s.task.user.frames() {
+            if let Some(m) = &f.module {
+                modules.entry(m).or_insert((0, f)).0 += s.value;
+            }
+        }
+    }
+    let mut modules: Vec<(&str, (u64, &Frame))> = modules.into_iter().collect();
+    modules.sort_by(|a, b| b.1 .0.cmp(&a.1 .0).then(a.0.cmp(b.0)));
+    for (_, (_, f)) in modules {
+        b.mapping(f);
+    }
+
     for s in &profile.samples {
         let path = s.path();
         // The process name at the root is a label, not a frame.
