@@ -62,6 +62,32 @@ fn profile_twofuncs() -> Run {
         "2",
     ]);
     let cpu = process_cpu(pid) - before;
+
+    // A file that cannot be written fails the run, after the others are
+    // written: here the target name is taken by a directory.
+    fs::create_dir(dir.join("taken.svg")).unwrap();
+    let out = common::bpf::flare()
+        .args([
+            "profile",
+            "-p",
+            &pid.to_string(),
+            "-o",
+            &path("taken.svg"),
+            "-o",
+            &path("also.folded"),
+            "1",
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "a failed write must fail the run");
+    assert!(
+        err.contains(&format!("cannot write {} (svg)", path("taken.svg"))),
+        "{err}"
+    );
+    assert!(fs::read_to_string(dir.join("also.folded"))
+        .unwrap()
+        .contains("func_b"));
     drop(lines);
     drop(child);
     Run { dir, cpu }

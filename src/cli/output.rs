@@ -34,6 +34,24 @@ pub enum Destination {
 }
 
 impl OutputArgs {
+    /// True when `--format` takes standard output (no `-o` given).
+    fn format_on_stdout(&self) -> bool {
+        self.outputs.is_empty() && self.format.is_some()
+    }
+
+    /// Whether the tool prints bcc's stacks (text, or folded under `-f`) on
+    /// standard output: when no file was asked for, or `-f` asks for
+    /// folded stacks next to the files.
+    pub fn bcc_stdout(&self, folded: bool) -> bool {
+        !self.format_on_stdout() && (self.outputs.is_empty() || folded)
+    }
+
+    /// Whether the tool prints bcc's header line ("Sampling at ..."): not
+    /// when standard output carries folded stacks or another format.
+    pub fn bcc_header(&self, folded: bool) -> bool {
+        !folded && !self.format_on_stdout()
+    }
+
     /// Where to write, checked before any work is done: every file's format
     /// must be known and its directory must exist.
     pub fn destinations(&self) -> Result<Vec<Destination>, String> {

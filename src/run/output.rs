@@ -8,20 +8,19 @@ use std::io::{self, BufWriter, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
-use anyhow::{Context, Result};
-use flare::output::{Format, StackStyle};
+use anyhow::{bail, Result};
+use flare::output::StackStyle;
 use flare::profile::Profile;
 
-use crate::cli::output::Destination;
+use crate::cli::output::{Destination, OutputArgs};
 
-/// Writes the profile to every destination; the first failure is returned
-/// as an error naming the file.
-pub fn write_outputs(
-    profile: &Profile,
-    destinations: &[Destination],
-    style: StackStyle,
-) -> Result<()> {
-    for d in destinations {
+/// Writes the profile to every file and format `-o`/`--format` asked for.
+/// Each file is tried even when an earlier one failed; the failures are
+/// then returned as one error, one line per file.
+pub fn write_outputs(profile: &Profile, args: &OutputArgs, style: StackStyle) -> Result<()> {
+    let destinations = args.destinations().map_err(anyhow::Error::msg)?;
+    let mut failed = Vec::new();
+    for d in &destinations {
         match d {
             Destination::Stdout(format) => {
                 let stdout = io::stdout();
@@ -30,13 +29,19 @@ pub fn write_outputs(
                 out.flush()?;
             }
             Destination::File(path, format) => {
-                write_file(path, *format, profile, style)
-                    .with_context(|| format!("cannot write {} ({format})", path.display()))?;
-                eprintln!("wrote {} ({format})", path.display());
+                match write_atomically(path, |w| format.write(w, profile, style)) {
+                    Ok(()) => eprintln!("wrote {} ({format})", path.display()),
+                    Err(e) => {
+                        failed.push(format!("cannot write {} ({format}): {e}", path.display()))
+                    }
+                }
             }
         }
     }
-    Ok(())
+    match failed.len() {
+        0 => Ok(()),
+        _ => bail!("{}", failed.join("\nflare: error: ")),
+    }
 }
 
 /// Writes a file atomically: a temporary file next to it, then a rename.
@@ -64,8 +69,4 @@ pub fn write_atomically(
         .set_permissions(fs::Permissions::from_mode(0o644))?;
     tmp.persist(path).map_err(|e| e.error)?;
     Ok(())
-}
-
-fn write_file(path: &Path, format: Format, profile: &Profile, style: StackStyle) -> io::Result<()> {
-    write_atomically(path, |w| format.write(w, profile, style))
 }

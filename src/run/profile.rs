@@ -13,24 +13,18 @@ use flare::tools::profile::{header, Session};
 
 use super::output::write_outputs;
 use super::{wait_for_stop, warn_lost};
-use crate::cli::output::Destination;
 use crate::cli::profile::ProfileArgs;
 
 pub fn run(args: &ProfileArgs) -> Result<()> {
     let config = args.config();
-    let destinations = args.output.destinations().map_err(anyhow::Error::msg)?;
-    let other_stdout = destinations
-        .iter()
-        .any(|d| matches!(d, Destination::Stdout(_)));
-    // bcc's stacks go to stdout unless files were asked for (or another
-    // format takes stdout); -f still prints folded stacks next to files.
-    let bcc_stdout = !other_stdout && (destinations.is_empty() || args.folded);
+    // Check where the result goes before spending the profiling time.
+    args.output.destinations().map_err(anyhow::Error::msg)?;
     let mut object = MaybeUninit::uninit();
     let mut session = Session::start(config.clone(), &mut object)?;
     let started = Instant::now();
     let stdout = io::stdout();
     let mut out = BufWriter::new(stdout.lock());
-    if !args.folded && !other_stdout {
+    if args.output.bcc_header(args.folded) {
         writeln!(out, "{}", header(&config))?;
         out.flush()?;
     }
@@ -47,6 +41,7 @@ pub fn run(args: &ProfileArgs) -> Result<()> {
     profile.merge_identical();
     profile.sort_ascending();
 
+    let bcc_stdout = args.output.bcc_stdout(args.folded);
     if bcc_stdout && args.folded {
         folded::write(&mut out, &profile.samples, args.style())?;
     } else if bcc_stdout {
@@ -55,7 +50,6 @@ pub fn run(args: &ProfileArgs) -> Result<()> {
     }
     out.flush()?;
     drop(out);
-    write_outputs(&profile, &destinations, args.style())?;
     warn_lost(&profile.meta.lost);
-    Ok(())
+    write_outputs(&profile, &args.output, args.style())
 }
