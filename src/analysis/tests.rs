@@ -1,3 +1,5 @@
+//! Unit tests of the folded parser, the top table and the differential join.
+
 use super::*;
 use crate::profile::{Frame, FrameKind, Meta, Profile, Sample, TaskStack, Trace, ValueUnit};
 
