@@ -128,6 +128,8 @@ pub fn write_stacks<W: Write>(w: W, stacks: &Stacks, opts: &SvgOptions) -> io::R
     }
     let lines = stacks.folded_lines();
     let mut map = PaletteMap::default();
+    // inferno's "all" frame at the root has an empty name: neutral grey.
+    map.insert("", rgb(200.0, 200.0, 200.0));
     let mut seen: HashSet<&str> = HashSet::new();
     for s in &stacks.stacks {
         for (depth, f) in s.frames.iter().enumerate() {
