@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use libbpf_cargo::SkeletonBuilder;
 
 /// The BPF programs, one per tool family, each with a shared `<tool>.h`.
-const PROGRAMS: &[&str] = &["profile"];
+const PROGRAMS: &[&str] = &["profile", "stackcount"];
 
 fn main() {
     let out = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
@@ -26,12 +26,14 @@ fn main() {
     let arch_define = format!("-D__TARGET_ARCH_{target_arch}");
     println!("cargo:rerun-if-changed=bpf/vmlinux.h");
     println!("cargo:rerun-if-changed=bpf/common.h");
+    println!("cargo:rerun-if-changed=bpf/linux/errno.h");
     for name in PROGRAMS {
         let src = format!("bpf/{name}.bpf.c");
         println!("cargo:rerun-if-changed={src}");
         println!("cargo:rerun-if-changed=bpf/{name}.h");
         SkeletonBuilder::new()
             .source(&src)
+            .obj(out.join(format!("{name}.bpf.o")))
             .clang_args([
                 OsStr::new("-Ibpf"),
                 OsStr::new(&arch_define),

@@ -15,7 +15,8 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
 gcc -O1 -g -fno-omit-frame-pointer -fno-inline -pthread -o "$work/twofuncs" tests/workloads/twofuncs.c
-"$work/twofuncs" $((secs + 2)) 25 2 >/dev/null &
+# The workload starts working on its "go" line and exits when stdin closes.
+(echo go; sleep $((secs + 3))) | "$work/twofuncs" $((secs + 2)) 25 2 >/dev/null &
 wl=$!
 sleep 0.2
 $flare profile -F 499 -o "$work/p.folded" -o "$work/p.pb.gz" -o "$work/p.json" -o "$work/p.svg" "$secs" 2>/dev/null

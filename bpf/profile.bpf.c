@@ -52,27 +52,48 @@ struct {
 	__uint(max_entries, 1024);
 } targets SEC(".maps");
 
-/* Replaced by the user's pinned maps (--cgroupmap, --mntnsmap). */
-struct {
+/*
+ * The user's pinned filter sets (--cgroupmap, --mntnsmap): hash maps keyed
+ * by a 64-bit cgroup id or mount-namespace inode. Each is reached through a
+ * one-slot map-of-maps, so that the user's map keeps its own name and stays
+ * live (entries added during the run take effect at once). The template is
+ * replaced by the user's map before load, so only key and value sizes and
+ * flags need to match.
+ */
+struct filter_set {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__type(key, __u64);
 	__type(value, __u64);
 	__uint(max_entries, 1);
-} cgroup_map SEC(".maps");
+};
 
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__type(key, __u64);
-	__type(value, __u64);
+	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
 	__uint(max_entries, 1);
-} mntns_map SEC(".maps");
+	__type(key, __u32);
+	__array(values, struct filter_set);
+} cgroup_sets SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__array(values, struct filter_set);
+} mntns_sets SEC(".maps");
+
+static __always_inline bool in_set(void *sets, __u64 key)
+{
+	__u32 zero = 0;
+	void *set = bpf_map_lookup_elem(sets, &zero);
+
+	return set && bpf_map_lookup_elem(set, &key);
+}
 
 static __always_inline bool mntns_allowed(void)
 {
 	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
-	__u64 ino = BPF_CORE_READ(task, nsproxy, mnt_ns, ns.inum);
 
-	return bpf_map_lookup_elem(&mntns_map, &ino) != NULL;
+	return in_set(&mntns_sets, BPF_CORE_READ(task, nsproxy, mnt_ns, ns.inum));
 }
 
 SEC("perf_event")
@@ -104,12 +125,8 @@ int flare_profile_sample(struct bpf_perf_event_data *ctx)
 		return 0;
 	if (filter_tid && !bpf_map_lookup_elem(&targets, &tid))
 		return 0;
-	if (filter_cgroup) {
-		__u64 cgroup = bpf_get_current_cgroup_id();
-
-		if (!bpf_map_lookup_elem(&cgroup_map, &cgroup))
-			return 0;
-	}
+	if (filter_cgroup && !in_set(&cgroup_sets, bpf_get_current_cgroup_id()))
+		return 0;
 	if (filter_mntns && !mntns_allowed())
 		return 0;
 

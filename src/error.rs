@@ -48,6 +48,14 @@ pub enum Error {
     },
     #[error("{0}")]
     Unsupported(String),
+    #[error("bad pattern \"{pattern}\": {reason}")]
+    BadPattern { pattern: String, reason: String },
+    #[error("no {what} matched by \"{pattern}\"{hint}")]
+    NoMatch {
+        pattern: String,
+        what: &'static str,
+        hint: String,
+    },
     #[error("{what}: {source}")]
     Io { what: String, source: io::Error },
 }

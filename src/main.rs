@@ -16,6 +16,7 @@ fn main() -> ExitCode {
         cli::Command::Flamegraph(args) => run::analyze::flamegraph(&args),
         cli::Command::Diff(args) => run::analyze::diff(&args),
         cli::Command::Top(args) => run::analyze::top(&args),
+        cli::Command::Stackcount(args) => run::stackcount::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -4,6 +4,7 @@
 pub mod analyze;
 pub mod output;
 pub mod profile;
+pub mod stackcount;
 
 use clap::{Parser, Subcommand};
 
@@ -27,6 +28,9 @@ pub enum Command {
     Diff(analyze::DiffArgs),
     /// List the functions with the most self and total value
     Top(analyze::TopArgs),
+    /// Count the stacks that reach a function, tracepoint or probe
+    #[command(after_help = stackcount::EXAMPLES)]
+    Stackcount(stackcount::StackcountArgs),
 }
 
 /// A comma-separated list of process or thread ids (`185,186`).

@@ -9,7 +9,7 @@ fn parse(args: &[&str]) -> Result<profile::ProfileArgs, clap::Error> {
     argv.extend_from_slice(args);
     Cli::try_parse_from(argv).map(|c| match c.command {
         Command::Profile(p) => p,
-        other => panic!("parsed as another command: {other:?}"),
+        other => unreachable!("parsed as another command: {other:?}"),
     })
 }
 

@@ -5,6 +5,7 @@ pub mod folded;
 pub mod format;
 pub mod pprof;
 pub mod speedscope;
+pub mod stackcount;
 pub mod svg;
 pub mod text;
 

@@ -81,8 +81,9 @@ pub const UNKNOWN: &str = "[unknown]";
 pub enum Trace {
     /// Not asked for (`-U` drops kernel stacks, `-K` user stacks).
     NotCollected,
-    /// The kernel could not store it: the stack map was full
-    /// (`enomem == true`) or the id collided with another stack.
+    /// The kernel could not store it. `enomem` is true when a larger stack
+    /// map would have helped (it was full, or the stack's bucket was taken
+    /// by another stack: -ENOMEM or -EEXIST).
     Missed { enomem: bool },
     /// The frames, leaf first. Empty when there is no such stack (a sample
     /// in user mode has no kernel stack; a kernel thread no user stack).
@@ -136,7 +137,8 @@ pub struct Sample {
 pub struct Lost {
     /// Stacks that could not be stored (stack map full or hash collision).
     pub stacks: u64,
-    /// True if at least one of those was for lack of room (-ENOMEM).
+    /// True if at least one of those was for lack of room in the stack map
+    /// (-ENOMEM, or -EEXIST from a bucket taken by another stack).
     pub stacks_enomem: bool,
     /// Events dropped because the counts map was full.
     pub hash_full: u64,

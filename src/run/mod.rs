@@ -4,6 +4,7 @@
 pub mod analyze;
 pub mod output;
 pub mod profile;
+pub mod stackcount;
 
 use std::sync::mpsc;
 use std::time::Duration;
@@ -11,14 +12,21 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use flare::profile::Lost;
 
-/// Blocks until `duration` has passed or SIGINT/SIGTERM arrives. Later
-/// signals are swallowed so that output is never cut short.
-pub fn wait_for_stop(duration: Option<Duration>) -> Result<()> {
+/// A channel that receives once per SIGINT/SIGTERM. Installs the handler,
+/// which can be done once per process.
+pub fn stop_signal() -> Result<mpsc::Receiver<()>> {
     let (tx, rx) = mpsc::channel();
     ctrlc::set_handler(move || {
         let _ = tx.send(());
     })
     .context("installing the Ctrl-C handler")?;
+    Ok(rx)
+}
+
+/// Blocks until `duration` has passed or SIGINT/SIGTERM arrives. Later
+/// signals are swallowed so that output is never cut short.
+pub fn wait_for_stop(duration: Option<Duration>) -> Result<()> {
+    let rx = stop_signal()?;
     match duration {
         Some(d) => {
             let _ = rx.recv_timeout(d);

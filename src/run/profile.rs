@@ -8,8 +8,8 @@ use std::time::Instant;
 use anyhow::Result;
 use flare::output::{folded, text};
 use flare::profile::Profile;
-use flare::symbolize::{self, Symbolizer};
-use flare::tools::profile::{header, Session};
+use flare::symbolize::{self, Background};
+use flare::tools::profile::{header, Session, Target};
 
 use super::output::write_outputs;
 use super::{wait_for_stop, warn_lost};
@@ -21,6 +21,15 @@ pub fn run(args: &ProfileArgs) -> Result<()> {
     args.output.destinations().map_err(anyhow::Error::msg)?;
     let mut object = MaybeUninit::uninit();
     let mut session = Session::start(config.clone(), &mut object)?;
+    let warm_pids = match &config.target {
+        Target::Pids(p) => p.clone(),
+        _ => Vec::new(),
+    };
+    let symbolizer = Background::start(
+        symbolize::Options::default(),
+        config.stacks.kernel,
+        warm_pids,
+    );
     let started = Instant::now();
     let stdout = io::stdout();
     let mut out = BufWriter::new(stdout.lock());
@@ -35,7 +44,6 @@ pub fn run(args: &ProfileArgs) -> Result<()> {
     meta.lost = collection.lost;
     drop(session);
 
-    let mut symbolizer = Symbolizer::new(symbolize::Options::default());
     let mut profile = Profile::new(meta);
     profile.samples = symbolizer.resolve(collection.samples);
     profile.merge_identical();

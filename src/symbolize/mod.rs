@@ -14,6 +14,10 @@ use blazesym::{MaybeDefault, Pid};
 
 use crate::profile::{Frame, FrameKind, Sample, TaskStack, Trace};
 
+mod background;
+
+pub use background::Background;
+
 /// A stack as the kernel handed it over.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum RawTrace {
@@ -176,6 +180,28 @@ impl Symbolizer {
                 .iter()
                 .map(|&a| (a, vec![Frame::unknown(a, FrameKind::User)]))
                 .collect(),
+        }
+    }
+
+    /// Loads what later lookups will need: the kernel's symbols and, for
+    /// each of `pids`, the symbols of every executable mapping. Called while
+    /// a profile is still being collected, it takes this work off the path
+    /// from stop to output.
+    pub fn warm(&mut self, kernel: bool, pids: &[u32]) {
+        if kernel {
+            // Any kernel address makes blazesym parse kallsyms.
+            let _ = self.resolve_kernel(&BTreeSet::from([!0xffff_u64]));
+        }
+        for &pid in pids {
+            let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
+                continue;
+            };
+            let starts: BTreeSet<u64> = maps
+                .lines()
+                .filter(|l| l.split_whitespace().nth(1).is_some_and(|p| p.contains('x')))
+                .filter_map(|l| u64::from_str_radix(l.split('-').next()?, 16).ok())
+                .collect();
+            let _ = self.resolve_user(pid, &starts);
         }
     }
 

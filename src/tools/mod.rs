@@ -2,3 +2,4 @@
 //! when asked, into raw samples for the symbolizer.
 
 pub mod profile;
+pub mod stackcount;

@@ -15,7 +15,7 @@ use libbpf_rs::{Link, MapCore, MapFlags, MapHandle, MapType, OpenObject};
 
 use crate::bpf::perf::{self, Sampling, Scope};
 use crate::bpf::skel::profile::{types, ProfileSkel, ProfileSkelBuilder};
-use crate::bpf::{comm_str, read_stack, system, StackLoss, STACK_SKIPPED};
+use crate::bpf::{comm_str, read_counts, system, StackCache, StackLoss, STACK_SKIPPED};
 use crate::error::{Error, Result};
 use crate::profile::{Lost, Meta, ValueUnit};
 use crate::symbolize::{RawSample, RawTask};
@@ -221,12 +221,27 @@ impl<'obj> Session<'obj> {
             .set_max_entries((ids.len() as u32).max(1))
             .map_err(load_err)?;
         if let Some(m) = &cgroup {
-            maps.cgroup_map.reuse_fd(m.as_fd()).map_err(load_err)?;
+            maps.cgroup_sets
+                .set_inner_map_fd(m.as_fd())
+                .map_err(load_err)?;
         }
         if let Some(m) = &mntns {
-            maps.mntns_map.reuse_fd(m.as_fd()).map_err(load_err)?;
+            maps.mntns_sets
+                .set_inner_map_fd(m.as_fd())
+                .map_err(load_err)?;
         }
         let skel = open.load().map_err(load_err)?;
+        let zero = 0u32.to_ne_bytes();
+        for (sets, user) in [
+            (&skel.maps.cgroup_sets, &cgroup),
+            (&skel.maps.mntns_sets, &mntns),
+        ] {
+            if let Some(m) = user {
+                let fd = m.as_fd().as_raw_fd() as u32;
+                sets.update(&zero, &fd.to_ne_bytes(), MapFlags::ANY)
+                    .map_err(load_err)?;
+            }
+        }
         for id in ids {
             skel.maps
                 .targets
@@ -363,31 +378,19 @@ impl<'obj> Session<'obj> {
     /// they are read, so the next call returns only what came after (stack
     /// map entries are kept: their ids may still be in use).
     pub fn collect(&mut self, clear: bool) -> Result<Collection> {
-        let read_err = |map| move |source| Error::MapRead { map, source };
         let counts = &self.skel.maps.counts;
         let stacks = &self.skel.maps.stacks;
         let key_size = std::mem::size_of::<types::profile_key>();
         let mut loss = StackLoss::default();
+        let mut cache = StackCache::default();
         let mut samples = Vec::new();
-        let keys: Vec<Vec<u8>> = counts.keys().collect();
-        for key in keys {
-            let value = if clear {
-                counts.lookup_and_delete(&key).map_err(read_err("counts"))?
-            } else {
-                counts
-                    .lookup(&key, MapFlags::ANY)
-                    .map_err(read_err("counts"))?
-            };
-            let (Some(value), true) = (value, key.len() == key_size) else {
-                continue;
-            };
-            let count = u64::from_ne_bytes(value[..8].try_into().unwrap_or([0; 8]));
+        for (key, count) in read_counts(counts, key_size, clear)? {
             // SAFETY: the key is exactly the size of profile_key, a plain C
             // struct of integers valid for any bit pattern; read_unaligned
             // copes with the Vec's alignment.
             let k: types::profile_key = unsafe { std::ptr::read_unaligned(key.as_ptr().cast()) };
-            let user = read_stack(stacks, k.user_stack_id, self.config.stacks.user, &mut loss);
-            let kernel = read_stack(
+            let user = cache.read(stacks, k.user_stack_id, self.config.stacks.user, &mut loss);
+            let kernel = cache.read(
                 stacks,
                 k.kernel_stack_id,
                 self.config.stacks.kernel && k.kernel_stack_id != STACK_SKIPPED,

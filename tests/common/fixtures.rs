@@ -114,3 +114,90 @@ pub fn only(profile: &Profile, user: bool, kernel: bool) -> Profile {
     }
     p
 }
+
+/// A `flare stackcount` result: a uprobe reached from two callers of one
+/// process, a tracepoint with kernel and user stacks, and a stack that
+/// could not be stored. Frames carry addresses for `-v`.
+pub fn stack_counts() -> Profile {
+    use FrameKind::*;
+    let at = |names: &[(&str, u64)], kind| {
+        Trace::Frames(
+            names
+                .iter()
+                .map(|(n, a)| Frame {
+                    addr: *a,
+                    ..Frame::named(*n, kind)
+                })
+                .collect(),
+        )
+    };
+    let samples = vec![
+        (
+            task(
+                "leafcalls",
+                4242,
+                Trace::Missed { enomem: true },
+                at(&[("ksys_read", 0xffffffff81400010)], Kernel),
+            ),
+            1,
+        ),
+        (
+            task(
+                "leafcalls",
+                4242,
+                at(
+                    &[
+                        ("leaf", 0x401126),
+                        ("caller_a", 0x401140),
+                        ("main", 0x401190),
+                    ],
+                    User,
+                ),
+                Trace::Frames(vec![]),
+            ),
+            500,
+        ),
+        (
+            task(
+                "leafcalls",
+                4242,
+                at(
+                    &[
+                        ("leaf", 0x401126),
+                        ("caller_b", 0x401160),
+                        ("main", 0x4011a0),
+                    ],
+                    User,
+                ),
+                Trace::Frames(vec![]),
+            ),
+            500,
+        ),
+        (
+            task(
+                "dd",
+                25036,
+                at(&[("read", 0x7f0000001000), ("main", 0x401000)], User),
+                at(
+                    &[
+                        ("ksys_read", 0xffffffff81400010),
+                        ("do_syscall_64", 0xffffffff81a00020),
+                    ],
+                    Kernel,
+                ),
+            ),
+            777,
+        ),
+    ];
+    Profile {
+        meta: Meta::new("stackcount", "leafcalls:leaf", ValueUnit::Count),
+        samples: samples
+            .into_iter()
+            .map(|(task, value)| Sample {
+                task,
+                waker: None,
+                value,
+            })
+            .collect(),
+    }
+}

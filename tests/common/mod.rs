@@ -6,3 +6,4 @@ pub mod fixtures;
 pub mod golden;
 pub mod rich;
 pub mod schema;
+pub mod session;

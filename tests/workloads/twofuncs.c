@@ -1,10 +1,14 @@
 /*
- * A workload with known truth for `flare profile`: each thread spends
- * SHARE_A percent of its CPU time in func_a and the rest in func_b,
- * measured with the thread CPU clock, until SECONDS of wall time pass.
+ * A workload with known truth for `flare profile`: worker thread i spends
+ * SHARE percent of its CPU time in func_a and the rest in func_b (thread 1
+ * swaps the shares, so threads can be told apart), measured with the
+ * thread CPU clock, for SECONDS of wall time.
  *
  * usage: twofuncs SECONDS [SHARE_A] [THREADS]
- * Prints "tid N" for each worker thread, then "ready".
+ * Protocol on stdio: prints "tid N" per worker and "ready", waits for a
+ * line on stdin, works, prints "cpu S" (process CPU seconds used while
+ * working, after a "tcpu TID S" line per worker thread), then stays alive until stdin closes, so that a profiler can
+ * still read its memory maps.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -12,10 +16,14 @@
 #include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 
 static double seconds;
 static int share_a = 25;
+static pthread_barrier_t start;
+static long worker_tid[64];
+static double worker_cpu[64];
 
 static double clock_of(clockid_t id)
 {
@@ -25,17 +33,25 @@ static double clock_of(clockid_t id)
 	return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
+static double process_cpu(void)
+{
+	struct rusage ru;
+
+	getrusage(RUSAGE_SELF, &ru);
+	return ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 +
+	       ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6;
+}
+
 /* Pure computation; the clock is read rarely so that nearly all samples
  * land in the named function itself. */
 static volatile unsigned long sink;
-
 
 __attribute__((noinline)) void func_a(double cpu_seconds)
 {
 	double end = clock_of(CLOCK_THREAD_CPUTIME_ID) + cpu_seconds;
 
 	do {
-		for (unsigned long i = 0; i < 200000; i++)
+		for (unsigned long i = 0; i < 100000; i++)
 			sink += i ^ (i >> 3);
 	} while (clock_of(CLOCK_THREAD_CPUTIME_ID) < end);
 }
@@ -45,28 +61,35 @@ __attribute__((noinline)) void func_b(double cpu_seconds)
 	double end = clock_of(CLOCK_THREAD_CPUTIME_ID) + cpu_seconds;
 
 	do {
-		for (unsigned long i = 0; i < 200000; i++)
+		for (unsigned long i = 0; i < 100000; i++)
 			sink += i * 7 + (i >> 2);
 	} while (clock_of(CLOCK_THREAD_CPUTIME_ID) < end);
 }
 
 static void *worker(void *arg)
 {
-	double stop = clock_of(CLOCK_MONOTONIC) + seconds;
+	long index = (long)arg;
+	int share = index == 1 ? 100 - share_a : share_a;
 
-	(void)arg;
-	printf("tid %ld\n", (long)syscall(SYS_gettid));
+	worker_tid[index] = (long)syscall(SYS_gettid);
+	printf("tid %ld\n", worker_tid[index]);
 	fflush(stdout);
+	pthread_barrier_wait(&start);
+	double cpu0 = clock_of(CLOCK_THREAD_CPUTIME_ID);
+	double stop = clock_of(CLOCK_MONOTONIC) + seconds;
 	while (clock_of(CLOCK_MONOTONIC) < stop) {
-		func_a(share_a / 1000.0);
-		func_b((100 - share_a) / 1000.0);
+		func_a(share / 1000.0);
+		func_b((100 - share) / 1000.0);
 	}
+	worker_cpu[index] = clock_of(CLOCK_THREAD_CPUTIME_ID) - cpu0;
 	return NULL;
 }
 
 int main(int argc, char **argv)
 {
-	int threads = 1;
+	long threads = 1;
+	char line[64];
+	pthread_t tids[64];
 
 	if (argc < 2) {
 		fprintf(stderr, "usage: %s SECONDS [SHARE_A] [THREADS]\n", argv[0]);
@@ -76,17 +99,26 @@ int main(int argc, char **argv)
 	if (argc > 2)
 		share_a = atoi(argv[2]);
 	if (argc > 3)
-		threads = atoi(argv[3]);
-
-	pthread_t tids[64];
-	if (threads > 64)
-		threads = 64;
-	for (int i = 0; i < threads; i++)
-		pthread_create(&tids[i], NULL, worker, NULL);
-	usleep(1000);
+		threads = atol(argv[3]);
+	if (threads < 1 || threads > 64)
+		threads = 1;
+	pthread_barrier_init(&start, NULL, threads + 1);
+	for (long i = 0; i < threads; i++)
+		pthread_create(&tids[i], NULL, worker, (void *)i);
+	usleep(10000);
 	printf("ready\n");
 	fflush(stdout);
-	for (int i = 0; i < threads; i++)
+	if (!fgets(line, sizeof(line), stdin))
+		return 1;
+	double before = process_cpu();
+	pthread_barrier_wait(&start);
+	for (long i = 0; i < threads; i++)
 		pthread_join(tids[i], NULL);
+	for (long i = 0; i < threads; i++)
+		printf("tcpu %ld %.6f\n", worker_tid[i], worker_cpu[i]);
+	printf("cpu %.6f\n", process_cpu() - before);
+	fflush(stdout);
+	while (fgets(line, sizeof(line), stdin))
+		;
 	return 0;
 }

@@ -1,0 +1,182 @@
+#!/usr/bin/env python3
+"""Overhead and speed of `flare profile` beside its peers, in one run.
+
+Measures, on the same fixed CPU-bound workload (bench/workloads/spin.c, one
+thread per CPU): its wall time alone and under flare, perf record,
+bpftrace and profile-bee sampling all CPUs at 999 Hz, each printed as a
+ratio to the workload alone (median of several rounds, profilers taken in
+turn within each round). Then flare's time from start to attached, time
+from stop to output written for a workload with 10,000+ distinct stacks,
+and peak RSS. Last, the cost to an unrelated process of a profiler aimed
+at another (idle) process at 4999 Hz: flare -p (task-bound events) against
+bpftrace's profile probe with a pid predicate (per-CPU events).
+
+usage: bench/profile.py [--rounds N] [--iterations N]   (as root)
+Peers that are not installed are skipped with a note.
+"""
+
+import argparse
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FLARE = os.path.join(ROOT, "target", "release", "flare")
+NCPU = os.cpu_count() or 1
+
+
+def build(name, tmp):
+    out = os.path.join(tmp, name)
+    subprocess.run(["gcc", "-O1", "-g", "-fno-omit-frame-pointer", "-pthread", "-o", out,
+                    os.path.join(ROOT, "bench", "workloads", name + ".c")], check=True)
+    return out
+
+
+def perf_fds(pid):
+    try:
+        n = 0
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            try:
+                if "perf_event" in os.readlink(f"/proc/{pid}/fd/{fd}"):
+                    n += 1
+            except OSError:
+                pass
+        return n
+    except OSError:
+        return 0
+
+
+def start_profiler(cmd, events, timeout=60.0):
+    """Starts a profiler; returns (process, seconds until it held `events` perf events)."""
+    t0 = time.monotonic()
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+    while perf_fds(p.pid) < events:
+        if p.poll() is not None:
+            raise RuntimeError(f"{cmd[0]} exited ({p.returncode}) before attaching")
+        if time.monotonic() - t0 > timeout:
+            p.kill()
+            raise RuntimeError(f"{cmd[0]} did not attach in {timeout} s")
+        time.sleep(0.001)
+    # Let perf events settle (bpftrace attaches its program after opening).
+    time.sleep(0.3)
+    return p, time.monotonic() - t0
+
+
+def stop(p):
+    p.send_signal(signal.SIGINT)
+    try:
+        p.wait(timeout=120)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
+
+
+def timed(cmd):
+    t0 = time.monotonic()
+    subprocess.run(cmd, check=True)
+    return time.monotonic() - t0
+
+
+def peers(freq, pid=None):
+    """The profilers to compare: name -> (command, perf events it opens)."""
+    out = {}
+    if pid is None:
+        out["flare"] = ([FLARE, "profile", "-F", str(freq), "-f"], NCPU)
+        if shutil.which("perf"):
+            out["perf record -g"] = (["perf", "record", "-F", str(freq), "-a", "-g", "-o", "/tmp/flare-bench-perf.data", "-q"], NCPU)
+        if shutil.which("bpftrace"):
+            out["bpftrace"] = (["bpftrace", "-e", f"profile:hz:{freq} {{ @[kstack, ustack, comm] = count(); }}"], NCPU)
+        probee = shutil.which("probee") or os.path.expanduser("~/.cargo/bin/probee")
+        if os.path.exists(probee):
+            out["profile-bee"] = ([probee, "--frequency", str(freq), "--collapse", "/tmp/flare-bench-probee.txt"], NCPU)
+    else:
+        out["flare -p"] = ([FLARE, "profile", "-F", str(freq), "-f", "-p", str(pid)], 1)
+        if shutil.which("bpftrace"):
+            out["bpftrace /pid/"] = (["bpftrace", "-e", f"profile:hz:{freq} /pid == {pid}/ {{ @[kstack, ustack] = count(); }}"], NCPU)
+        out["flare (all CPUs)"] = ([FLARE, "profile", "-F", str(freq), "-f"], NCPU)
+    return out
+
+
+def overhead(workload, rounds, profilers):
+    times = {"alone": []}
+    for name in profilers:
+        times[name] = []
+    notes = []
+    for _ in range(rounds):
+        times["alone"].append(timed(workload))
+        for name, (cmd, events) in profilers.items():
+            try:
+                p, _ = start_profiler(cmd, events)
+            except (RuntimeError, OSError) as e:
+                notes.append(f"{name}: {e}")
+                continue
+            times[name].append(timed(workload))
+            stop(p)
+    base = statistics.median(times["alone"])
+    print(f"  {'workload alone':<22} {base:7.3f} s   1.000")
+    for name, t in times.items():
+        if name == "alone" or not t:
+            continue
+        m = statistics.median(t)
+        print(f"  {name:<22} {m:7.3f} s   {m / base:.3f}")
+    for n in sorted(set(notes)):
+        print(f"  (skipped {n})")
+
+
+def stop_to_output(tmp, manystacks):
+    w = subprocess.Popen([manystacks, "8", str(NCPU)])
+    out_path = os.path.join(tmp, "many.folded")
+    with open(out_path, "w") as out:
+        t0 = time.monotonic()
+        p = subprocess.Popen([FLARE, "profile", "-F", "4999", "-f"], stdout=out, stderr=subprocess.DEVNULL)
+        while perf_fds(p.pid) < NCPU:
+            time.sleep(0.001)
+        attach = time.monotonic() - t0
+        time.sleep(5)
+        t1 = time.monotonic()
+        p.send_signal(signal.SIGINT)
+        _, status, usage = os.wait4(p.pid, 0)
+        done = time.monotonic() - t1
+    w.wait()
+    with open(out_path) as f:
+        stacks = sum(1 for _ in f)
+    return attach, done, stacks, usage.ru_maxrss / 1024.0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--iterations", type=int, default=400000)
+    args = ap.parse_args()
+    if os.geteuid() != 0:
+        sys.exit("bench/profile.py: run as root (the profilers need it)")
+    if not os.path.exists(FLARE):
+        subprocess.run(["cargo", "build", "--release", "--quiet"], cwd=ROOT, check=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        spin = build("spin", tmp)
+        manystacks = build("manystacks", tmp)
+        work_all = [spin, str(args.iterations), str(NCPU)]
+        print(f"System-wide at 999 Hz, {NCPU} CPUs busy (median of {args.rounds}; ratio to the workload alone):")
+        overhead(work_all, args.rounds, peers(999))
+
+        print("\nflare's own costs (4999 Hz, all CPUs, manystacks workload):")
+        attach, done, stacks, rss = stop_to_output(tmp, manystacks)
+        print(f"  start to attached      {attach * 1000:7.1f} ms")
+        print(f"  stop to output written {done * 1000:7.1f} ms for {stacks} distinct stacks")
+        print(f"  peak RSS               {rss:7.1f} MB")
+
+        idle = subprocess.Popen(["sleep", "100000"])
+        try:
+            print(f"\nAn unrelated CPU-bound process while profiling an idle PID at 4999 Hz (ratio to alone):")
+            overhead([spin, str(args.iterations), "1"], args.rounds, peers(4999, pid=idle.pid))
+        finally:
+            idle.kill()
+
+
+if __name__ == "__main__":
+    main()

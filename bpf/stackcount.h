@@ -1,0 +1,29 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/* Types shared by stackcount.bpf.c and src/tools/stackcount/. */
+#ifndef FLARE_STACKCOUNT_H
+#define FLARE_STACKCOUNT_H
+
+#include "common.h"
+
+/* The pid of a key when stacks of all processes are counted together
+ * (kernel stacks only, without -P): bcc's 0xffffffff. */
+#define FLARE_SC_ALL_PIDS 0xffffffffU
+
+/* One entry of the `counts` map: a distinct (process, stacks) pair. */
+struct stackcount_key {
+	__u32 pid;		/* thread group id, or FLARE_SC_ALL_PIDS */
+	__s32 user_stack_id;	/* id in `stacks`, or a negative errno */
+	__s32 kernel_stack_id;	/* id in `stacks`, or a negative errno */
+	char comm[FLARE_TASK_COMM_LEN];	/* empty with FLARE_SC_ALL_PIDS */
+};
+
+_Static_assert(sizeof(struct stackcount_key) == 28, "stackcount_key layout");
+
+/* Counters of what happened, read at every interval. */
+struct stackcount_stats {
+	__u64 events;		/* events that passed the filters */
+	__u64 hash_full;	/* events dropped because `counts` was full */
+	__u64 pidns_miss;	/* events of tasks outside flare's PID namespace */
+};
+
+#endif /* FLARE_STACKCOUNT_H */

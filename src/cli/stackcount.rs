@@ -1,0 +1,175 @@
+//! `flare stackcount` arguments: bcc stackcount's options, names and
+//! defaults.
+
+use std::time::Duration;
+
+use clap::Args;
+use flare::output::stackcount::Style;
+use flare::tools::stackcount::{Config, Stacks};
+
+use super::{nonzero, nonzero_u32};
+
+pub const EXAMPLES: &str = "\
+Examples:
+    flare stackcount submit_bio         # count kernel stack traces for submit_bio
+    flare stackcount -d ip_output       # include a user/kernel stack delimiter
+    flare stackcount -s ip_output       # show symbol offsets
+    flare stackcount -sv ip_output      # show offsets and raw addresses (verbose)
+    flare stackcount 'tcp_send*'        # count stacks for funcs matching tcp_send*
+    flare stackcount -r '^tcp_send.*'   # same as above, using regular expressions
+    flare stackcount -Ti 5 ip_output    # output every 5 seconds, with timestamps
+    flare stackcount -p 185 ip_output   # count ip_output stacks for PID 185 only
+    flare stackcount -p 185 c:malloc    # count stacks for malloc in PID 185
+    flare stackcount t:sched:sched_fork # count stacks for sched_fork tracepoint
+    flare stackcount -p 185 u:node:*    # count stacks for all USDT probes in node
+    flare stackcount -K t:sched:sched_switch   # kernel stacks only
+    flare stackcount -U t:sched:sched_switch   # user stacks only
+    flare stackcount -f -D 5 c:malloc > out.folded   # folded, for flame graphs";
+
+#[derive(Debug, Args)]
+pub struct StackcountArgs {
+    /// Trace this PID only
+    #[arg(short = 'p', long = "pid", value_name = "PID")]
+    pub pid: Option<u32>,
+
+    /// Trace this CPU only
+    #[arg(short = 'c', long = "cpu", value_name = "CPU")]
+    pub cpu: Option<u32>,
+
+    /// Summary interval, seconds
+    #[arg(short = 'i', long, value_name = "INTERVAL", value_parser = nonzero)]
+    pub interval: Option<u64>,
+
+    /// Total duration of trace, seconds
+    #[arg(short = 'D', long, value_name = "DURATION", value_parser = nonzero)]
+    pub duration: Option<u64>,
+
+    /// Include timestamp on output
+    #[arg(short = 'T', long)]
+    pub timestamp: bool,
+
+    /// Use regular expressions. Default is "*" wildcards only.
+    #[arg(short = 'r', long)]
+    pub regexp: bool,
+
+    /// Show address offsets
+    #[arg(short = 's', long)]
+    pub offset: bool,
+
+    /// Display stacks separately for each process
+    #[arg(short = 'P', long)]
+    pub perpid: bool,
+
+    /// Kernel stack only
+    #[arg(short = 'K', long, conflicts_with = "user_stacks_only")]
+    pub kernel_stacks_only: bool,
+
+    /// User stack only
+    #[arg(short = 'U', long)]
+    pub user_stacks_only: bool,
+
+    /// Show raw addresses
+    #[arg(short = 'v', long)]
+    pub verbose: bool,
+
+    /// Insert delimiter between kernel/user stacks
+    #[arg(short = 'd', long)]
+    pub delimited: bool,
+
+    /// Output folded format (the header goes to stderr)
+    #[arg(short = 'f', long)]
+    pub folded: bool,
+
+    /// The number of unique stack traces that can be stored and displayed
+    #[arg(long, value_name = "STACK_STORAGE_SIZE", default_value_t = 16384, value_parser = nonzero_u32)]
+    pub stack_storage_size: u32,
+
+    /// Search expression for events
+    #[arg(value_name = "PATTERN")]
+    pub pattern: String,
+}
+
+impl StackcountArgs {
+    /// The library config for these arguments.
+    pub fn config(&self) -> Config {
+        Config {
+            pattern: self.pattern.clone(),
+            regex: self.regexp,
+            pid: self.pid,
+            cpu: self.cpu,
+            per_process: self.perpid,
+            stacks: Stacks {
+                user: !self.kernel_stacks_only,
+                kernel: !self.user_stacks_only,
+            },
+            stack_storage_size: self.stack_storage_size,
+            ..Config::default()
+        }
+    }
+
+    /// How often to print: bcc's `-i`, else `-D`, else only at the end.
+    pub fn interval(&self) -> Option<Duration> {
+        self.interval.or(self.duration).map(Duration::from_secs)
+    }
+
+    /// The whole run's length (`-D`), if any.
+    pub fn duration(&self) -> Option<Duration> {
+        self.duration.map(Duration::from_secs)
+    }
+
+    /// How stacks are printed; `tasks` is whether keys carry processes.
+    pub fn style(&self, tasks: bool) -> Style {
+        Style {
+            delimited: self.delimited && !(self.kernel_stacks_only || self.user_stacks_only),
+            addresses: self.verbose,
+            tasks: tasks && self.pid.is_none(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::super::{Cli, Command};
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<StackcountArgs, clap::Error> {
+        let mut argv = vec!["flare", "stackcount"];
+        argv.extend_from_slice(args);
+        Cli::try_parse_from(argv).map(|c| match c.command {
+            Command::Stackcount(a) => a,
+            other => unreachable!("parsed as another command: {other:?}"),
+        })
+    }
+
+    #[test]
+    fn options_follow_bcc() {
+        let a = parse(&["-p", "185", "-c", "1", "-P", "-K", "-s", "-v", "c:malloc"]).unwrap();
+        let c = a.config();
+        assert_eq!((c.pid, c.cpu, c.per_process), (Some(185), Some(1), true));
+        assert!(c.stacks.kernel && !c.stacks.user);
+        assert_eq!(c.stack_storage_size, 16384);
+        // -p hides the process line; -d needs both stacks.
+        let s = parse(&["-d", "-p", "1", "x:y"]).unwrap().style(true);
+        assert!(s.delimited && !s.tasks);
+        assert!(!parse(&["-d", "-U", "x:y"]).unwrap().style(true).delimited);
+    }
+
+    #[test]
+    fn duration_is_the_interval_unless_one_is_given() {
+        let a = parse(&["-D", "5", "f"]).unwrap();
+        assert_eq!(a.interval(), Some(Duration::from_secs(5)));
+        let a = parse(&["-D", "5", "-i", "1", "f"]).unwrap();
+        assert_eq!(a.interval(), Some(Duration::from_secs(1)));
+        assert_eq!(parse(&["f"]).unwrap().interval(), None);
+    }
+
+    #[test]
+    fn bad_arguments_are_refused() {
+        assert!(parse(&["-K", "-U", "f"]).is_err());
+        assert!(parse(&["-i", "0", "f"]).is_err());
+        assert!(parse(&["--stack-storage-size", "0", "f"]).is_err());
+        assert!(parse(&[]).is_err());
+    }
+}

@@ -1,0 +1,128 @@
+//! `flare stackcount` from the command line: attach, print bcc's header,
+//! then at every interval (`-i`, or once at the end of `-D` or Ctrl-C)
+//! print and clear the counts, with `-T` timestamps, and `Detaching...`
+//! at the end.
+
+use std::io::{self, BufWriter, Write};
+use std::mem::MaybeUninit;
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use flare::output::{folded, stackcount as text, StackStyle};
+use flare::profile::Profile;
+use flare::symbolize::{self, Symbolizer};
+use flare::tools::stackcount::{header, offsets, Collection, Session};
+
+use super::{stop_signal, warn_lost};
+use crate::cli::stackcount::StackcountArgs;
+
+/// The local time as bcc's `strftime("%H:%M:%S")`.
+fn clock() -> String {
+    // SAFETY: time(NULL) has no preconditions; tm is plain data that
+    // localtime_r fills from the time value we pass.
+    unsafe {
+        let now = libc::time(std::ptr::null_mut());
+        let mut tm: libc::tm = std::mem::zeroed();
+        if libc::localtime_r(&now, &mut tm).is_null() {
+            return "??:??:??".into();
+        }
+        format!("{:02}:{:02}:{:02}", tm.tm_hour, tm.tm_min, tm.tm_sec)
+    }
+}
+
+pub fn run(args: &StackcountArgs) -> Result<()> {
+    let mut object = MaybeUninit::uninit();
+    let mut session = Session::start(args.config(), &mut object)?;
+    let stop = stop_signal()?;
+    let stdout = io::stdout();
+    let mut out = BufWriter::new(stdout.lock());
+    let head = header(&args.pattern, session.matched());
+    if args.folded {
+        // Keep the folded output clean for flame graph tools.
+        eprintln!("{head}");
+    } else {
+        writeln!(out, "{head}")?;
+        out.flush()?;
+    }
+    let style = args.style(session.keys_processes());
+    let mut symbolizer = Symbolizer::new(symbolize::Options::default());
+    let interval = args.interval();
+    let started = Instant::now();
+    let mut traced = Duration::ZERO;
+    loop {
+        let interrupted = match interval {
+            Some(i) => stop.recv_timeout(i).is_ok(),
+            None => {
+                let _ = stop.recv();
+                true
+            }
+        };
+        if let Some(i) = interval {
+            if !interrupted {
+                traced += i;
+            }
+        }
+        let exiting = interrupted || args.duration().is_some_and(|d| traced >= d);
+        if !args.folded {
+            writeln!(out)?;
+        }
+        if args.timestamp {
+            writeln!(out, "{:<8}", clock())?;
+        }
+        let collection = session.collect(true)?;
+        print(
+            &mut out,
+            args,
+            style,
+            &mut symbolizer,
+            &session,
+            collection,
+            started,
+        )?;
+        if exiting {
+            if !args.folded {
+                writeln!(out, "Detaching...")?;
+            }
+            out.flush()?;
+            return Ok(());
+        }
+    }
+}
+
+fn print<W: Write>(
+    out: &mut W,
+    args: &StackcountArgs,
+    style: text::Style,
+    symbolizer: &mut Symbolizer,
+    session: &Session<'_>,
+    collection: Collection,
+    started: Instant,
+) -> Result<()> {
+    let mut meta = session.meta(started.elapsed());
+    meta.lost = collection.lost;
+    let mut profile = Profile::new(meta);
+    profile.samples = symbolizer.resolve(collection.samples);
+    if args.offset {
+        offsets::add_offsets(&mut profile.samples);
+    }
+    profile.merge_identical();
+    profile.sort_ascending();
+    if args.folded {
+        let fstyle = StackStyle {
+            delimited: style.delimited,
+            annotate_kernel: false,
+        };
+        folded::write(out, &profile.samples, fstyle)?;
+    } else {
+        text::write(out, &profile.samples, style)?;
+    }
+    out.flush()?;
+    warn_lost(&profile.meta.lost);
+    if collection.missed_events > 0 {
+        eprintln!(
+            "WARNING: {} events were not counted: the kernel skipped the program while another BPF program ran on the same CPU.",
+            collection.missed_events
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,385 @@
+//! `flare stackcount`: count the stacks that reach a kernel function, user
+//! function, tracepoint or USDT probe.
+//!
+//! [`Config`] is the plain form of the command line. [`Session::start`]
+//! parses the pattern ([`pattern`]), finds what it matches ([`resolve`]),
+//! loads `stackcount.bpf.c` with only the entry points it needs and
+//! attaches them ([`attach`]); [`Session::collect`] reads what the kernel
+//! counted and can clear it, for bcc's `-i` intervals. [`header`] is bcc's
+//! first line.
+
+mod attach;
+pub mod features;
+pub mod offsets;
+pub mod pattern;
+pub mod resolve;
+pub mod usdt;
+
+use std::mem::MaybeUninit;
+use std::os::fd::AsFd;
+use std::time::Duration;
+
+use libbpf_rs::skel::{OpenSkel, SkelBuilder};
+use libbpf_rs::{Link, Object, OpenObject};
+
+use crate::bpf::skel::stackcount::{types, StackcountSkel, StackcountSkelBuilder};
+use crate::bpf::{comm_str, read_counts, system, StackCache, StackLoss, STACK_SKIPPED};
+use crate::error::{Error, Result};
+use crate::profile::{Lost, Meta, ValueUnit};
+use crate::symbolize::{RawSample, RawTask};
+
+pub use pattern::{Pattern, ProbeKind};
+
+/// Mirrors `FLARE_SC_ALL_PIDS` in `stackcount.h`.
+pub const ALL_PIDS: u32 = u32::MAX;
+
+/// Which stacks to record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stacks {
+    pub user: bool,
+    pub kernel: bool,
+}
+
+/// Everything `flare stackcount` was asked to do.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// The event pattern (`func`, `lib:func`, `t:cat:event`, `u:lib:probe`).
+    pub pattern: String,
+    /// `-r`: the name part is a regular expression, not a glob.
+    pub regex: bool,
+    /// `-p`: count this process only.
+    pub pid: Option<u32>,
+    /// `-c`: count events on this CPU only.
+    pub cpu: Option<u32>,
+    /// `-P`: keep processes apart even when only kernel stacks of kernel
+    /// events are counted (they are kept apart otherwise anyway).
+    pub per_process: bool,
+    pub stacks: Stacks,
+    pub stack_storage_size: u32,
+    pub hash_storage_size: u32,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            pattern: String::new(),
+            regex: false,
+            pid: None,
+            cpu: None,
+            per_process: false,
+            stacks: Stacks {
+                user: true,
+                kernel: true,
+            },
+            stack_storage_size: 16384,
+            hash_storage_size: 40960,
+        }
+    }
+}
+
+impl Config {
+    /// True when keys carry the process (pid and comm). bcc keeps them for
+    /// `-P`, for user-space events and whenever user stacks are collected
+    /// (a user stack means nothing without its process).
+    pub fn keys_processes(&self, kind: ProbeKind) -> bool {
+        self.per_process || !kind.is_kernel() || self.stacks.user
+    }
+}
+
+/// bcc's header line (without the trailing newline).
+pub fn header(pattern: &str, matched: usize) -> String {
+    format!("Tracing {matched} functions for \"{pattern}\"... Hit Ctrl-C to end.")
+}
+
+/// What one read of the kernel maps returned.
+#[derive(Debug, Default)]
+pub struct Collection {
+    pub samples: Vec<RawSample>,
+    pub lost: Lost,
+    /// Events the kernel did not run the program for (another BPF program
+    /// was running on that CPU), since the last cleared read.
+    pub missed_events: u64,
+}
+
+/// How kernel functions are attached.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KernelAttach {
+    KprobeMulti,
+    Kprobe,
+    Fentry,
+}
+
+/// What a pattern resolved to.
+#[derive(Clone, Debug)]
+pub(crate) enum Targets {
+    User {
+        binary: std::path::PathBuf,
+        functions: Vec<resolve::UserFunction>,
+    },
+    Usdt {
+        binary: std::path::PathBuf,
+        probes: Vec<usdt::UsdtProbe>,
+    },
+    Tracepoints(Vec<String>),
+    Kernel {
+        functions: Vec<String>,
+        how: KernelAttach,
+    },
+}
+
+impl Targets {
+    fn len(&self) -> usize {
+        match self {
+            Targets::User { functions, .. } => functions.len(),
+            Targets::Usdt { probes, .. } => probes.len(),
+            Targets::Tracepoints(t) => t.len(),
+            Targets::Kernel { functions, .. } => functions.len(),
+        }
+    }
+}
+
+/// A loaded and attached stack counter.
+pub struct Session<'obj> {
+    skel: StackcountSkel<'obj>,
+    /// With fentry, one more object per kernel function after the first,
+    /// sharing the first one's maps.
+    _extra: Vec<Object>,
+    _links: Vec<Link>,
+    config: Config,
+    pattern: Pattern,
+    matched: usize,
+    hash_full_seen: u64,
+    misses_seen: u64,
+}
+
+/// Finds what the pattern matches; fails with the pattern named when it
+/// matches nothing.
+fn resolve_targets(pattern: &Pattern, pid: Option<u32>) -> Result<Targets> {
+    let targets = match pattern.kind {
+        ProbeKind::User => {
+            let binary = resolve::binary(&pattern.library, pid)?;
+            let functions = resolve::user_functions(&binary, pattern)?;
+            Targets::User { binary, functions }
+        }
+        ProbeKind::Usdt => {
+            let binary = resolve::binary(&pattern.library, pid)?;
+            let probes = resolve::usdt_probes(&binary, pattern)?;
+            Targets::Usdt { binary, probes }
+        }
+        ProbeKind::Tracepoint => Targets::Tracepoints(resolve::tracepoints(pattern)?),
+        ProbeKind::Kernel => {
+            let functions = resolve::kernel_functions(pattern)?;
+            let how = if features::has_kprobes() {
+                if features::may_have_kprobe_multi() && functions.len() > 1 {
+                    KernelAttach::KprobeMulti
+                } else {
+                    KernelAttach::Kprobe
+                }
+            } else {
+                KernelAttach::Fentry
+            };
+            Targets::Kernel { functions, how }
+        }
+    };
+    if targets.len() == 0 {
+        let hint = match &targets {
+            Targets::User { binary, .. } | Targets::Usdt { binary, .. } => {
+                format!(" in {}", binary.display())
+            }
+            _ => String::new(),
+        };
+        return Err(pattern.no_match(hint));
+    }
+    Ok(targets)
+}
+
+impl<'obj> Session<'obj> {
+    /// Validates the config, resolves the pattern, loads the BPF program
+    /// and attaches it to everything the pattern matches.
+    pub fn start(config: Config, object: &'obj mut MaybeUninit<OpenObject>) -> Result<Self> {
+        system::check_environment()?;
+        if let Some(pid) = config.pid {
+            system::check_process(pid)?;
+        }
+        if let Some(cpu) = config.cpu {
+            system::check_cpu(cpu)?;
+        }
+        let pattern = Pattern::parse(&config.pattern, config.regex)?;
+        let targets = resolve_targets(&pattern, config.pid)?;
+        system::raise_memlock();
+
+        let load_err = |source| Error::Load {
+            prog: "stackcount",
+            source,
+        };
+        let mut open = StackcountSkelBuilder::default()
+            .open(object)
+            .map_err(load_err)?;
+        {
+            let ro = open
+                .maps
+                .rodata_data
+                .as_deref_mut()
+                .ok_or_else(|| Error::Unsupported("stackcount.bpf.c has no rodata".into()))?;
+            ro.filter_pid = config.pid.is_some();
+            ro.target_pid = config.pid.unwrap_or(0);
+            ro.filter_cpu = config.cpu.is_some();
+            ro.target_cpu = config.cpu.unwrap_or(0);
+            ro.per_process = config.keys_processes(pattern.kind);
+            ro.user_stacks = config.stacks.user;
+            ro.kernel_stacks = config.stacks.kernel;
+            if let Some((dev, ino)) = system::pid_namespace() {
+                ro.use_pidns = true;
+                ro.pidns_dev = dev;
+                ro.pidns_ino = ino;
+            }
+        }
+        open.maps
+            .counts
+            .set_max_entries(config.hash_storage_size)
+            .map_err(load_err)?;
+        open.maps
+            .stacks
+            .set_max_entries(config.stack_storage_size)
+            .map_err(load_err)?;
+        attach::choose_programs(&mut open.progs, &targets)?;
+        // Loading fentry is itself the probe: keep libbpf's complaints
+        // out of the way of the one-line error that explains a refusal.
+        let probing = matches!(
+            targets,
+            Targets::Kernel {
+                how: KernelAttach::Fentry,
+                ..
+            }
+        );
+        let print = probing.then(|| libbpf_rs::set_print(None));
+        let loaded = open.load();
+        if let Some(previous) = print {
+            libbpf_rs::set_print(previous);
+        }
+        let skel = loaded.map_err(|e| attach::load_error(&pattern, &targets, e))?;
+        let mut session = Session {
+            skel,
+            _extra: Vec::new(),
+            _links: Vec::new(),
+            config,
+            pattern,
+            matched: 0,
+            hash_full_seen: 0,
+            misses_seen: 0,
+        };
+        session.attach(&targets)?;
+        Ok(session)
+    }
+
+    /// How many functions, tracepoints or probes were attached.
+    pub fn matched(&self) -> usize {
+        self.matched
+    }
+
+    /// The parsed pattern.
+    pub fn pattern(&self) -> &Pattern {
+        &self.pattern
+    }
+
+    /// True when keys carry the process.
+    pub fn keys_processes(&self) -> bool {
+        self.config.keys_processes(self.pattern.kind)
+    }
+
+    /// Metadata for a profile made by this session.
+    pub fn meta(&self, duration: Duration) -> Meta {
+        let mut meta = Meta::new("stackcount", &self.pattern.text, ValueUnit::Count);
+        meta.duration = duration;
+        meta.target = match self.config.pid {
+            Some(p) => format!("PID {p}"),
+            None => "all processes".into(),
+        };
+        meta
+    }
+
+    /// Program runs the kernel skipped, summed over the loaded programs.
+    fn recursion_misses(&self) -> u64 {
+        use libbpf_rs::skel::Skel;
+        let mut total = 0;
+        let object = self.skel.object();
+        let extra = self._extra.iter();
+        for obj in std::iter::once(object).chain(extra) {
+            for prog in obj.progs() {
+                total += attach::recursion_misses(prog.as_fd());
+            }
+        }
+        total
+    }
+
+    /// Reads every counted stack. With `clear`, counts are removed as they
+    /// are read, so the next call returns only what came after (stack map
+    /// entries are kept: their ids may still be in use).
+    pub fn collect(&mut self, clear: bool) -> Result<Collection> {
+        let counts = &self.skel.maps.counts;
+        let stacks = &self.skel.maps.stacks;
+        let key_size = std::mem::size_of::<types::stackcount_key>();
+        let mut loss = StackLoss::default();
+        let mut cache = StackCache::default();
+        let mut samples = Vec::new();
+        for (key, count) in read_counts(counts, key_size, clear)? {
+            // SAFETY: the key is exactly the size of stackcount_key, a plain
+            // C struct of integers valid for any bit pattern; read_unaligned
+            // copes with the Vec's alignment.
+            let k: types::stackcount_key = unsafe { std::ptr::read_unaligned(key.as_ptr().cast()) };
+            let user = cache.read(
+                stacks,
+                k.user_stack_id,
+                self.config.stacks.user && k.user_stack_id != STACK_SKIPPED,
+                &mut loss,
+            );
+            let kernel = cache.read(
+                stacks,
+                k.kernel_stack_id,
+                self.config.stacks.kernel && k.kernel_stack_id != STACK_SKIPPED,
+                &mut loss,
+            );
+            // Stacks of all processes counted together have no process:
+            // the pattern stands in for its name, so that folded lines and
+            // flame graphs get one root instead of an empty one.
+            let comm = if k.pid == ALL_PIDS {
+                self.pattern.text.replace(';', ":")
+            } else {
+                comm_str(&k.comm)
+            };
+            samples.push(RawSample {
+                task: RawTask {
+                    pid: k.pid,
+                    tid: None,
+                    comm,
+                    user,
+                    kernel,
+                },
+                waker: None,
+                value: count,
+            });
+        }
+        let hash_full = self
+            .skel
+            .maps
+            .bss_data
+            .as_deref()
+            .map_or(0, |b| b.stats.hash_full);
+        let misses = self.recursion_misses();
+        let lost = Lost {
+            stacks: loss.missed,
+            stacks_enomem: loss.enomem,
+            hash_full: hash_full - self.hash_full_seen.min(hash_full),
+        };
+        let missed_events = misses - self.misses_seen.min(misses);
+        if clear {
+            self.hash_full_seen = hash_full;
+            self.misses_seen = misses;
+        }
+        Ok(Collection {
+            samples,
+            lost,
+            missed_events,
+        })
+    }
+}

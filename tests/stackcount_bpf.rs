@@ -1,0 +1,432 @@
+//! Real BPF tests of `flare stackcount` against workloads of known truth:
+//! `leafcalls` calls leaf() exactly N times (N/2 through each of two
+//! callers) and reads exactly R times; `sdtprobes` fires two SDT probes a
+//! known number of times. Counts are asserted exactly.
+
+mod common;
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Child, ChildStdout, Command, Stdio};
+
+use common::bpf::{flare, require_bpf, serial, workload, Reaper};
+
+/// A workload waiting for SIGUSR1, with its stdout for "ready"/"done".
+struct Workload {
+    child: Reaper,
+    out: BufReader<ChildStdout>,
+}
+
+impl Workload {
+    fn start(name: &str, args: &[&str]) -> Self {
+        let mut child = Command::new(workload(name))
+            .args(args)
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("starting workload");
+        let out = BufReader::new(child.stdout.take().expect("piped stdout"));
+        let mut w = Workload {
+            child: Reaper(child),
+            out,
+        };
+        w.expect_line("ready");
+        w
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.0.id()
+    }
+
+    fn expect_line(&mut self, want: &str) {
+        let mut line = String::new();
+        self.out.read_line(&mut line).expect("reading workload");
+        assert_eq!(line.trim(), want, "workload output");
+    }
+
+    /// Starts the work and waits until it is all done.
+    fn go(&mut self) {
+        signal(self.pid(), libc::SIGUSR1);
+        self.expect_line("done");
+    }
+}
+
+fn signal(pid: u32, sig: i32) {
+    // SAFETY: kill has no memory preconditions.
+    assert_eq!(unsafe { libc::kill(pid as i32, sig) }, 0, "kill {pid}");
+}
+
+/// flare stackcount running until interrupted.
+struct Tracer {
+    child: Reaper,
+    header: String,
+}
+
+impl Tracer {
+    /// Starts flare and waits for its header (stdout, or stderr with -f),
+    /// which it prints once every probe is attached.
+    fn start(args: &[&str]) -> Self {
+        let mut child = flare()
+            .arg("stackcount")
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("starting flare");
+        let folded = args.contains(&"-f");
+        let mut header = String::new();
+        let n = if folded {
+            read_line_unbuffered(child.stderr.as_mut().expect("stderr"), &mut header)
+        } else {
+            read_line_unbuffered(child.stdout.as_mut().expect("stdout"), &mut header)
+        };
+        if n == 0 || !header.starts_with("Tracing ") {
+            let mut rest = String::new();
+            if let Some(e) = child.stderr.as_mut() {
+                let _ = e.read_to_string(&mut rest);
+            }
+            panic!("flare {args:?} did not start: {header}{rest}");
+        }
+        Tracer {
+            child: Reaper(child),
+            header: header.trim_end().to_string(),
+        }
+    }
+
+    /// Interrupts flare and returns the rest of its standard output.
+    fn finish(mut self) -> String {
+        signal(self.child.0.id(), libc::SIGINT);
+        wait_output(&mut self.child.0)
+    }
+}
+
+/// Reads one line byte by byte, so that nothing after it is buffered away.
+fn read_line_unbuffered(r: &mut impl Read, line: &mut String) -> usize {
+    let mut byte = [0u8; 1];
+    let mut bytes = Vec::new();
+    while r.read(&mut byte).unwrap_or(0) == 1 {
+        bytes.push(byte[0]);
+        if byte[0] == b'\n' {
+            break;
+        }
+    }
+    line.push_str(&String::from_utf8_lossy(&bytes));
+    bytes.len()
+}
+
+fn wait_output(child: &mut Child) -> String {
+    let mut out = String::new();
+    child
+        .stdout
+        .take()
+        .expect("stdout")
+        .read_to_string(&mut out)
+        .expect("reading flare output");
+    let status = child.wait().expect("waiting for flare");
+    let mut err = String::new();
+    if let Some(mut e) = child.stderr.take() {
+        let _ = e.read_to_string(&mut err);
+    }
+    assert!(status.success(), "flare failed ({status}): {err}\n{out}");
+    out
+}
+
+/// Counts of the multi-line output, keyed by the stack's frames joined
+/// with `;` (leaf first), summed over intervals.
+fn text_counts(out: &str) -> HashMap<String, u64> {
+    let mut counts = HashMap::new();
+    for block in out.split("\n\n") {
+        let lines: Vec<&str> = block.lines().filter(|l| !l.is_empty()).collect();
+        let Some(last) = lines.last() else { continue };
+        let Ok(n) = last.trim().parse::<u64>() else {
+            continue;
+        };
+        let frames: Vec<&str> = lines[..lines.len() - 1]
+            .iter()
+            .filter(|l| l.starts_with("  ") && !l.starts_with("    "))
+            .map(|l| l.trim())
+            .collect();
+        *counts.entry(frames.join(";")).or_default() += n;
+    }
+    counts
+}
+
+fn folded_counts(out: &str) -> HashMap<String, u64> {
+    let mut counts = HashMap::new();
+    for line in out.lines() {
+        let (stack, n) = line.rsplit_once(' ').expect("folded line");
+        *counts.entry(stack.to_string()).or_default() += n.parse::<u64>().expect("count");
+    }
+    counts
+}
+
+const CALLS: u64 = 20_000;
+
+#[test]
+fn uprobe_counts_every_call_once_per_caller() {
+    if !require_bpf() {
+        return;
+    }
+    let _guard = serial();
+    let mut w = Workload::start("leafcalls", &[&CALLS.to_string()]);
+    let bin = workload("leafcalls");
+    let pattern = format!("{}:leaf", bin.display());
+    let t = Tracer::start(&["-p", &w.pid().to_string(), &pattern]);
+    assert_eq!(
+        t.header,
+        format!("Tracing 1 functions for \"{pattern}\"... Hit Ctrl-C to end.")
+    );
+    w.go();
+    let out = t.finish();
+    let counts = text_counts(&out);
+    let via = |caller: &str| {
+        counts
+            .iter()
+            .filter(|(k, _)| k.starts_with(&format!("leaf;{caller};main")))
+            .map(|(_, v)| *v)
+            .sum::<u64>()
+    };
+    assert_eq!(via("caller_a"), CALLS / 2, "{out}");
+    assert_eq!(via("caller_b"), CALLS / 2, "{out}");
+    assert_eq!(counts.values().sum::<u64>(), CALLS, "{out}");
+    // -p: no process line (bcc); the run ends with Detaching...
+    assert!(!out.contains("leafcalls ["), "{out}");
+    assert!(out.ends_with("Detaching...\n"), "{out}");
+}
+
+#[test]
+fn globs_and_regexes_attach_every_match() {
+    if !require_bpf() {
+        return;
+    }
+    let _guard = serial();
+    let bin = workload("leafcalls");
+    for (flags, name) in [(&[][..], "caller_*"), (&["-r"][..], "caller_(a|b)$")] {
+        let mut w = Workload::start("leafcalls", &[&CALLS.to_string()]);
+        let pattern = format!("{}:{name}", bin.display());
+        let mut args: Vec<&str> = flags.to_vec();
+        args.extend(["-f", "-P", &pattern]);
+        let t = Tracer::start(&args);
+        assert!(
+            t.header.starts_with("Tracing 2 functions for"),
+            "{}",
+            t.header
+        );
+        w.go();
+        let counts = folded_counts(&t.finish());
+        let at = |f: &str| {
+            counts
+                .iter()
+                .filter(|(k, _)| {
+                    k.starts_with("workload-leafca;") && k.ends_with(&format!(";main;{f}"))
+                })
+                .map(|(_, v)| *v)
+                .sum::<u64>()
+        };
+        assert_eq!(at("caller_a"), CALLS / 2, "{flags:?} {counts:?}");
+        assert_eq!(at("caller_b"), CALLS / 2, "{flags:?} {counts:?}");
+    }
+}
+
+#[test]
+fn intervals_with_timestamps_lose_nothing() {
+    if !require_bpf() {
+        return;
+    }
+    let _guard = serial();
+    let mut w = Workload::start("leafcalls", &[&CALLS.to_string()]);
+    let pattern = format!("{}:leaf", workload("leafcalls").display());
+    let t = Tracer::start(&["-T", "-i", "1", "-P", &pattern]);
+    w.go();
+    let out = t.finish();
+    let lines: Vec<&str> = out.lines().collect();
+    let is_stamp = |l: &str| {
+        let b = l.as_bytes();
+        l.len() == 8
+            && b[2] == b':'
+            && b[5] == b':'
+            && l.replace(':', "").chars().all(|c| c.is_ascii_digit())
+    };
+    let stamps: Vec<usize> = (0..lines.len()).filter(|&i| is_stamp(lines[i])).collect();
+    assert!(!stamps.is_empty(), "no HH:MM:SS line in:\n{out}");
+    // Every interval starts with a blank line, then its timestamp.
+    for &i in &stamps {
+        assert!(i > 0 && lines[i - 1].is_empty(), "{out}");
+    }
+    let total: u64 = text_counts(&out).values().sum();
+    assert_eq!(total, CALLS, "counts summed over intervals:\n{out}");
+    assert_eq!(out.matches("Detaching...").count(), 1, "{out}");
+}
+
+#[test]
+fn duration_ends_the_run() {
+    if !require_bpf() {
+        return;
+    }
+    let _guard = serial();
+    let mut child = flare()
+        .args(["stackcount", "-D", "1", "-K", "t:sched:sched_switch"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting flare");
+    let out = wait_output(&mut child);
+    assert!(
+        out.starts_with(
+            "Tracing 1 functions for \"t:sched:sched_switch\"... Hit Ctrl-C to end.\n\n"
+        ),
+        "{out}"
+    );
+    assert!(out.ends_with("Detaching...\n"), "{out}");
+    // Kernel stacks of all processes together: no process lines.
+    assert!(out.contains("  __schedule\n"), "{out}");
+    assert!(!out.lines().any(|l| l.ends_with(']')), "{out}");
+}
+
+#[test]
+fn sched_switch_folded_starts_with_a_named_root() {
+    if !require_bpf() {
+        return;
+    }
+    let _guard = serial();
+    let w = Workload::start("leafcalls", &["0"]);
+    let t = Tracer::start(&["-f", "-K", "t:sched:sched_switch"]);
+    // The workload blocks in sigwait: a context switch of ours.
+    signal(w.pid(), libc::SIGUSR1);
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let out = t.finish();
+    assert!(!out.is_empty());
+    for line in out.lines() {
+        assert!(line.starts_with("t:sched:sched_switch;"), "{line}");
+        // Every switch goes through the scheduler (or its stack could not
+        // be stored, which is shown, not hidden).
+        assert!(
+            line.contains("schedule") || line.contains("[Missed Kernel Stack]"),
+            "{line}"
+        );
+    }
+    // With -P, the process is the root instead.
+    let t = Tracer::start(&["-f", "-K", "-P", "t:sched:sched_switch"]);
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let out = t.finish();
+    assert!(
+        out.lines()
+            .all(|l| !l.starts_with(';') && !l.starts_with("t:sched")),
+        "{out}"
+    );
+}
+
+#[test]
+fn sys_enter_read_counts_every_read() {
+    if !require_bpf() {
+        return;
+    }
+    let _guard = serial();
+    const READS: u64 = 777;
+    let mut w = Workload::start("leafcalls", &["0", &READS.to_string()]);
+    let t = Tracer::start(&[
+        "-U",
+        "-p",
+        &w.pid().to_string(),
+        "t:syscalls:sys_enter_read",
+    ]);
+    w.go();
+    let counts = text_counts(&t.finish());
+    // libc's read() keeps no frame pointer, so its caller is skipped by
+    // the unwinder: the stack is read;main.
+    let from_reads: u64 = counts
+        .iter()
+        .filter(|(k, _)| k.starts_with("read;") && k.contains(";main"))
+        .map(|(_, v)| *v)
+        .sum();
+    assert_eq!(from_reads, READS, "{counts:?}");
+    assert_eq!(counts.values().sum::<u64>(), READS, "{counts:?}");
+}
+
+#[test]
+fn usdt_probes_are_counted_exactly() {
+    if !require_bpf() {
+        return;
+    }
+    let _guard = serial();
+    let mut w = Workload::start("sdtprobes", &["300", "120"]);
+    let pattern = format!("u:{}:t*", workload("sdtprobes").display());
+    let t = Tracer::start(&["-f", "-p", &w.pid().to_string(), &pattern]);
+    assert!(
+        t.header.starts_with("Tracing 2 functions for"),
+        "{}",
+        t.header
+    );
+    w.go();
+    let counts = folded_counts(&t.finish());
+    let at = |f: &str| {
+        counts
+            .iter()
+            .filter(|(k, _)| k.ends_with(&format!(";{f}")))
+            .map(|(_, v)| *v)
+            .sum::<u64>()
+    };
+    assert_eq!(at("ticker"), 300, "{counts:?}");
+    assert_eq!(at("tocker"), 120, "{counts:?}");
+}
+
+#[test]
+fn patterns_that_match_nothing_are_named() {
+    if !require_bpf() {
+        return;
+    }
+    let bin = workload("leafcalls");
+    let pattern = format!("{}:no_such_fn*", bin.display());
+    let out = flare()
+        .args(["stackcount", &pattern])
+        .output()
+        .expect("running flare");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("no user functions matched by \"{pattern}\"")),
+        "{err}"
+    );
+    let out = flare()
+        .args(["stackcount", "t:no_such:event*"])
+        .output()
+        .expect("running flare");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("no tracepoints matched by \"t:no_such:event*\""),
+        "{err}"
+    );
+}
+
+#[test]
+fn kernel_functions_attach_or_say_why_not() {
+    if !require_bpf() {
+        return;
+    }
+    let _guard = serial();
+    let out = flare()
+        .args(["stackcount", "-D", "1", "vfs_read"])
+        .output()
+        .expect("running flare");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let err = String::from_utf8_lossy(&out.stderr);
+    if out.status.success() {
+        // kprobes or fentry work here.
+        assert!(
+            stdout.starts_with("Tracing 1 functions for \"vfs_read\""),
+            "{stdout}"
+        );
+    } else {
+        // One clear line naming the pattern and suggesting a tracepoint.
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(
+            err.contains("cannot trace kernel functions for \"vfs_read\""),
+            "{err}"
+        );
+        assert!(
+            err.contains("no kprobes") && err.contains("fentry"),
+            "{err}"
+        );
+        assert!(err.contains("t:syscalls:"), "{err}");
+    }
+}
