@@ -34,8 +34,9 @@ pub enum Destination {
 }
 
 impl OutputArgs {
-    /// True when `--format` takes standard output (no `-o` given).
-    fn format_on_stdout(&self) -> bool {
+    /// True when `--format` takes standard output (no `-o` given): then
+    /// nothing else may be printed there.
+    pub fn format_on_stdout(&self) -> bool {
         self.outputs.is_empty() && self.format.is_some()
     }
 
