@@ -112,43 +112,30 @@ fn profile_files_open_in_their_viewers() {
 }
 
 fn check_pprof(run: &Run) {
-    let out = Command::new("go")
-        .args(["tool", "pprof", "-top", "-symbolize=none"])
-        .arg(run.dir.join("cpu.pb.gz"))
-        .env("HOME", &run.dir)
-        .output()
-        .expect("running go tool pprof (scripts/deps.sh installs golang-go)");
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "go tool pprof failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let top = common::pprof::top(&run.dir.join("cpu.pb.gz"));
+    let text = &top.text;
     assert!(text.contains("Type: cpu"), "{text}");
-    let rows: Vec<&str> = text
-        .lines()
-        .skip_while(|l| !l.trim_start().starts_with("flat"))
-        .skip(1)
-        .collect();
-    let first = rows.first().unwrap_or_else(|| panic!("no rows:\n{text}"));
-    assert!(
-        first.ends_with(" func_b"),
+    let first = top
+        .rows
+        .first()
+        .unwrap_or_else(|| panic!("no rows:\n{text}"));
+    assert_eq!(
+        first.last().unwrap(),
+        "func_b",
         "hottest function first:\n{text}"
     );
-    let pct: f64 = first
-        .split_whitespace()
-        .nth(1)
-        .unwrap()
-        .trim_end_matches('%')
-        .parse()
-        .unwrap();
+    let pct: f64 = first[1].trim_end_matches('%').parse().unwrap();
     within(
         pct / 100.0,
         FUNC_B_SHARE,
         SHARE_TOLERANCE,
         "func_b flat share in pprof",
     );
-    assert!(rows[1].ends_with(" func_a"), "func_a second:\n{text}");
+    assert_eq!(
+        top.rows[1].last().unwrap(),
+        "func_a",
+        "func_a second:\n{text}"
+    );
 }
 
 fn check_speedscope(run: &Run) {

@@ -459,27 +459,15 @@ fn pprof_and_flame_graph_files_hold_the_exact_counts() {
         "with -o, no stacks on stdout: {out}"
     );
     // go tool pprof reads the counts back: every call of leaf, exactly.
-    let top = Command::new("go")
-        .args(["tool", "pprof", "-top", "-symbolize=none"])
-        .arg(&pb)
-        .env("HOME", dir.path())
-        .output()
-        .expect("running go tool pprof (scripts/deps.sh installs golang-go)");
-    let text = String::from_utf8_lossy(&top.stdout);
-    assert!(
-        top.status.success(),
-        "{}",
-        String::from_utf8_lossy(&top.stderr)
-    );
+    let top = common::pprof::top(&pb);
+    let text = &top.text;
     assert!(text.contains("Type: events"), "{text}");
-    let first = text
-        .lines()
-        .skip_while(|l| !l.trim_start().starts_with("flat"))
-        .nth(1)
+    let fields = top
+        .rows
+        .first()
         .unwrap_or_else(|| panic!("no rows:\n{text}"));
-    let fields: Vec<&str> = first.split_whitespace().collect();
     assert_eq!(fields[0], CALLS.to_string(), "{text}");
-    assert_eq!(fields.last(), Some(&"leaf"), "{text}");
+    assert_eq!(fields.last().unwrap(), "leaf", "{text}");
     // In the flame graph leaf sits above each of its two callers.
     let svg = std::fs::read_to_string(&svg).unwrap();
     let frame = format!(
