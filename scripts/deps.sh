@@ -4,6 +4,9 @@
 set -euo pipefail
 
 packages=(clang llvm libelf-dev zlib1g-dev pkg-config make gcc systemtap-sdt-dev)
+# The tests open flare's files in the tools people use: go tool pprof for
+# pprof profiles, headless Chromium for flame graph SVGs.
+packages+=(golang-go chromium chromium-driver)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -5,6 +5,7 @@
 //! is the model every tool produces, and [`output`] writes it. [`tools`]
 //! ties these together per command; the binary only parses arguments.
 
+pub mod analysis;
 pub mod bpf;
 pub mod error;
 pub mod output;

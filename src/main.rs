@@ -13,6 +13,9 @@ fn main() -> ExitCode {
     let cli = cli::Cli::parse();
     let result = match cli.command {
         cli::Command::Profile(args) => run::profile::run(&args),
+        cli::Command::Flamegraph(args) => run::analyze::flamegraph(&args),
+        cli::Command::Diff(args) => run::analyze::diff(&args),
+        cli::Command::Top(args) => run::analyze::top(&args),
         cli::Command::Stackcount(args) => run::stackcount::run(&args),
         cli::Command::Offcputime(args) => run::offcpu::offcputime(&args),
         cli::Command::Wakeuptime(args) => run::offcpu::wakeuptime(&args),

@@ -460,3 +460,63 @@ fn kernel_functions_attach_or_say_why_not() {
         assert!(err.contains("t:syscalls:"), "{err}");
     }
 }
+
+#[test]
+fn pprof_and_flame_graph_files_hold_the_exact_counts() {
+    if !require_bpf() {
+        return;
+    }
+    let _guard = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let pb = dir.path().join("leaf.pb.gz");
+    let svg = dir.path().join("leaf.svg");
+    let mut w = Workload::start("leafcalls", &[&CALLS.to_string()]);
+    let bin = workload("leafcalls");
+    let pattern = format!("{}:leaf", bin.display());
+    let t = Tracer::start(&[
+        "-p",
+        &w.pid().to_string(),
+        "-o",
+        pb.to_str().unwrap(),
+        "-o",
+        svg.to_str().unwrap(),
+        &pattern,
+    ]);
+    w.go();
+    let out = t.finish();
+    assert!(
+        !out.contains("leaf\n"),
+        "with -o, no stacks on stdout: {out}"
+    );
+    // go tool pprof reads the counts back: every call of leaf, exactly.
+    let top = common::pprof::top(&pb);
+    let text = &top.text;
+    assert!(text.contains("Type: events"), "{text}");
+    let fields = top
+        .rows
+        .first()
+        .unwrap_or_else(|| panic!("no rows:\n{text}"));
+    assert_eq!(fields[0], CALLS.to_string(), "{text}");
+    assert_eq!(fields.last().unwrap(), "leaf", "{text}");
+    // In the flame graph leaf sits above each of its two callers.
+    let svg = std::fs::read_to_string(&svg).unwrap();
+    let frame = format!(
+        "<title>leaf ({} events, 50.00%)</title>",
+        fmt_thousands(CALLS / 2)
+    );
+    assert_eq!(svg.matches(&frame).count(), 2, "flame graph frames {frame}");
+    assert!(svg.contains("flare stackcount: "), "titled by tool");
+}
+
+/// 20000 as inferno prints it: 20,000.
+fn fmt_thousands(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}

@@ -1,7 +1,9 @@
 //! The command line: one clap struct per tool, each converted into the
 //! library's plain config. Nothing below this module sees clap.
 
+pub mod analyze;
 pub mod offcpu;
+pub mod output;
 pub mod profile;
 pub mod stackcount;
 
@@ -21,6 +23,12 @@ pub enum Command {
     /// Profile CPU stack traces at a timed interval
     #[command(after_help = profile::EXAMPLES)]
     Profile(profile::ProfileArgs),
+    /// Draw a flame graph (SVG) from folded stacks
+    Flamegraph(analyze::FlamegraphArgs),
+    /// Draw a differential flame graph of two folded profiles
+    Diff(analyze::DiffArgs),
+    /// List the functions with the most self and total value
+    Top(analyze::TopArgs),
     /// Count the stacks that reach a function, tracepoint or probe
     #[command(after_help = stackcount::EXAMPLES)]
     Stackcount(stackcount::StackcountArgs),

@@ -79,6 +79,9 @@ pub struct CommonArgs {
     #[arg(long, value_enum, default_value_t = AttachArg::Auto)]
     pub attach: AttachArg,
 
+    #[command(flatten)]
+    pub output: super::output::OutputArgs,
+
     /// Duration of trace, in seconds [default: until Ctrl-C]
     #[arg(value_name = "DURATION", value_parser = nonzero)]
     pub duration: Option<u64>,

@@ -8,6 +8,7 @@ use flare::bpf::perf::Sampling;
 use flare::output::StackStyle;
 use flare::tools::profile::{Config, Stacks, Target};
 
+use super::output::OutputArgs;
 use super::{id_list, nonzero, nonzero_u32, IdList};
 
 pub const EXAMPLES: &str = "\
@@ -17,6 +18,8 @@ Examples:
     flare profile -c 1000000     # profile stack traces every 1 in a million events
     flare profile 5              # profile at 49 Hertz for 5 seconds only
     flare profile -f 5           # output in folded format for flame graphs
+    flare profile -o cpu.svg 5   # write an interactive flame graph
+    flare profile -o cpu.pb.gz -o cpu.json 5  # pprof and speedscope files from one run
     flare profile -p 185         # only profile process with PID 185
     flare profile -p 185,186     # only profile processes 185 and 186
     flare profile -L 185         # only profile thread with TID 185
@@ -89,6 +92,9 @@ pub struct ProfileArgs {
     /// Duration of trace, in seconds [default: until Ctrl-C]
     #[arg(value_name = "DURATION", value_parser = nonzero)]
     pub duration: Option<u64>,
+
+    #[command(flatten)]
+    pub output: OutputArgs,
 }
 
 impl ProfileArgs {

@@ -7,6 +7,7 @@ use clap::Args;
 use flare::output::stackcount::Style;
 use flare::tools::stackcount::{Config, Stacks};
 
+use super::output::OutputArgs;
 use super::{nonzero, nonzero_u32};
 
 pub const EXAMPLES: &str = "\
@@ -24,7 +25,8 @@ Examples:
     flare stackcount -p 185 u:node:*    # count stacks for all USDT probes in node
     flare stackcount -K t:sched:sched_switch   # kernel stacks only
     flare stackcount -U t:sched:sched_switch   # user stacks only
-    flare stackcount -f -D 5 c:malloc > out.folded   # folded, for flame graphs";
+    flare stackcount -f -D 5 c:malloc > out.folded   # folded, for flame graphs
+    flare stackcount -D 5 -o malloc.svg c:malloc     # a flame graph of the callers";
 
 #[derive(Debug, Args)]
 pub struct StackcountArgs {
@@ -87,6 +89,11 @@ pub struct StackcountArgs {
     /// Search expression for events
     #[arg(value_name = "PATTERN")]
     pub pattern: String,
+
+    /// Files to write (-o FILE, --format); with -i each interval rewrites
+    /// them with its own counts
+    #[command(flatten)]
+    pub output: OutputArgs,
 }
 
 impl StackcountArgs {

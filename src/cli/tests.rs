@@ -92,3 +92,50 @@ fn id_lists_parse() {
     assert_eq!(id_list("1,22, 333").unwrap(), IdList(vec![1, 22, 333]));
     assert!(id_list("1,,2").is_err());
 }
+
+#[test]
+fn outputs_pick_formats_by_extension_or_name() {
+    use flare::output::Format;
+    use output::Destination;
+    use std::path::PathBuf;
+    let d = parse(&["-o", "a.svg", "-o", "b.pb.gz", "-o", "c.json", "5"])
+        .unwrap()
+        .output
+        .destinations()
+        .unwrap();
+    assert_eq!(
+        d,
+        [
+            Destination::File(PathBuf::from("a.svg"), Format::Svg),
+            Destination::File(PathBuf::from("b.pb.gz"), Format::Pprof),
+            Destination::File(PathBuf::from("c.json"), Format::Speedscope),
+        ]
+    );
+    let d = parse(&["--format", "pprof", "-o", "cpu.out"])
+        .unwrap()
+        .output
+        .destinations()
+        .unwrap();
+    assert_eq!(
+        d,
+        [Destination::File(PathBuf::from("cpu.out"), Format::Pprof)]
+    );
+    let d = parse(&["--format", "svg"])
+        .unwrap()
+        .output
+        .destinations()
+        .unwrap();
+    assert_eq!(d, [Destination::Stdout(Format::Svg)]);
+    assert!(parse(&[])
+        .unwrap()
+        .output
+        .destinations()
+        .unwrap()
+        .is_empty());
+    let err = parse(&["-o", "cpu.out"])
+        .unwrap()
+        .output
+        .destinations()
+        .unwrap_err();
+    assert!(err.contains("cannot tell the format of 'cpu.out'"), "{err}");
+}

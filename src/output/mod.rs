@@ -2,9 +2,15 @@
 //! to any `impl Write`; none of them knows how the profile was collected.
 
 pub mod folded;
+pub mod format;
 pub mod offcpu;
+pub mod pprof;
+pub mod speedscope;
 pub mod stackcount;
+pub mod svg;
 pub mod text;
+
+pub use format::Format;
 
 /// How stacks are printed in bcc's text and folded formats.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

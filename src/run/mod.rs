@@ -1,7 +1,9 @@
 //! Running the tools from the command line: what every tool does around
 //! its own collection (waiting for a stop, reporting losses, writing).
 
+pub mod analyze;
 pub mod offcpu;
+pub mod output;
 pub mod profile;
 pub mod stackcount;
 

@@ -2,26 +2,33 @@
 //! line: attach, print bcc's header, wait for the duration or a signal,
 //! then symbolize, tidy and write in the tool's layout.
 
-use std::io::{self, BufWriter, StdoutLock, Write};
+use std::io::{self, BufWriter, Write};
 use std::mem::MaybeUninit;
 use std::time::Instant;
 
 use anyhow::Result;
-use flare::output::{folded, offcpu};
+use flare::output::format::{write_folded, write_text};
+use flare::output::StackStyle;
 use flare::profile::Profile;
-use flare::symbolize::{self, Symbolizer};
+use flare::symbolize::{self, Background};
 use flare::tools::offcpu::{header, tidy, Attach, Config, Session};
 
+use super::output::write_outputs;
 use super::{wait_for_stop, warn_lost};
-use crate::cli::offcpu::{OffcputimeArgs, OffwaketimeArgs, WakeuptimeArgs};
+use crate::cli::offcpu::{CommonArgs, OffcputimeArgs, OffwaketimeArgs, WakeuptimeArgs};
 
-type Out = BufWriter<StdoutLock<'static>>;
-
-/// The part all three tools share; `write` prints the samples.
-fn run<F>(config: Config, folded: bool, trailer: Option<&str>, write: F) -> Result<()>
-where
-    F: Fn(&mut Out, &Profile) -> io::Result<()>,
-{
+/// The part all three tools share: attach, print bcc's header, wait,
+/// symbolize and tidy, then print in the tool's layout and write files.
+fn run(
+    config: Config,
+    common: &CommonArgs,
+    style: StackStyle,
+    trailer: Option<&str>,
+) -> Result<()> {
+    let output = &common.output;
+    let folded = common.folded;
+    // Check where the result goes before spending the tracing time.
+    output.destinations().map_err(anyhow::Error::msg)?;
     let mut object = MaybeUninit::uninit();
     let session = Session::start(config.clone(), &mut object)?;
     if config.attach == Attach::Auto && session.attach() != Attach::TpBtf {
@@ -30,9 +37,10 @@ where
             session.attach().name()
         );
     }
+    let symbolizer = Background::start(symbolize::Options::default(), true, Vec::new());
     let started = Instant::now();
     let mut out = BufWriter::new(io::stdout().lock());
-    if !folded {
+    if output.bcc_header(folded) {
         writeln!(out, "{}", header(&config))?;
         out.flush()?;
     }
@@ -43,19 +51,23 @@ where
     meta.lost = collection.lost;
     drop(session);
 
-    let mut symbolizer = Symbolizer::new(symbolize::Options::default());
     let mut profile = Profile::new(meta);
     profile.samples = symbolizer.resolve(collection.samples);
     tidy(&mut profile, config.tool);
 
-    if !folded {
-        writeln!(out)?;
-    }
-    write(&mut out, &profile)?;
-    if let (false, Some(t)) = (folded, trailer) {
-        writeln!(out, "{t}")?;
+    if output.bcc_stdout(folded) {
+        if folded {
+            write_folded(&mut out, &profile, style)?;
+        } else {
+            writeln!(out)?;
+            write_text(&mut out, &profile, style)?;
+            if let Some(t) = trailer {
+                writeln!(out, "{t}")?;
+            }
+        }
     }
     out.flush()?;
+    drop(out);
     warn_lost(&profile.meta.lost);
     if collection.untracked > 0 {
         eprintln!(
@@ -63,41 +75,23 @@ where
             collection.untracked
         );
     }
-    Ok(())
+    write_outputs(&profile, output, style)
 }
 
 pub fn offcputime(args: &OffcputimeArgs) -> Result<()> {
-    let style = args.stacks.style();
-    let fold = args.common.folded;
-    run(args.config(), fold, None, |w, p| {
-        if fold {
-            folded::write(w, &p.samples, style)
-        } else {
-            offcpu::offcputime_text(w, &p.samples, style)
-        }
-    })
+    run(args.config(), &args.common, args.stacks.style(), None)
 }
 
 pub fn wakeuptime(args: &WakeuptimeArgs) -> Result<()> {
-    let fold = args.common.folded;
     // bcc's wakeuptime says so when it is done.
-    run(args.config(), fold, Some("Detaching..."), |w, p| {
-        if fold {
-            offcpu::wakeuptime_folded(w, &p.samples)
-        } else {
-            offcpu::wakeuptime_text(w, &p.samples)
-        }
-    })
+    run(
+        args.config(),
+        &args.common,
+        StackStyle::default(),
+        Some("Detaching..."),
+    )
 }
 
 pub fn offwaketime(args: &OffwaketimeArgs) -> Result<()> {
-    let style = args.stacks.style();
-    let fold = args.common.folded;
-    run(args.config(), fold, None, |w, p| {
-        if fold {
-            offcpu::offwaketime_folded(w, &p.samples, style)
-        } else {
-            offcpu::offwaketime_text(w, &p.samples, style)
-        }
-    })
+    run(args.config(), &args.common, args.stacks.style(), None)
 }

@@ -11,11 +11,14 @@ use flare::profile::Profile;
 use flare::symbolize::{self, Background};
 use flare::tools::profile::{header, Session, Target};
 
+use super::output::write_outputs;
 use super::{wait_for_stop, warn_lost};
 use crate::cli::profile::ProfileArgs;
 
 pub fn run(args: &ProfileArgs) -> Result<()> {
     let config = args.config();
+    // Check where the result goes before spending the profiling time.
+    args.output.destinations().map_err(anyhow::Error::msg)?;
     let mut object = MaybeUninit::uninit();
     let mut session = Session::start(config.clone(), &mut object)?;
     let warm_pids = match &config.target {
@@ -30,7 +33,7 @@ pub fn run(args: &ProfileArgs) -> Result<()> {
     let started = Instant::now();
     let stdout = io::stdout();
     let mut out = BufWriter::new(stdout.lock());
-    if !args.folded {
+    if args.output.bcc_header(args.folded) {
         writeln!(out, "{}", header(&config))?;
         out.flush()?;
     }
@@ -46,13 +49,15 @@ pub fn run(args: &ProfileArgs) -> Result<()> {
     profile.merge_identical();
     profile.sort_ascending();
 
-    if args.folded {
+    let bcc_stdout = args.output.bcc_stdout(args.folded);
+    if bcc_stdout && args.folded {
         folded::write(&mut out, &profile.samples, args.style())?;
-    } else {
+    } else if bcc_stdout {
         writeln!(out)?;
         text::write(&mut out, &profile.samples, args.style())?;
     }
     out.flush()?;
+    drop(out);
     warn_lost(&profile.meta.lost);
-    Ok(())
+    write_outputs(&profile, &args.output, args.style())
 }

@@ -13,6 +13,7 @@ use flare::profile::Profile;
 use flare::symbolize::{self, Symbolizer};
 use flare::tools::stackcount::{header, offsets, Collection, Session};
 
+use super::output::write_outputs;
 use super::{stop_signal, warn_lost};
 use crate::cli::stackcount::StackcountArgs;
 
@@ -31,14 +32,17 @@ fn clock() -> String {
 }
 
 pub fn run(args: &StackcountArgs) -> Result<()> {
+    // Check where the result goes before attaching.
+    args.output.destinations().map_err(anyhow::Error::msg)?;
     let mut object = MaybeUninit::uninit();
     let mut session = Session::start(args.config(), &mut object)?;
     let stop = stop_signal()?;
     let stdout = io::stdout();
     let mut out = BufWriter::new(stdout.lock());
     let head = header(&args.pattern, session.matched());
-    if args.folded {
-        // Keep the folded output clean for flame graph tools.
+    if args.folded || !args.output.bcc_header(args.folded) {
+        // Keep the folded output (or another format) clean for the tools
+        // that read it.
         eprintln!("{head}");
     } else {
         writeln!(out, "{head}")?;
@@ -63,10 +67,12 @@ pub fn run(args: &StackcountArgs) -> Result<()> {
             }
         }
         let exiting = interrupted || args.duration().is_some_and(|d| traced >= d);
-        if !args.folded {
+        // bcc's blank line and timestamps, unless stdout carries a file.
+        let decorate = !args.output.format_on_stdout();
+        if !args.folded && decorate {
             writeln!(out)?;
         }
-        if args.timestamp {
+        if args.timestamp && decorate {
             writeln!(out, "{:<8}", clock())?;
         }
         let collection = session.collect(true)?;
@@ -80,7 +86,7 @@ pub fn run(args: &StackcountArgs) -> Result<()> {
             started,
         )?;
         if exiting {
-            if !args.folded {
+            if !args.folded && decorate {
                 writeln!(out, "Detaching...")?;
             }
             out.flush()?;
@@ -107,16 +113,19 @@ fn print<W: Write>(
     }
     profile.merge_identical();
     profile.sort_ascending();
-    if args.folded {
-        let fstyle = StackStyle {
-            delimited: style.delimited,
-            annotate_kernel: false,
-        };
-        folded::write(out, &profile.samples, fstyle)?;
-    } else {
-        text::write(out, &profile.samples, style)?;
+    let fstyle = StackStyle {
+        delimited: style.delimited,
+        annotate_kernel: false,
+    };
+    if args.output.bcc_stdout(args.folded) {
+        if args.folded {
+            folded::write(out, &profile.samples, fstyle)?;
+        } else {
+            text::write(out, &profile.samples, style)?;
+        }
     }
     out.flush()?;
+    write_outputs(&profile, &args.output, fstyle)?;
     warn_lost(&profile.meta.lost);
     if collection.missed_events > 0 {
         eprintln!(

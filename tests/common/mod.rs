@@ -4,4 +4,7 @@
 pub mod bpf;
 pub mod fixtures;
 pub mod golden;
+pub mod pprof;
+pub mod rich;
+pub mod schema;
 pub mod session;

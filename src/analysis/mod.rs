@@ -1,0 +1,17 @@
+//! Working with saved profiles: folded stacks as flare, bcc and
+//! perf + stackcollapse write them, parsed into one shape that the flame
+//! graph writer, the differential view and the `top` table read.
+//!
+//! Live profiles enter the same shape through [`Stacks::from_profile`], so
+//! a flame graph drawn from a run and one drawn from its saved file agree.
+
+mod diff;
+mod folded;
+mod top;
+
+pub use diff::{diff, DiffStack};
+pub use folded::{parse, parse_file, ParseError, Stack, Stacks};
+pub use top::{top, TopEntry};
+
+#[cfg(test)]
+mod tests;

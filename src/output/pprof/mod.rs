@@ -1,0 +1,288 @@
+//! pprof output: a gzipped `profile.proto`, as `go tool pprof`, Pyroscope,
+//! Parca and other continuous-profiling servers read it.
+//!
+//! Sample types carry real units (samples and CPU nanoseconds for
+//! `profile`, off-CPU nanoseconds for the off-CPU family, counts for
+//! `stackcount`); functions, locations and mappings are interned tables;
+//! inlined frames share their caller's location, as pprof models them; the
+//! process is not a frame but the labels `pid`, `tid` and `comm`.
+
+pub mod proto;
+
+use std::collections::HashMap;
+use std::io::{self, Write};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use flate2::write::GzEncoder;
+use flate2::Compression;
+use prost::Message;
+
+use crate::profile::{Frame, FrameKind, PathFrame, PathKind, Profile, TaskStack, ValueUnit};
+
+/// The module name pprof and perf give kernel code.
+const KERNEL_MAPPING: &str = "[kernel.kallsyms]";
+
+/// Writes the profile gzipped, stamped with the time it started.
+pub fn write<W: Write>(w: W, profile: &Profile) -> io::Result<()> {
+    let end = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    let start = end.saturating_sub(profile.meta.duration);
+    let bytes = build(profile, start.as_nanos() as i64).encode_to_vec();
+    let mut gz = GzEncoder::new(w, Compression::default());
+    gz.write_all(&bytes)?;
+    gz.finish()?.flush()
+}
+
+/// What makes a location distinct: mapping, address, (function, line)s.
+type LocationKey = (u64, u64, Vec<(u64, i64)>);
+
+/// Interning tables for strings and the profile's lists.
+struct Builder {
+    out: proto::Profile,
+    strings: HashMap<String, i64>,
+    functions: HashMap<(i64, i64), u64>,
+    mappings: HashMap<i64, u64>,
+    locations: HashMap<LocationKey, u64>,
+}
+
+impl Builder {
+    fn string(&mut self, s: &str) -> i64 {
+        if let Some(&i) = self.strings.get(s) {
+            return i;
+        }
+        let i = self.out.string_table.len() as i64;
+        self.out.string_table.push(s.to_string());
+        self.strings.insert(s.to_string(), i);
+        i
+    }
+
+    fn value_type(&mut self, ty: &str, unit: &str) -> proto::ValueType {
+        proto::ValueType {
+            r#type: self.string(ty),
+            unit: self.string(unit),
+        }
+    }
+
+    fn function(&mut self, name: &str, file: Option<&str>) -> u64 {
+        let key = (self.string(name), self.string(file.unwrap_or("")));
+        if let Some(&id) = self.functions.get(&key) {
+            return id;
+        }
+        let id = self.out.function.len() as u64 + 1;
+        self.out.function.push(proto::Function {
+            id,
+            name: key.0,
+            system_name: key.0,
+            filename: key.1,
+            start_line: 0,
+        });
+        self.functions.insert(key, id);
+        id
+    }
+
+    fn mapping(&mut self, frame: &Frame) -> u64 {
+        let file = match (frame.kind, &frame.module) {
+            (FrameKind::Kernel, _) => KERNEL_MAPPING,
+            (FrameKind::User, Some(m)) => m.as_str(),
+            (FrameKind::User, None) => return 0,
+        };
+        let name = self.string(file);
+        if let Some(&id) = self.mappings.get(&name) {
+            return id;
+        }
+        let id = self.out.mapping.len() as u64 + 1;
+        self.out.mapping.push(proto::Mapping {
+            id,
+            filename: name,
+            has_functions: true,
+            ..Default::default()
+        });
+        self.mappings.insert(name, id);
+        id
+    }
+
+    /// The location of a group of frames, innermost inlined first and the
+    /// real (not inlined) frame last.
+    fn location(&mut self, group: &[PathFrame<'_>]) -> u64 {
+        let mut lines = Vec::with_capacity(group.len());
+        for p in group {
+            let file = p.frame.and_then(|f| f.file.as_deref());
+            let line = p.frame.and_then(|f| f.line).unwrap_or(0) as i64;
+            lines.push((self.function(p.name, file), line));
+        }
+        let outer = group.last().and_then(|p| p.frame);
+        let (mapping_id, address) = match outer {
+            Some(f) => (self.mapping(f), f.addr),
+            None => (0, 0),
+        };
+        let key = (mapping_id, address, lines);
+        if let Some(&id) = self.locations.get(&key) {
+            return id;
+        }
+        let id = self.out.location.len() as u64 + 1;
+        if let Some(m) = self
+            .out
+            .mapping
+            .get_mut((mapping_id as usize).wrapping_sub(1))
+        {
+            m.has_filenames |= group
+                .iter()
+                .any(|p| p.frame.is_some_and(|f| f.file.is_some()));
+            m.has_line_numbers |= key.2.iter().any(|&(_, l)| l != 0);
+            m.has_inline_frames |= group.len() > 1;
+        }
+        self.out.location.push(proto::Location {
+            id,
+            mapping_id,
+            address,
+            line: key
+                .2
+                .iter()
+                .map(|&(function_id, line)| proto::Line {
+                    function_id,
+                    line,
+                    column: 0,
+                })
+                .collect(),
+            is_folded: false,
+        });
+        self.locations.insert(key, id);
+        id
+    }
+
+    fn labels(&mut self, task: &TaskStack, prefix: &str, out: &mut Vec<proto::Label>) {
+        let num = |b: &mut Self, key: &str, n: u32| proto::Label {
+            key: b.string(&format!("{prefix}{key}")),
+            num: n as i64,
+            ..Default::default()
+        };
+        out.push(num(self, "pid", task.pid));
+        if let Some(tid) = task.tid {
+            out.push(num(self, "tid", tid));
+        }
+        out.push(proto::Label {
+            key: self.string(&format!("{prefix}comm")),
+            str: self.string(&task.comm),
+            ..Default::default()
+        });
+    }
+}
+
+/// The sample types of a profile and each one's multiplier of the raw value.
+fn sample_types(profile: &Profile) -> Vec<(&'static str, &'static str, u64)> {
+    let meta = &profile.meta;
+    match meta.unit {
+        ValueUnit::Samples => {
+            let mut t = vec![("samples", "count", 1)];
+            if let Some(ns) = meta.period_ns {
+                t.push(("cpu", "nanoseconds", ns));
+            }
+            t
+        }
+        ValueUnit::Microseconds if meta.tool == "wakeuptime" => {
+            vec![("wakeup", "nanoseconds", 1000)]
+        }
+        ValueUnit::Microseconds => vec![("offcpu", "nanoseconds", 1000)],
+        ValueUnit::Count => vec![("events", "count", 1)],
+    }
+}
+
+/// Splits a leaf-first path into locations: a frame inlined into its
+/// caller shares the caller's location.
+fn groups<'a, 'p>(leaf_first: &'a [PathFrame<'p>]) -> Vec<&'a [PathFrame<'p>]> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    for (i, p) in leaf_first.iter().enumerate() {
+        let inlined = p.frame.is_some_and(|f| f.inlined) && i + 1 < leaf_first.len();
+        if !inlined {
+            out.push(&leaf_first[start..=i]);
+            start = i + 1;
+        }
+    }
+    out
+}
+
+/// The profile as a `profile.proto` message, started at `time_nanos`.
+pub fn build(profile: &Profile, time_nanos: i64) -> proto::Profile {
+    let mut b = Builder {
+        out: proto::Profile::default(),
+        strings: HashMap::new(),
+        functions: HashMap::new(),
+        mappings: HashMap::new(),
+        locations: HashMap::new(),
+    };
+    b.string("");
+    let meta = &profile.meta;
+    let types = sample_types(profile);
+    b.out.sample_type = types.iter().map(|(t, u, _)| b.value_type(t, u)).collect();
+    // The period is one sample's CPU time for `profile`; the other tools
+    // record every event, each of which stands for itself.
+    let (period_type, period_unit) = types.last().map(|&(t, u, _)| (t, u)).unwrap_or(("", ""));
+    b.out.period_type = Some(b.value_type(period_type, period_unit));
+    b.out.period = match meta.unit {
+        ValueUnit::Samples => meta.period_ns.unwrap_or(0) as i64,
+        _ => 1,
+    };
+    b.out.default_sample_type = b.out.sample_type.last().map(|t| t.r#type).unwrap_or(0);
+    b.out.time_nanos = time_nanos;
+    b.out.duration_nanos = meta.duration.as_nanos() as i64;
+    let mut comments = vec![format!("flare {}: {}", meta.tool, meta.event)];
+    if !meta.target.is_empty() {
+        comments.push(format!("target: {}", meta.target));
+    }
+    if meta.lost.stacks > 0 {
+        comments.push(format!("{} stacks could not be stored", meta.lost.stacks));
+    }
+    if meta.lost.hash_full > 0 {
+        comments.push(format!(
+            "{} samples dropped: hash table full",
+            meta.lost.hash_full
+        ));
+    }
+    b.out.comment = comments.iter().map(|c| b.string(c)).collect();
+
+    // pprof names the first mapping as the profile's main binary: register
+    // the user modules first, the one with the most frame-weight leading.
+    let mut modules: HashMap<&str, (u64, &Frame)> = HashMap::new();
+    for s in &profile.samples {
+        for f in s.task.user.frames() {
+            if let Some(m) = &f.module {
+                modules.entry(m).or_insert((0, f)).0 += s.value;
+            }
+        }
+    }
+    let mut modules: Vec<(&str, (u64, &Frame))> = modules.into_iter().collect();
+    modules.sort_by(|a, b| b.1 .0.cmp(&a.1 .0).then(a.0.cmp(b.0)));
+    for (_, (_, f)) in modules {
+        b.mapping(f);
+    }
+
+    for s in &profile.samples {
+        let path = s.path();
+        // The process name at the root is a label, not a frame.
+        let mut leaf_first: Vec<PathFrame<'_>> = path
+            .into_iter()
+            .filter(|p| p.kind != PathKind::Process)
+            .collect();
+        leaf_first.reverse();
+        let location_id = groups(&leaf_first)
+            .into_iter()
+            .map(|g| b.location(g))
+            .collect();
+        let mut label = Vec::new();
+        b.labels(&s.task, "", &mut label);
+        if let Some(w) = &s.waker {
+            b.labels(w, "waker_", &mut label);
+        }
+        b.out.sample.push(proto::Sample {
+            location_id,
+            value: types
+                .iter()
+                .map(|&(_, _, m)| (s.value * m) as i64)
+                .collect(),
+            label,
+        });
+    }
+    b.out
+}
