@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# Installs the Debian packages flare needs to build and test, when missing.
-# Safe to run again: it does nothing when everything is there.
+# Installs the Debian packages flare needs to build (and, with --test, to
+# run its tests), when missing. Safe to run again: it does nothing when
+# everything is there.
 set -euo pipefail
 
 packages=(clang llvm libelf-dev zlib1g-dev pkg-config make gcc systemtap-sdt-dev)
 # The tests open flare's files in the tools people use: go tool pprof for
 # pprof profiles, headless Chromium for flame graph SVGs.
-packages+=(golang-go chromium chromium-driver)
+if [ "${1:-}" = "--test" ]; then
+    packages+=(golang-go chromium chromium-driver)
+fi
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
