@@ -7,6 +7,7 @@
 
 pub mod bpf;
 pub mod error;
+pub mod live;
 pub mod output;
 pub mod profile;
 pub mod symbolize;

@@ -2,6 +2,7 @@
 //! library's plain config. Nothing below this module sees clap.
 
 pub mod profile;
+pub mod serve;
 
 use clap::{Parser, Subcommand};
 

@@ -86,6 +86,9 @@ pub struct ProfileArgs {
     #[arg(long, value_name = "MNTNSMAP")]
     pub mntnsmap: Option<PathBuf>,
 
+    #[command(flatten)]
+    pub serve: super::serve::ServeArgs,
+
     /// Duration of trace, in seconds [default: until Ctrl-C]
     #[arg(value_name = "DURATION", value_parser = nonzero)]
     pub duration: Option<u64>,

@@ -2,6 +2,7 @@
 //! its own collection (waiting for a stop, reporting losses, writing).
 
 pub mod profile;
+pub mod serve;
 
 use std::sync::mpsc;
 use std::time::Duration;

@@ -3,7 +3,7 @@
 
 use std::io::{self, BufWriter, Write};
 use std::mem::MaybeUninit;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use flare::output::{folded, text};
@@ -25,16 +25,26 @@ pub fn run(args: &ProfileArgs) -> Result<()> {
         writeln!(out, "{}", header(&config))?;
         out.flush()?;
     }
-    wait_for_stop(config.duration)?;
-    let elapsed = started.elapsed();
-    let collection = session.collect(false)?;
-    let mut meta = session.meta(elapsed);
-    meta.lost = collection.lost;
-    drop(session);
-
-    let mut symbolizer = Symbolizer::new(symbolize::Options::default());
-    let mut profile = Profile::new(meta);
-    profile.samples = symbolizer.resolve(collection.samples);
+    let mut profile = match args.serve.options() {
+        Some(live) => {
+            let meta = session.meta(Duration::ZERO);
+            let profile = super::serve::run(&mut session, meta, &live, config.duration)?;
+            drop(session);
+            profile
+        }
+        None => {
+            wait_for_stop(config.duration)?;
+            let elapsed = started.elapsed();
+            let collection = session.collect(false)?;
+            let mut meta = session.meta(elapsed);
+            meta.lost = collection.lost;
+            drop(session);
+            let mut symbolizer = Symbolizer::new(symbolize::Options::default());
+            let mut profile = Profile::new(meta);
+            profile.samples = symbolizer.resolve(collection.samples);
+            profile
+        }
+    };
     profile.merge_identical();
     profile.sort_ascending();
 

@@ -1,0 +1,225 @@
+//! The flame graph of a [`View`] as a tree of frames, and its compact JSON
+//! form for the page.
+//!
+//! Children are merged by name and sorted by name, as flame graphs draw
+//! them. Frames narrower than a pixel at full width would only bloat each
+//! update, so [`Tree::build`] folds nodes under a minimum value into their
+//! parent (the parent keeps their value, so totals stay exact).
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+
+use super::window::{Store, View};
+use crate::profile::PathKind;
+
+/// One frame of the flame graph.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Node {
+    /// Index into [`Tree::names`].
+    pub name: u32,
+    /// Value of this frame and everything above it.
+    pub value: u64,
+    /// Indices into [`Tree::nodes`], sorted by name.
+    pub children: Vec<u32>,
+}
+
+/// A flame graph: node 0 is the root (`all`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Tree {
+    /// Labels used by the nodes: name and what the frame is.
+    pub names: Vec<(String, Kind)>,
+    pub nodes: Vec<Node>,
+}
+
+/// What a frame stands for, for colouring.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Kind {
+    Root,
+    Process,
+    User,
+    Kernel,
+    Missed,
+    Waker,
+}
+
+impl Kind {
+    /// The one-letter code the page reads.
+    pub fn code(self) -> char {
+        match self {
+            Kind::Root => 'r',
+            Kind::Process => 'p',
+            Kind::User => 'u',
+            Kind::Kernel => 'k',
+            Kind::Missed => 'm',
+            Kind::Waker => 'w',
+        }
+    }
+
+    fn of(k: PathKind) -> Self {
+        match k {
+            PathKind::Process => Kind::Process,
+            PathKind::User => Kind::User,
+            PathKind::Kernel => Kind::Kernel,
+            PathKind::Missed => Kind::Missed,
+            PathKind::WakerKernel | PathKind::WakerUser | PathKind::WakerProcess => Kind::Waker,
+        }
+    }
+}
+
+impl Tree {
+    /// Builds the tree of `view`, leaving out frames whose value is below
+    /// `min_value` (their value stays in their parent).
+    pub fn build(store: &Store, view: &View, min_value: u64) -> Tree {
+        let mut names = vec![("all".to_string(), Kind::Root)];
+        let mut name_ids: HashMap<u32, u32> = HashMap::new();
+        let mut nodes = vec![Node {
+            name: 0,
+            value: 0,
+            children: Vec::new(),
+        }];
+        let mut child: HashMap<(u32, u32), u32> = HashMap::new();
+        for &(id, value) in &view.counts {
+            nodes[0].value += value;
+            let mut at = 0u32;
+            for &label in store.stacks[id as usize].path.iter() {
+                let name = *name_ids.entry(label).or_insert_with(|| {
+                    let (n, k) = store.names.get(label);
+                    names.push((n.clone(), Kind::of(*k)));
+                    names.len() as u32 - 1
+                });
+                let next = *child.entry((at, name)).or_insert_with(|| {
+                    nodes.push(Node {
+                        name,
+                        value: 0,
+                        children: Vec::new(),
+                    });
+                    let n = nodes.len() as u32 - 1;
+                    nodes[at as usize].children.push(n);
+                    n
+                });
+                nodes[next as usize].value += value;
+                at = next;
+            }
+        }
+        for i in 0..nodes.len() {
+            let mut kids = std::mem::take(&mut nodes[i].children);
+            kids.retain(|&c| nodes[c as usize].value >= min_value.max(1));
+            kids.sort_by(|&a, &b| {
+                names[nodes[a as usize].name as usize]
+                    .0
+                    .cmp(&names[nodes[b as usize].name as usize].0)
+            });
+            nodes[i].children = kids;
+        }
+        Tree { names, nodes }.compacted()
+    }
+
+    /// Drops nodes no longer reachable from the root (pruned ones) and
+    /// names no node uses.
+    fn compacted(self) -> Tree {
+        let mut nodes = Vec::new();
+        let mut names = Vec::new();
+        let mut name_map: HashMap<u32, u32> = HashMap::new();
+        // (old node, new parent)
+        let mut stack = vec![(0u32, None::<u32>)];
+        while let Some((old, parent)) = stack.pop() {
+            let n = &self.nodes[old as usize];
+            let name = *name_map.entry(n.name).or_insert_with(|| {
+                names.push(self.names[n.name as usize].clone());
+                names.len() as u32 - 1
+            });
+            let new = nodes.len() as u32;
+            nodes.push(Node {
+                name,
+                value: n.value,
+                children: Vec::new(),
+            });
+            if let Some(p) = parent {
+                let kids: &mut Vec<u32> = &mut nodes[p as usize].children;
+                kids.push(new);
+            }
+            // Reversed so that children are visited, and numbered, in order.
+            stack.extend(n.children.iter().rev().map(|&c| (c, Some(new))));
+        }
+        Tree { names, nodes }
+    }
+
+    /// The total value (the root's).
+    pub fn total(&self) -> u64 {
+        self.nodes.first().map_or(0, |n| n.value)
+    }
+
+    /// The number of frames from the root to the deepest leaf.
+    pub fn depth(&self) -> usize {
+        fn go(t: &Tree, n: u32) -> usize {
+            1 + t.nodes[n as usize]
+                .children
+                .iter()
+                .map(|&c| go(t, c))
+                .max()
+                .unwrap_or(0)
+        }
+        if self.nodes.is_empty() {
+            0
+        } else {
+            go(self, 0)
+        }
+    }
+
+    /// The tree as JSON: `{"names":[[name,kind],..],"root":NODE}` with each
+    /// node `[name index, value, [children..]]` (children left out when
+    /// there are none).
+    pub fn write_json(&self, out: &mut String) {
+        out.push_str("{\"names\":[");
+        for (i, (n, k)) in self.names.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            out.push('[');
+            json_str(out, n);
+            let _ = write!(out, ",\"{}\"]", k.code());
+        }
+        out.push_str("],\"root\":");
+        if self.nodes.is_empty() {
+            out.push_str("null");
+        } else {
+            self.node_json(out, 0);
+        }
+        out.push('}');
+    }
+
+    fn node_json(&self, out: &mut String, i: u32) {
+        let n = &self.nodes[i as usize];
+        let _ = write!(out, "[{},{}", n.name, n.value);
+        if !n.children.is_empty() {
+            out.push_str(",[");
+            for (j, &c) in n.children.iter().enumerate() {
+                if j > 0 {
+                    out.push(',');
+                }
+                self.node_json(out, c);
+            }
+            out.push(']');
+        }
+        out.push(']');
+    }
+}
+
+/// Appends `s` as a JSON string.
+pub fn json_str(out: &mut String, s: &str) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x20 || c == '\u{2028}' || c == '\u{2029}' => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
