@@ -3,7 +3,7 @@
 # Safe to run again: it does nothing when everything is there.
 set -euo pipefail
 
-packages=(clang llvm libelf-dev zlib1g-dev pkg-config make gcc systemtap-sdt-dev)
+packages=(clang llvm libelf-dev zlib1g-dev pkg-config make gcc systemtap-sdt-dev chromium chromium-driver)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -4,3 +4,4 @@
 pub mod bpf;
 pub mod fixtures;
 pub mod golden;
+pub mod webdriver;
