@@ -85,18 +85,26 @@ fn last_n_seconds_is_exact() {
 }
 
 #[test]
-fn partial_intervals_round_up_to_whole_ones() {
+fn windows_take_the_nearest_whole_intervals() {
     let mut s = store(300);
     for i in 1..=4 {
         s.push(&[sample(1, "a", &["f"], i)], Lost::default(), SEC / 2);
     }
-    // 1.2 s covers the last three half-second intervals.
-    let v = s.view(Selection {
-        last: Some(Duration::from_millis(1200)),
-        pid: None,
-    });
-    assert_eq!(v.total(), 2 + 3 + 4);
-    assert_eq!(v.span, Duration::from_millis(1500));
+    let window = |ms| {
+        s.view(Selection {
+            last: Some(Duration::from_millis(ms)),
+            pid: None,
+        })
+    };
+    // 1.2 s: the last two half-second intervals (0.2 s of the third is
+    // less than half of it).
+    assert_eq!(window(1200).total(), 3 + 4);
+    assert_eq!(window(1200).span, SEC);
+    // 1.3 s: more than half of the third.
+    assert_eq!(window(1300).total(), 2 + 3 + 4);
+    assert_eq!(window(1300).span, Duration::from_millis(1500));
+    // A window shorter than an interval still shows the last one.
+    assert_eq!(window(100).total(), 4);
 }
 
 #[test]

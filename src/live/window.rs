@@ -110,8 +110,8 @@ struct Interval {
 /// Which part of the profile to look at.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Selection {
-    /// `None`: the whole run; otherwise the last N seconds (rounded up to
-    /// whole intervals, at most [`Limits::keep`]).
+    /// `None`: the whole run; otherwise the last N seconds (to the nearest
+    /// whole intervals, at least one, at most [`Limits::keep`]).
     pub last: Option<Duration>,
     /// Only this process.
     pub pid: Option<u32>,
@@ -333,9 +333,15 @@ impl Store {
                 let from = self.elapsed.saturating_sub(last);
                 let mut sums: HashMap<u32, u64> = HashMap::new();
                 let mut start = self.elapsed;
-                // An interval belongs to the window when it ends after the
-                // window's start: windows are whole intervals.
-                for iv in self.intervals.iter().rev().take_while(|iv| iv.end > from) {
+                // Windows are whole intervals: an interval belongs to the
+                // window when more than half of it lies inside, so that
+                // jitter in read times does not add a whole interval.
+                let inside = |iv: &&Interval| iv.end.saturating_sub(from) * 2 > iv.end - iv.start;
+                let newest = self.intervals.iter().rev();
+                for (_, iv) in newest
+                    .enumerate()
+                    .take_while(|(i, iv)| *i == 0 || inside(iv))
+                {
                     for &(id, v) in &iv.counts {
                         *sums.entry(id).or_default() += v;
                     }

@@ -30,12 +30,23 @@ pub fn require_browser() -> bool {
 
 /// One HTTP request; returns the status and body.
 pub fn http(port: u16, method: &str, path: &str, body: Option<&str>) -> (u16, String) {
+    http_as(&format!("127.0.0.1:{port}"), port, method, path, body)
+}
+
+/// One HTTP request to loopback claiming to be for `host`.
+pub fn http_as(
+    host: &str,
+    port: u16,
+    method: &str,
+    path: &str,
+    body: Option<&str>,
+) -> (u16, String) {
     let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connecting");
     s.set_read_timeout(Some(Duration::from_secs(60))).ok();
     let body = body.unwrap_or("");
     write!(
         s,
-        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        "{method} {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     )
     .expect("sending request");
