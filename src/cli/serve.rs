@@ -55,3 +55,56 @@ impl ServeArgs {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use crate::cli::{Cli, Command};
+
+    fn parse(args: &[&str]) -> Result<super::ServeArgs, clap::Error> {
+        let mut argv = vec!["flare", "profile"];
+        argv.extend_from_slice(args);
+        Cli::try_parse_from(argv).map(|c| match c.command {
+            Command::Profile(p) => p.serve,
+        })
+    }
+
+    #[test]
+    fn serve_defaults_to_a_free_loopback_port() {
+        assert_eq!(parse(&[]).unwrap().options(), None);
+        let o = parse(&["5", "--serve"]).unwrap().options().unwrap();
+        assert_eq!(o.bind.to_string(), "127.0.0.1:0");
+        assert_eq!(o.interval.as_millis(), 1000);
+        assert_eq!(o.limits.keep.as_secs(), 300);
+        let o = parse(&[
+            "--serve=:8080",
+            "--serve-interval",
+            "0.5",
+            "--serve-keep",
+            "60",
+        ])
+        .unwrap()
+        .options()
+        .unwrap();
+        assert_eq!(o.bind.to_string(), "127.0.0.1:8080");
+        assert_eq!(o.interval.as_millis(), 500);
+        assert_eq!(o.limits.keep.as_secs(), 60);
+        let o = parse(&["--serve", "0.0.0.0:9000"])
+            .unwrap()
+            .options()
+            .unwrap();
+        assert!(o.bind.ip().is_unspecified());
+    }
+
+    #[test]
+    fn serve_arguments_are_checked() {
+        // A bare number after --serve is a mistaken duration, not a port.
+        let e = parse(&["--serve", "5"]).unwrap_err().to_string();
+        assert!(e.contains("a duration goes before --serve"), "{e}");
+        assert!(parse(&["--serve", "--serve-interval", "0"]).is_err());
+        assert!(parse(&["--serve", "--serve-keep", "0"]).is_err());
+        // The companions mean nothing without --serve.
+        assert!(parse(&["--serve-interval", "2"]).is_err());
+    }
+}

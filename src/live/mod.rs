@@ -2,12 +2,13 @@
 //!
 //! A tool that can hand over what it counted since its last read (a
 //! [`Source`]) is read every interval through the same collection path its
-//! one-shot run uses; [`step`] symbolizes the delta with one long-lived
-//! [`Symbolizer`] (its caches persist across intervals) and adds it to the
-//! windowed [`Store`]. [`server`] serves the page and a JSON snapshot of any
+//! one-shot run uses; a [`Feeder`] symbolizes what is new in each delta
+//! with one long-lived [`Symbolizer`] (its caches persist across
+//! intervals) and adds it to the windowed [`Store`]. [`server`] serves the page and a JSON snapshot of any
 //! window and process from that store; [`snapshot_json`] and [`download`]
 //! are what it answers with.
 
+mod fxhash;
 pub mod server;
 pub mod svg;
 pub mod tree;
@@ -23,7 +24,7 @@ pub use window::{Limits, Selection, Store, View};
 use crate::error::{Error, Result};
 use crate::output::{folded, StackStyle};
 use crate::profile::{Lost, ValueUnit};
-use crate::symbolize::{RawSample, Symbolizer};
+use crate::symbolize::{RawSample, RawTask, Symbolizer};
 use tree::{json_str, Tree};
 
 /// A tool that can be read periodically: each call returns what was
@@ -39,21 +40,80 @@ impl Source for crate::tools::profile::Session<'_> {
     }
 }
 
-/// Reads one interval from `source`, symbolizes it and adds it to `store`,
-/// `length` being the time since the previous read.
-pub fn step<S: Source + ?Sized>(
-    source: &mut S,
-    symbolizer: &mut Symbolizer,
-    store: &Mutex<Store>,
-    length: Duration,
-) -> Result<()> {
-    let (raw, lost) = source.delta()?;
-    let samples = symbolizer.resolve(raw);
-    // A panic elsewhere while holding the lock leaves counts that are still
-    // consistent: pushes are all-or-nothing with respect to readers.
-    let mut store = store.lock().unwrap_or_else(|e| e.into_inner());
-    store.push(&samples, lost, length);
-    Ok(())
+/// Turns each interval's raw samples into the store's stack ids through
+/// one long-lived [`Symbolizer`], symbolizing only stacks not seen before:
+/// the kernel keeps a stack's id and addresses for the whole run, so a
+/// stack seen in one interval means the same in the next.
+pub struct Feeder {
+    symbolizer: Symbolizer,
+    known: fxhash::FxMap<RawKey, u32>,
+    batches: u64,
+}
+
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct RawKey {
+    task: RawTask,
+    waker: Option<RawTask>,
+}
+
+/// Known raw stacks are forgotten this often (in intervals), so that a
+/// process that reuses a PID (and the same addresses) is named afresh,
+/// and so that the map stays small.
+const FORGET_EVERY: u64 = 60;
+const MAX_KNOWN: usize = 1 << 20;
+
+impl Feeder {
+    pub fn new(symbolizer: Symbolizer) -> Self {
+        Feeder {
+            symbolizer,
+            known: Default::default(),
+            batches: 0,
+        }
+    }
+
+    /// Reads one interval from `source`, symbolizes what is new and adds
+    /// it all to `store`, `length` being the time since the previous read.
+    pub fn step<S: Source + ?Sized>(
+        &mut self,
+        source: &mut S,
+        store: &Mutex<Store>,
+        length: Duration,
+    ) -> Result<()> {
+        let (raw, lost) = source.delta()?;
+        self.batches += 1;
+        if self.batches % FORGET_EVERY == 0 || self.known.len() > MAX_KNOWN {
+            self.known.clear();
+        }
+        let mut known = Vec::with_capacity(raw.len());
+        let mut new_keys = Vec::new();
+        let mut new = Vec::new();
+        for s in raw {
+            let key = RawKey {
+                task: s.task,
+                waker: s.waker,
+            };
+            match self.known.get(&key) {
+                Some(&id) => known.push((id, s.value)),
+                None => {
+                    new.push(RawSample {
+                        task: key.task.clone(),
+                        waker: key.waker.clone(),
+                        value: s.value,
+                    });
+                    new_keys.push(key);
+                }
+            }
+        }
+        let samples = self.symbolizer.resolve(new);
+        // A panic elsewhere while holding the lock cannot leave the store
+        // half-updated for readers: they only see whole intervals.
+        let ids = {
+            let mut store = store.lock().unwrap_or_else(|e| e.into_inner());
+            store.push_interval(known, &samples, lost, length)
+        };
+        self.known.extend(new_keys.into_iter().zip(ids));
+        Ok(())
+    }
 }
 
 /// How to run the live view.

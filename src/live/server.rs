@@ -45,8 +45,9 @@ impl Server {
         let thread = std::thread::Builder::new()
             .name("flare-serve".into())
             .spawn(move || {
+                let mut cache = SnapshotCache::default();
                 for request in serving.incoming_requests() {
-                    handle(request, &store, addr);
+                    handle(request, &store, addr, &mut cache);
                 }
             })
             .map_err(|source| Error::Io {
@@ -85,6 +86,14 @@ impl Drop for Server {
             let _ = t.join();
         }
     }
+}
+
+/// The last snapshot served: tabs polling between two updates, or
+/// several tabs on one view, get it without rebuilding the tree.
+#[derive(Default)]
+struct SnapshotCache {
+    key: Option<(u64, Selection, u64)>,
+    json: Vec<u8>,
 }
 
 /// What a request asks for.
@@ -189,7 +198,7 @@ fn respond(
     let _ = request.respond(r);
 }
 
-fn handle(request: Request, store: &Mutex<Store>, bound: SocketAddr) {
+fn handle(request: Request, store: &Mutex<Store>, bound: SocketAddr, cache: &mut SnapshotCache) {
     if bound.ip().is_loopback() {
         let host = request
             .headers()
@@ -231,11 +240,15 @@ fn handle(request: Request, store: &Mutex<Store>, bound: SocketAddr) {
         ),
         Route::Style => respond(request, 200, "text/css; charset=utf-8", STYLE.into(), None),
         Route::Snapshot(sel, min) => {
-            let json = {
+            {
                 let store = store.lock().unwrap_or_else(|e| e.into_inner());
-                snapshot_json(&store, sel, min)
-            };
-            respond(request, 200, "application/json", json.into_bytes(), None)
+                let key = Some((store.seq(), sel, min.to_bits()));
+                if cache.key != key {
+                    cache.json = snapshot_json(&store, sel, min).into_bytes();
+                    cache.key = key;
+                }
+            }
+            respond(request, 200, "application/json", cache.json.clone(), None)
         }
         Route::Download(sel, format) => {
             let result = {

@@ -272,3 +272,45 @@ fn bind_addresses() {
     assert!(parse_bind("10").is_err(), "a bare number is a duration");
     assert!(parse_bind(":x").is_err());
 }
+
+/// A source that replays fixed intervals.
+struct Replay(Vec<Vec<crate::symbolize::RawSample>>);
+
+impl super::Source for Replay {
+    fn delta(&mut self) -> crate::Result<(Vec<crate::symbolize::RawSample>, Lost)> {
+        Ok((self.0.remove(0), Lost::default()))
+    }
+}
+
+#[test]
+fn feeder_reuses_stacks_across_intervals() {
+    use crate::symbolize::{Options, RawSample, RawTask, RawTrace, Symbolizer};
+    let raw = |value| RawSample {
+        task: RawTask {
+            // No such process: its frames resolve to [unknown].
+            pid: u32::MAX - 1,
+            tid: None,
+            comm: "gone".into(),
+            user: RawTrace::Addrs(vec![0x1000, 0x2000]),
+            kernel: RawTrace::NotCollected,
+        },
+        waker: None,
+        value,
+    };
+    let mut source = Replay(vec![vec![raw(3)], vec![raw(4)], vec![]]);
+    let store = std::sync::Mutex::new(store(10));
+    let mut feeder = super::Feeder::new(Symbolizer::new(Options::default()));
+    for _ in 0..3 {
+        feeder.step(&mut source, &store, SEC).unwrap();
+    }
+    let s = store.lock().unwrap();
+    assert_eq!(s.seq(), 3);
+    assert_eq!(s.distinct_stacks(), 1);
+    assert_eq!(s.view(Selection::default()).total(), 7);
+    assert_eq!(s.view(last(2)).total(), 4);
+    let folded = download(&s, Selection::default(), Format::Folded).unwrap();
+    assert_eq!(
+        String::from_utf8(folded.body).unwrap(),
+        "gone;[unknown];[unknown] 7\n"
+    );
+}

@@ -6,9 +6,9 @@
 //! update, so [`Tree::build`] folds nodes under a minimum value into their
 //! parent (the parent keeps their value, so totals stay exact).
 
-use std::collections::HashMap;
 use std::fmt::Write as _;
 
+use super::fxhash::FxMap;
 use super::window::{Store, View};
 use crate::profile::PathKind;
 
@@ -71,13 +71,13 @@ impl Tree {
     /// `min_value` (their value stays in their parent).
     pub fn build(store: &Store, view: &View, min_value: u64) -> Tree {
         let mut names = vec![("all".to_string(), Kind::Root)];
-        let mut name_ids: HashMap<u32, u32> = HashMap::new();
+        let mut name_ids: FxMap<u32, u32> = FxMap::default();
         let mut nodes = vec![Node {
             name: 0,
             value: 0,
             children: Vec::new(),
         }];
-        let mut child: HashMap<(u32, u32), u32> = HashMap::new();
+        let mut child: FxMap<(u32, u32), u32> = FxMap::default();
         for &(id, value) in &view.counts {
             nodes[0].value += value;
             let mut at = 0u32;
@@ -119,7 +119,7 @@ impl Tree {
     fn compacted(self) -> Tree {
         let mut nodes = Vec::new();
         let mut names = Vec::new();
-        let mut name_map: HashMap<u32, u32> = HashMap::new();
+        let mut name_map: FxMap<u32, u32> = FxMap::default();
         // (old node, new parent)
         let mut stack = vec![(0u32, None::<u32>)];
         while let Some((old, parent)) = stack.pop() {

@@ -10,23 +10,24 @@
 //! and past [`Limits::max_stacks`] distinct stacks new ones are counted
 //! under one `[too many stacks]` entry.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::hash::Hash;
 use std::time::Duration;
 
+use super::fxhash::FxMap;
 use crate::profile::{Frame, Lost, Meta, PathKind, Profile, Sample, TaskStack, Trace};
 
 /// Strings or frames stored once and referred to by index.
 #[derive(Debug)]
 pub(crate) struct Interner<T> {
-    index: HashMap<T, u32>,
+    index: FxMap<T, u32>,
     items: Vec<T>,
 }
 
 impl<T: Clone + Eq + Hash> Interner<T> {
     fn new() -> Self {
         Interner {
-            index: HashMap::new(),
+            index: FxMap::default(),
             items: Vec::new(),
         }
     }
@@ -148,7 +149,7 @@ pub struct Store {
     pub(crate) names: Interner<(String, PathKind)>,
     strings: Interner<String>,
     frames: Interner<Frame>,
-    index: HashMap<StackKey, u32>,
+    index: FxMap<StackKey, u32>,
     pub(crate) stacks: Vec<Stack>,
     overflow: Option<u32>,
     intervals: VecDeque<Interval>,
@@ -173,7 +174,7 @@ impl Store {
             names: Interner::new(),
             strings: Interner::new(),
             frames: Interner::new(),
-            index: HashMap::new(),
+            index: FxMap::default(),
             stacks: Vec::new(),
             overflow: None,
             intervals: VecDeque::new(),
@@ -282,9 +283,28 @@ impl Store {
     /// Adds what one read of the kernel maps returned: `samples` counted
     /// during the `length` since the previous read.
     pub fn push(&mut self, samples: &[Sample], lost: Lost, length: Duration) {
-        let mut counts: HashMap<u32, u64> = HashMap::with_capacity(samples.len());
+        self.push_interval(Vec::new(), samples, lost, length);
+    }
+
+    /// Adds an interval made of counts of stacks already in the store
+    /// (`known`: id, value) and of newly symbolized `samples`; returns the
+    /// ids the new samples were given, in order.
+    pub fn push_interval(
+        &mut self,
+        known: Vec<(u32, u64)>,
+        samples: &[Sample],
+        lost: Lost,
+        length: Duration,
+    ) -> Vec<u32> {
+        let mut ids = Vec::with_capacity(samples.len());
+        let mut counts: FxMap<u32, u64> =
+            FxMap::with_capacity_and_hasher(known.len() + samples.len(), Default::default());
+        for (id, value) in known {
+            *counts.entry(id).or_default() += value;
+        }
         for s in samples {
             let id = self.stack_id(s);
+            ids.push(id);
             *counts.entry(id).or_default() += s.value;
         }
         let mut counts: Vec<(u32, u64)> = counts.into_iter().filter(|c| c.1 > 0).collect();
@@ -311,6 +331,7 @@ impl Store {
                 break;
             }
         }
+        ids
     }
 
     /// The counts of a selection.
@@ -331,7 +352,7 @@ impl Store {
             Some(last) => {
                 let last = last.min(self.limits.keep);
                 let from = self.elapsed.saturating_sub(last);
-                let mut sums: HashMap<u32, u64> = HashMap::new();
+                let mut sums: FxMap<u32, u64> = FxMap::default();
                 let mut start = self.elapsed;
                 // Windows are whole intervals: an interval belongs to the
                 // window when more than half of it lies inside, so that
@@ -353,7 +374,7 @@ impl Store {
                 (counts, self.elapsed - start)
             }
         };
-        let mut procs: HashMap<u32, (u32, u64)> = HashMap::new();
+        let mut procs: FxMap<u32, (u32, u64)> = FxMap::default();
         for &(id, v) in &all {
             let s = &self.stacks[id as usize];
             let e = procs.entry(s.pid).or_insert((s.comm, 0));

@@ -6,7 +6,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use flare::live::{self, server::Server, Options, Selection, Source, Store};
+use flare::live::{server::Server, Feeder, Options, Selection, Source, Store};
 use flare::profile::{Meta, Profile};
 use flare::symbolize::{self, Symbolizer};
 
@@ -38,7 +38,7 @@ pub fn run<S: Source + ?Sized>(
     .context("installing the Ctrl-C handler")?;
     let started = Instant::now();
     let end = duration.map(|d| started + d);
-    let mut symbolizer = Symbolizer::new(symbolize::Options::default());
+    let mut feeder = Feeder::new(Symbolizer::new(symbolize::Options::default()));
     let mut last_read = started;
     let mut next = started + options.interval;
     loop {
@@ -48,7 +48,7 @@ pub fn run<S: Source + ?Sized>(
             .is_ok()
             || end.is_some_and(|e| Instant::now() >= e);
         let now = Instant::now();
-        live::step(source, &mut symbolizer, &store, now - last_read)?;
+        feeder.step(source, &store, now - last_read)?;
         last_read = now;
         if stopped {
             break;
