@@ -192,6 +192,18 @@ fn live_page_in_headless_chromium() {
     );
     assert_eq!(svg, json!(["svg", 0, true]), "SVG download");
 
+    // Download links follow what the build can write.
+    let links = b.exec(
+        "return fetch('api/profile').then(r => r.json()).then(d => ['svg', 'folded', 'pprof']\
+           .every(f => document.getElementById('dl-' + f).hidden === !d.downloads.includes(f)));",
+        json!([]),
+    );
+    assert_eq!(
+        links,
+        json!(true),
+        "download links match the server's formats"
+    );
+
     // The screenshot is the test's artefact.
     let png = b.screenshot();
     assert!(png.starts_with(b"\x89PNG"), "screenshot is a PNG");

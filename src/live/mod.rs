@@ -211,6 +211,13 @@ pub fn snapshot_json(store: &Store, sel: Selection, min_share: f64) -> String {
         json_str(&mut out, store.string(comm));
         let _ = write!(out, ",{value}]");
     }
+    out.push_str("],\"downloads\":[");
+    for (i, f) in Format::AVAILABLE.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        json_str(&mut out, f.name());
+    }
     out.push_str("],\"graph\":");
     tree.write_json(&mut out);
     out.push('}');
@@ -223,6 +230,20 @@ pub enum Format {
     Folded,
     Svg,
     Pprof,
+}
+
+impl Format {
+    /// The formats this build can write; the page hides the others.
+    pub const AVAILABLE: &'static [Format] = &[Format::Svg, Format::Folded];
+
+    /// The name the page and routes use.
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::Folded => "folded",
+            Format::Svg => "svg",
+            Format::Pprof => "pprof",
+        }
+    }
 }
 
 /// A rendered download.

@@ -235,6 +235,7 @@ fn snapshot_is_json_with_totals() {
     let names = v["graph"]["names"].as_array().unwrap();
     assert!(names.iter().any(|n| n[0] == "func_a" && n[1] == "u"));
     assert_eq!(v["graph"]["root"][1], 77);
+    assert_eq!(v["downloads"], serde_json::json!(["svg", "folded"]));
 }
 
 #[test]

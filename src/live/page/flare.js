@@ -48,6 +48,10 @@
 
   function updateLinks() {
     const q = query();
+    const available = (state.data && state.data.downloads) || ["svg", "folded", "pprof"];
+    for (const f of ["svg", "folded", "pprof"]) {
+      $("dl-" + f).hidden = !available.includes(f);
+    }
     $("dl-svg").href = "download/flare.svg?" + q;
     $("dl-folded").href = "download/flare.folded?" + q;
     $("dl-pprof").href = "download/flare.pb.gz?" + q;
@@ -237,9 +241,19 @@
         text.textContent = name.length <= fits ? name : name.slice(0, fits - 2) + "..";
         g.append(text);
       }
-      g.addEventListener("click", () => {
+      g.setAttribute("tabindex", "0");
+      g.setAttribute("role", "button");
+      g.setAttribute("aria-label", title.textContent);
+      const zoom = () => {
         state.zoom = pathOf(g);
         render();
+      };
+      g.addEventListener("click", zoom);
+      g.addEventListener("keydown", (e) => {
+        if (e.key === "Enter" || e.key === " ") {
+          e.preventDefault();
+          zoom();
+        }
       });
       g.addEventListener("mouseenter", () => { $("detail").textContent = title.textContent; });
       frag.append(g);
