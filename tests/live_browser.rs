@@ -8,11 +8,11 @@ mod common;
 
 use std::fs;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::bpf::{require_bpf, serial, workload, Reaper};
-use common::webdriver::{lines, read_until, require_browser, wait_for, Browser};
+use common::bpf::{require_bpf, serial};
+use common::serve;
+use common::webdriver::{require_browser, wait_for, Browser};
 use serde_json::{json, Value};
 
 /// twofuncs spends this share of its CPU time in func_a, the rest in func_b.
@@ -34,37 +34,10 @@ fn live_page_in_headless_chromium() {
     let _cpu = serial();
 
     // The workload, and the profiler serving it on a free loopback port.
-    let mut work = Command::new(workload("twofuncs"))
-        .args(["40", "25"])
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("starting twofuncs");
-    let mut out = lines(work.stdout.take().expect("workload stdout"));
-    let work = Reaper(work);
-    read_until(&mut out, "ready");
-    let pid = work.0.id();
-    let mut flare = Command::new(env!("CARGO_BIN_EXE_flare"))
-        .args([
-            "profile",
-            "-F",
-            "199",
-            "-p",
-            &pid.to_string(),
-            "35",
-            "--serve",
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("starting flare");
-    let mut err = lines(flare.stderr.take().expect("flare stderr"));
-    let _flare = Reaper(flare);
-    let line = read_until(&mut err, "Live flame graph at ");
-    let url = line
-        .split_whitespace()
-        .find(|w| w.starts_with("http://127.0.0.1:"))
-        .unwrap_or_else(|| panic!("no loopback URL in {line:?}"))
-        .to_string();
+    let work = serve::twofuncs("40", "25");
+    let pid = work.pid;
+    let served = serve::serve(&["-F", "199", "-p", &pid.to_string(), "35", "--serve"]);
+    let url = served.url.clone();
 
     let b = Browser::start();
     b.goto(&url);

@@ -9,8 +9,9 @@ use std::io::Read;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::bpf::{process_cpu, require_bpf, serial, workload, Reaper};
-use common::webdriver::{http, http_as, lines, read_until, wait_for};
+use common::bpf::{process_cpu, require_bpf, serial};
+use common::serve;
+use common::webdriver::{http, http_as, wait_for};
 use serde_json::Value;
 
 const HZ: f64 = 199.0;
@@ -43,34 +44,17 @@ fn serve_windows_add_up_and_match_cpu_time() {
         return;
     }
     let _cpu = serial();
-    let mut work = Command::new(workload("twofuncs"))
-        .args(["30", "25"])
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("starting twofuncs");
-    let mut out = lines(work.stdout.take().expect("workload stdout"));
-    let work = Reaper(work);
-    read_until(&mut out, "ready");
-    let pid = work.0.id();
-
+    let work = serve::twofuncs("30", "25");
+    let pid = work.pid;
     let cpu_before = process_cpu(pid);
-    let mut flare = Command::new(env!("CARGO_BIN_EXE_flare"))
-        .args(["profile", "-F", "199", "-f", "-p", &pid.to_string(), "5"])
-        .args(["--serve", "--serve-interval", "0.5", "--serve-keep", "60"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("starting flare");
-    let mut err = lines(flare.stderr.take().expect("flare stderr"));
-    let mut stdout = flare.stdout.take().expect("flare stdout");
-    let flare = Reaper(flare);
-    let line = read_until(&mut err, "Live flame graph at http://127.0.0.1:");
-    let port: u16 = line
-        .rsplit(':')
-        .next()
-        .and_then(|p| p.split('/').next())
-        .and_then(|p| p.parse().ok())
-        .unwrap_or_else(|| panic!("no port in {line:?}"));
+    let mut served = serve::serve(
+        &["-F", "199", "-f", "-p", &pid.to_string(), "5", "--serve"]
+            .into_iter()
+            .chain(["--serve-interval", "0.5", "--serve-keep", "60"])
+            .collect::<Vec<_>>(),
+    );
+    let port = served.port;
+    let mut stdout = served.stdout.take().expect("flare stdout");
 
     // Wait for a few intervals, then compare windows of one snapshot time.
     wait_for("four intervals", Duration::from_secs(20), || {
@@ -115,8 +99,7 @@ fn serve_windows_add_up_and_match_cpu_time() {
     // The run ends as usual: folded stacks on stdout.
     let mut text = String::new();
     stdout.read_to_string(&mut text).expect("flare output");
-    let mut flare = flare;
-    let status = flare.0.wait().expect("waiting for flare");
+    let status = served.flare.0.wait().expect("waiting for flare");
     assert!(status.success(), "flare failed: {status}");
     let cpu = process_cpu(pid) - cpu_before;
     let count = |needle: &str| -> u64 {

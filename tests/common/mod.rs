@@ -4,4 +4,5 @@
 pub mod bpf;
 pub mod fixtures;
 pub mod golden;
+pub mod serve;
 pub mod webdriver;
