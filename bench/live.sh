@@ -69,8 +69,8 @@ run() {
 
 port=$(free_port)
 echo "manystacks (2 threads, 65,536 call chains), sampled at $HZ Hz; steady window ${SECS} s after ${WARM} s"
-run plain "$FLARE" profile -F "$HZ" -p WPID
-run serve "$FLARE" profile -F "$HZ" -p WPID --serve ":$port"
+run plain "$FLARE" profile -F "$HZ" -p WPID --stack-storage-size 65536
+run serve "$FLARE" profile -F "$HZ" -p WPID --stack-storage-size 65536 --serve ":$port"
 run perf-top perf top -g -F "$HZ" -p WPID --stdio -d 1
 
 python3 - "$OUT/live-snapshot.json" "$OUT/live-last1.json" <<'PY'
@@ -78,7 +78,8 @@ import json, sys
 whole = json.load(open(sys.argv[1]))
 last = json.load(open(sys.argv[2]))
 print(f"distinct stacks: {whole['stacks']} in the whole run, {last['stacks']} in the last interval "
-      f"({last['total']} samples/s); snapshot of {len(open(sys.argv[1]).read())} bytes")
+      f"({last['total']} samples/s); {whole['lost']['stacks']} stacks lost; "
+      f"snapshot of {len(open(sys.argv[1]).read())} bytes")
 PY
 awk -v s="${cost[serve]}" -v p="${cost[plain]}" -v t="${cost[perf-top]}" 'BEGIN {
     printf "live view adds %.3f %% of one CPU (target: under 2 %%)\n", s - p

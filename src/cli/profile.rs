@@ -17,6 +17,7 @@ Examples:
     flare profile -c 1000000     # profile stack traces every 1 in a million events
     flare profile 5              # profile at 49 Hertz for 5 seconds only
     flare profile -f 5           # output in folded format for flame graphs
+    flare profile --serve        # and a live flame graph in the browser (URL on stderr)
     flare profile -p 185         # only profile process with PID 185
     flare profile -p 185,186     # only profile processes 185 and 186
     flare profile -L 185         # only profile thread with TID 185

@@ -2,13 +2,14 @@
 //! form for the page.
 //!
 //! Children are merged by name and sorted by name, as flame graphs draw
-//! them. Frames narrower than a pixel at full width would only bloat each
-//! update, so [`Tree::build`] folds nodes under a minimum value into their
-//! parent (the parent keeps their value, so totals stay exact).
+//! them. The store's trie already merges paths, so a view's tree is the
+//! trie with the view's values summed into it. Frames narrower than a
+//! pixel at full width would only bloat each update, so [`Tree::build`]
+//! folds nodes under a minimum value into their parent (the parent keeps
+//! their value, so totals stay exact).
 
 use std::fmt::Write as _;
 
-use super::fxhash::FxMap;
 use super::window::{Store, View};
 use crate::profile::PathKind;
 
@@ -70,78 +71,56 @@ impl Tree {
     /// Builds the tree of `view`, leaving out frames whose value is below
     /// `min_value` (their value stays in their parent).
     pub fn build(store: &Store, view: &View, min_value: u64) -> Tree {
-        let mut names = vec![("all".to_string(), Kind::Root)];
-        let mut name_ids: FxMap<u32, u32> = FxMap::default();
-        let mut nodes = vec![Node {
-            name: 0,
-            value: 0,
-            children: Vec::new(),
-        }];
-        let mut child: FxMap<(u32, u32), u32> = FxMap::default();
+        let trie = &store.trie;
+        let mut values = vec![0u64; trie.len()];
         for &(id, value) in &view.counts {
-            nodes[0].value += value;
-            let mut at = 0u32;
-            for &label in store.stacks[id as usize].path.iter() {
-                let name = *name_ids.entry(label).or_insert_with(|| {
-                    let (n, k) = store.names.get(label);
-                    names.push((n.clone(), Kind::of(*k)));
-                    names.len() as u32 - 1
-                });
-                let next = *child.entry((at, name)).or_insert_with(|| {
-                    nodes.push(Node {
-                        name,
-                        value: 0,
-                        children: Vec::new(),
-                    });
-                    let n = nodes.len() as u32 - 1;
-                    nodes[at as usize].children.push(n);
-                    n
-                });
-                nodes[next as usize].value += value;
-                at = next;
+            values[0] += value;
+            for &n in store.stacks[id as usize].nodes.iter() {
+                values[n as usize] += value;
             }
         }
-        for i in 0..nodes.len() {
-            let mut kids = std::mem::take(&mut nodes[i].children);
-            kids.retain(|&c| nodes[c as usize].value >= min_value.max(1));
-            kids.sort_by(|&a, &b| {
-                names[nodes[a as usize].name as usize]
-                    .0
-                    .cmp(&names[nodes[b as usize].name as usize].0)
-            });
-            nodes[i].children = kids;
-        }
-        Tree { names, nodes }.compacted()
-    }
-
-    /// Drops nodes no longer reachable from the root (pruned ones) and
-    /// names no node uses.
-    fn compacted(self) -> Tree {
-        let mut nodes = Vec::new();
-        let mut names = Vec::new();
-        let mut name_map: FxMap<u32, u32> = FxMap::default();
-        // (old node, new parent)
+        let mut tree = Tree {
+            names: vec![("all".to_string(), Kind::Root)],
+            nodes: Vec::new(),
+        };
+        // Store label -> tree name, by index (0: not yet used).
+        let mut name_ids: Vec<u32> = vec![0; store.names.len()];
+        let min = min_value.max(1);
+        // (trie node, parent in the tree)
         let mut stack = vec![(0u32, None::<u32>)];
-        while let Some((old, parent)) = stack.pop() {
-            let n = &self.nodes[old as usize];
-            let name = *name_map.entry(n.name).or_insert_with(|| {
-                names.push(self.names[n.name as usize].clone());
-                names.len() as u32 - 1
-            });
-            let new = nodes.len() as u32;
-            nodes.push(Node {
+        while let Some((t, parent)) = stack.pop() {
+            let name = if t == 0 {
+                0
+            } else {
+                let label = trie.label[t as usize];
+                let slot = &mut name_ids[label as usize];
+                if *slot == 0 {
+                    let (n, k) = store.names.get(label);
+                    tree.names.push((n.clone(), Kind::of(*k)));
+                    *slot = tree.names.len() as u32 - 1;
+                }
+                *slot
+            };
+            let new = tree.nodes.len() as u32;
+            tree.nodes.push(Node {
                 name,
-                value: n.value,
+                value: values[t as usize],
                 children: Vec::new(),
             });
             if let Some(p) = parent {
-                let kids: &mut Vec<u32> = &mut nodes[p as usize].children;
-                kids.push(new);
+                tree.nodes[p as usize].children.push(new);
             }
-            // Reversed so that children are visited, and numbered, in order.
-            stack.extend(n.children.iter().rev().map(|&c| (c, Some(new))));
+            let mut kids: Vec<u32> = trie.children[t as usize]
+                .iter()
+                .copied()
+                .filter(|&c| values[c as usize] >= min)
+                .collect();
+            let label_name = |c: u32| &store.names.get(trie.label[c as usize]).0;
+            // Pushed in reverse name order, so popped (and numbered) in order.
+            kids.sort_by(|&a, &b| label_name(b).cmp(label_name(a)));
+            stack.extend(kids.into_iter().map(|c| (c, Some(new))));
         }
-        Tree { names, nodes }
+        tree
     }
 
     /// The total value (the root's).

@@ -45,6 +45,10 @@ impl<T: Clone + Eq + Hash> Interner<T> {
     pub(crate) fn get(&self, id: u32) -> &T {
         &self.items[id as usize]
     }
+
+    pub(crate) fn len(&self) -> usize {
+        self.items.len()
+    }
 }
 
 /// A stack of interned frames, or why there is none.
@@ -71,13 +75,61 @@ struct StackKey {
 }
 
 /// One distinct stack: how to rebuild its sample, and its root-to-leaf
-/// path of interned (name, kind) labels for the flame graph.
+/// path as nodes of the store's [`Trie`].
 #[derive(Debug)]
 pub(crate) struct Stack {
     key: Option<StackKey>,
     pub(crate) pid: u32,
     pub(crate) comm: u32,
-    pub(crate) path: Box<[u32]>,
+    pub(crate) nodes: Box<[u32]>,
+}
+
+/// Every root-to-leaf path of (name, kind) labels seen in the run, merged
+/// by label. Each stack knows its nodes, so the flame graph of any view is
+/// a sum into an array indexed by node, with no lookups per frame.
+#[derive(Debug)]
+pub(crate) struct Trie {
+    /// Node 0 is the root; others hold a label of [`Store::names`].
+    pub(crate) label: Vec<u32>,
+    pub(crate) children: Vec<Vec<u32>>,
+    index: FxMap<(u32, u32), u32>,
+}
+
+impl Trie {
+    fn new() -> Self {
+        Trie {
+            label: vec![u32::MAX],
+            children: vec![Vec::new()],
+            index: FxMap::default(),
+        }
+    }
+
+    /// The nodes of a path of labels, added where new.
+    fn nodes(&mut self, labels: &[u32]) -> Box<[u32]> {
+        let mut at = 0u32;
+        labels
+            .iter()
+            .map(|&label| {
+                let next = match self.index.get(&(at, label)) {
+                    Some(&n) => n,
+                    None => {
+                        let n = self.label.len() as u32;
+                        self.label.push(label);
+                        self.children.push(Vec::new());
+                        self.children[at as usize].push(n);
+                        self.index.insert((at, label), n);
+                        n
+                    }
+                };
+                at = next;
+                next
+            })
+            .collect()
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.label.len()
+    }
 }
 
 /// Bounds on what the live view keeps.
@@ -151,6 +203,7 @@ pub struct Store {
     frames: Interner<Frame>,
     index: FxMap<StackKey, u32>,
     pub(crate) stacks: Vec<Stack>,
+    pub(crate) trie: Trie,
     overflow: Option<u32>,
     intervals: VecDeque<Interval>,
     totals: Vec<u64>,
@@ -176,6 +229,7 @@ impl Store {
             frames: Interner::new(),
             index: FxMap::default(),
             stacks: Vec::new(),
+            trie: Trie::new(),
             overflow: None,
             intervals: VecDeque::new(),
             totals: Vec::new(),
@@ -242,16 +296,17 @@ impl Store {
         if self.stacks.len() >= self.limits.max_stacks {
             return self.overflow_id();
         }
-        let path = s
+        let labels: Vec<u32> = s
             .path()
             .iter()
             .map(|p| self.names.id(&(p.name.to_string(), p.kind)))
             .collect();
+        let nodes = self.trie.nodes(&labels);
         let id = self.push_stack(Stack {
             key: Some(key.clone()),
             pid: s.task.pid,
             comm: key.task.comm,
-            path,
+            nodes,
         });
         self.index.insert(key, id);
         id
@@ -270,11 +325,12 @@ impl Store {
         }
         let label = self.names.id(&(TOO_MANY.to_string(), PathKind::Missed));
         let comm = self.strings.id(&TOO_MANY.to_string());
+        let nodes = self.trie.nodes(&[label]);
         let id = self.push_stack(Stack {
             key: None,
             pid: 0,
             comm,
-            path: Box::new([label]),
+            nodes,
         });
         self.overflow = Some(id);
         id

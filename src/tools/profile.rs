@@ -18,7 +18,7 @@ use crate::bpf::skel::profile::{types, ProfileSkel, ProfileSkelBuilder};
 use crate::bpf::{comm_str, read_stack, system, StackLoss, STACK_SKIPPED};
 use crate::error::{Error, Result};
 use crate::profile::{Lost, Meta, ValueUnit};
-use crate::symbolize::{RawSample, RawTask};
+use crate::symbolize::{RawSample, RawTask, RawTrace};
 
 /// Which threads to sample.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -126,6 +126,34 @@ pub struct Session<'obj> {
     /// detaches and closes the events.
     _links: Vec<Link>,
     hash_full_seen: u64,
+    /// Stacks already read, by id, for periodic reads: the stack map is
+    /// never cleared and ids are not reused (no BPF_F_REUSE_STACKID), so
+    /// an id names the same stack for the whole run.
+    stack_cache: std::collections::HashMap<i32, Vec<u64>>,
+}
+
+/// Keys and values read from the counts map in one batch.
+const BATCH: u32 = 4096;
+
+/// Reads stack `id`, through `cache` when given.
+fn cached_stack<M: MapCore>(
+    stacks: &M,
+    cache: Option<&mut std::collections::HashMap<i32, Vec<u64>>>,
+    id: i32,
+    collected: bool,
+    loss: &mut StackLoss,
+) -> RawTrace {
+    let Some(cache) = cache.filter(|_| collected && id >= 0) else {
+        return read_stack(stacks, id, collected, loss);
+    };
+    if let Some(addrs) = cache.get(&id) {
+        return RawTrace::Addrs(addrs.clone());
+    }
+    let trace = read_stack(stacks, id, collected, loss);
+    if let RawTrace::Addrs(a) = &trace {
+        cache.insert(id, a.clone());
+    }
+    trace
 }
 
 /// Opens the user's pinned map at `path`, checking it can serve as a
@@ -239,6 +267,7 @@ impl<'obj> Session<'obj> {
             config,
             _links: Vec::new(),
             hash_full_seen: 0,
+            stack_cache: Default::default(),
         };
         session.attach()?;
         Ok(session)
@@ -369,6 +398,16 @@ impl<'obj> Session<'obj> {
         let key_size = std::mem::size_of::<types::profile_key>();
         let mut loss = StackLoss::default();
         let mut samples = Vec::new();
+        let mut entries: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+        if clear {
+            // A few syscalls for the lot instead of two per key.
+            let batch = counts
+                .lookup_and_delete_batch(BATCH, MapFlags::ANY, MapFlags::ANY)
+                .map_err(read_err("counts"))?;
+            entries.extend(batch);
+        }
+        // Whatever a batch did not take (kernels before 5.6 have no batch
+        // operations), or everything when not clearing.
         let keys: Vec<Vec<u8>> = counts.keys().collect();
         for key in keys {
             let value = if clear {
@@ -378,17 +417,30 @@ impl<'obj> Session<'obj> {
                     .lookup(&key, MapFlags::ANY)
                     .map_err(read_err("counts"))?
             };
-            let (Some(value), true) = (value, key.len() == key_size) else {
+            if let Some(value) = value {
+                entries.push((key, value));
+            }
+        }
+        let mut cache = clear.then_some(&mut self.stack_cache);
+        for (key, value) in entries {
+            if key.len() != key_size || value.len() < 8 {
                 continue;
-            };
+            }
             let count = u64::from_ne_bytes(value[..8].try_into().unwrap_or([0; 8]));
             // SAFETY: the key is exactly the size of profile_key, a plain C
             // struct of integers valid for any bit pattern; read_unaligned
             // copes with the Vec's alignment.
             let k: types::profile_key = unsafe { std::ptr::read_unaligned(key.as_ptr().cast()) };
-            let user = read_stack(stacks, k.user_stack_id, self.config.stacks.user, &mut loss);
-            let kernel = read_stack(
+            let user = cached_stack(
                 stacks,
+                cache.as_deref_mut(),
+                k.user_stack_id,
+                self.config.stacks.user,
+                &mut loss,
+            );
+            let kernel = cached_stack(
+                stacks,
+                cache.as_deref_mut(),
                 k.kernel_stack_id,
                 self.config.stacks.kernel && k.kernel_stack_id != STACK_SKIPPED,
                 &mut loss,

@@ -113,6 +113,8 @@
   function renderTotals(d) {
     $("tool").textContent = d.tool;
     $("target").textContent = d.event + ", " + d.target;
+    $("rate-label").textContent = d.unit + "/s";
+    $("total-label").textContent = d.unit;
     $("rate").textContent = fmt(d.rate);
     $("total").textContent = fmt(d.total);
     $("procs").textContent = fmt(d.processes);
