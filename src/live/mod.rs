@@ -109,7 +109,7 @@ impl Feeder {
         // half-updated for readers: they only see whole intervals.
         let ids = {
             let mut store = store.lock().unwrap_or_else(|e| e.into_inner());
-            store.push_interval(known, &samples, lost, length)
+            store.push_interval(known, samples, lost, length)
         };
         self.known.extend(new_keys.into_iter().zip(ids));
         Ok(())

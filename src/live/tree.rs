@@ -84,7 +84,7 @@ impl Tree {
             nodes: Vec::new(),
         };
         // Store label -> tree name, by index (0: not yet used).
-        let mut name_ids: Vec<u32> = vec![0; store.names.len()];
+        let mut name_ids: Vec<u32> = vec![0; store.labels()];
         let min = min_value.max(1);
         // (trie node, parent in the tree)
         let mut stack = vec![(0u32, None::<u32>)];
@@ -95,8 +95,8 @@ impl Tree {
                 let label = trie.label[t as usize];
                 let slot = &mut name_ids[label as usize];
                 if *slot == 0 {
-                    let (n, k) = store.names.get(label);
-                    tree.names.push((n.clone(), Kind::of(*k)));
+                    let (n, k) = store.label(label);
+                    tree.names.push((n.to_string(), Kind::of(k)));
                     *slot = tree.names.len() as u32 - 1;
                 }
                 *slot
@@ -115,7 +115,7 @@ impl Tree {
                 .copied()
                 .filter(|&c| values[c as usize] >= min)
                 .collect();
-            let label_name = |c: u32| &store.names.get(trie.label[c as usize]).0;
+            let label_name = |c: u32| store.label(trie.label[c as usize]).0;
             // Pushed in reverse name order, so popped (and numbered) in order.
             kids.sort_by(|&a, &b| label_name(b).cmp(label_name(a)));
             stack.extend(kids.into_iter().map(|c| (c, Some(new))));

@@ -10,6 +10,7 @@
 //! and past [`Limits::max_stacks`] distinct stacks new ones are counted
 //! under one `[too many stacks]` entry.
 
+use std::borrow::Borrow;
 use std::collections::VecDeque;
 use std::hash::Hash;
 use std::time::Duration;
@@ -32,13 +33,18 @@ impl<T: Clone + Eq + Hash> Interner<T> {
         }
     }
 
-    fn id(&mut self, item: &T) -> u32 {
+    /// The id of `item`, stored if new (only then is it copied).
+    fn id<Q>(&mut self, item: &Q) -> u32
+    where
+        T: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = T> + ?Sized,
+    {
         if let Some(&i) = self.index.get(item) {
             return i;
         }
         let i = self.items.len() as u32;
-        self.items.push(item.clone());
-        self.index.insert(item.clone(), i);
+        self.items.push(item.to_owned());
+        self.index.insert(item.to_owned(), i);
         i
     }
 
@@ -198,7 +204,8 @@ pub const TOO_MANY: &str = "[too many stacks]";
 pub struct Store {
     pub(crate) meta: Meta,
     limits: Limits,
-    pub(crate) names: Interner<(String, PathKind)>,
+    /// Flame graph labels: a name (in `strings`) and what it stands for.
+    names: Interner<(u32, PathKind)>,
     strings: Interner<String>,
     frames: Interner<Frame>,
     index: FxMap<StackKey, u32>,
@@ -258,19 +265,23 @@ impl Store {
         self.strings.get(id)
     }
 
+    /// The name and kind of a flame graph label.
+    pub(crate) fn label(&self, id: u32) -> (&str, PathKind) {
+        let &(name, kind) = self.names.get(id);
+        (self.strings.get(name), kind)
+    }
+
+    /// How many labels there are (label ids are below this).
+    pub(crate) fn labels(&self) -> usize {
+        self.names.len()
+    }
+
     fn trace_ref(&mut self, t: &Trace) -> TraceRef {
         match t {
             Trace::NotCollected => TraceRef::NotCollected,
             Trace::Missed { enomem } => TraceRef::Missed { enomem: *enomem },
             Trace::Frames(f) => TraceRef::Frames(
-                f.iter()
-                    .map(|f| {
-                        // Addresses within one function fold together.
-                        let mut f = f.clone();
-                        f.addr = 0;
-                        self.frames.id(&f)
-                    })
-                    .collect(),
+                f.iter().map(|f| self.frames.id(f)).collect(),
             ),
         }
     }
@@ -279,7 +290,7 @@ impl Store {
         TaskRef {
             pid: t.pid,
             tid: t.tid,
-            comm: self.strings.id(&t.comm),
+            comm: self.strings.id(t.comm.as_str()),
             user: self.trace_ref(&t.user),
             kernel: self.trace_ref(&t.kernel),
         }
@@ -299,7 +310,10 @@ impl Store {
         let labels: Vec<u32> = s
             .path()
             .iter()
-            .map(|p| self.names.id(&(p.name.to_string(), p.kind)))
+            .map(|p| {
+                let name = self.strings.id(p.name);
+                self.names.id(&(name, p.kind))
+            })
             .collect();
         let nodes = self.trie.nodes(&labels);
         let id = self.push_stack(Stack {
@@ -323,8 +337,8 @@ impl Store {
         if let Some(id) = self.overflow {
             return id;
         }
-        let label = self.names.id(&(TOO_MANY.to_string(), PathKind::Missed));
-        let comm = self.strings.id(&TOO_MANY.to_string());
+        let comm = self.strings.id(TOO_MANY);
+        let label = self.names.id(&(comm, PathKind::Missed));
         let nodes = self.trie.nodes(&[label]);
         let id = self.push_stack(Stack {
             key: None,
@@ -339,7 +353,7 @@ impl Store {
     /// Adds what one read of the kernel maps returned: `samples` counted
     /// during the `length` since the previous read.
     pub fn push(&mut self, samples: &[Sample], lost: Lost, length: Duration) {
-        self.push_interval(Vec::new(), samples, lost, length);
+        self.push_interval(Vec::new(), samples.to_vec(), lost, length);
     }
 
     /// Adds an interval made of counts of stacks already in the store
@@ -348,17 +362,28 @@ impl Store {
     pub fn push_interval(
         &mut self,
         known: Vec<(u32, u64)>,
-        samples: &[Sample],
+        mut samples: Vec<Sample>,
         lost: Lost,
         length: Duration,
     ) -> Vec<u32> {
+        // Addresses within one function fold together; zeroed in place so
+        // that frames already interned are found without copies.
+        for s in &mut samples {
+            for t in std::iter::once(&mut s.task).chain(s.waker.as_mut()) {
+                for trace in [&mut t.user, &mut t.kernel] {
+                    if let Trace::Frames(f) = trace {
+                        f.iter_mut().for_each(|f| f.addr = 0);
+                    }
+                }
+            }
+        }
         let mut ids = Vec::with_capacity(samples.len());
         let mut counts: FxMap<u32, u64> =
             FxMap::with_capacity_and_hasher(known.len() + samples.len(), Default::default());
         for (id, value) in known {
             *counts.entry(id).or_default() += value;
         }
-        for s in samples {
+        for s in &samples {
             let id = self.stack_id(s);
             ids.push(id);
             *counts.entry(id).or_default() += s.value;
