@@ -280,9 +280,7 @@ impl Store {
         match t {
             Trace::NotCollected => TraceRef::NotCollected,
             Trace::Missed { enomem } => TraceRef::Missed { enomem: *enomem },
-            Trace::Frames(f) => TraceRef::Frames(
-                f.iter().map(|f| self.frames.id(f)).collect(),
-            ),
+            Trace::Frames(f) => TraceRef::Frames(f.iter().map(|f| self.frames.id(f)).collect()),
         }
     }
 
