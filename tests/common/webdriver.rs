@@ -134,10 +134,21 @@ fn free_port() -> u16 {
 
 /// A chromedriver process with one headless Chromium session.
 pub struct Browser {
-    driver: Child,
+    driver: Driver,
     port: u16,
     session: String,
     _profile: tempfile::TempDir,
+}
+
+/// Kills chromedriver (and with it Chromium) on drop, also when starting
+/// the session fails.
+struct Driver(Child);
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
@@ -145,14 +156,16 @@ const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
 impl Browser {
     pub fn start() -> Browser {
         let port = free_port();
-        let mut driver = Command::new(CHROMEDRIVER)
-            .arg(format!("--port={port}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("starting chromedriver");
+        let mut driver = Driver(
+            Command::new(CHROMEDRIVER)
+                .arg(format!("--port={port}"))
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("starting chromedriver"),
+        );
         wait_for("chromedriver", Duration::from_secs(20), || {
-            if let Ok(Some(status)) = driver.try_wait() {
+            if let Ok(Some(status)) = driver.0.try_wait() {
                 panic!("chromedriver exited: {status}");
             }
             TcpStream::connect(("127.0.0.1", port)).ok()?;
@@ -175,8 +188,6 @@ impl Browser {
         }}});
         let (code, body) = http(port, "POST", "/session", Some(&caps.to_string()));
         if code != 200 {
-            let _ = driver.kill();
-            let _ = driver.wait();
             panic!("chromedriver could not start Chromium ({code}): {body}");
         }
         let v: Value = serde_json::from_str(&body).expect("session JSON");
@@ -260,8 +271,7 @@ impl Drop for Browser {
     fn drop(&mut self) {
         let path = format!("/session/{}", self.session);
         let _ = std::panic::catch_unwind(|| http(self.port, "DELETE", &path, None));
-        let _ = self.driver.kill();
-        let _ = self.driver.wait();
+        // The driver itself goes with `self.driver`.
     }
 }
 
