@@ -7,13 +7,14 @@
 # measured in this run, on the same workload, as CPU seconds from /proc over
 # a steady window after a warm-up.
 #
-# usage: bench/live.sh            (as root; HZ, SECS, WARM may be set)
+# usage: bench/live.sh            (as root; HZ, SECS, WARM, STACKS may be set)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 HZ=${HZ:-4999}
 SECS=${SECS:-20}
 WARM=${WARM:-5}
+STACKS=${STACKS:-65536}  # --stack-storage-size: room for the workload's stacks
 FLARE=${FLARE:-target/release/flare}
 OUT=target/bench
 mkdir -p "$OUT"
@@ -69,8 +70,8 @@ run() {
 
 port=$(free_port)
 echo "manystacks (2 threads, 65,536 call chains), sampled at $HZ Hz; steady window ${SECS} s after ${WARM} s"
-run plain "$FLARE" profile -F "$HZ" -p WPID --stack-storage-size 65536
-run serve "$FLARE" profile -F "$HZ" -p WPID --stack-storage-size 65536 --serve ":$port"
+run plain "$FLARE" profile -F "$HZ" -p WPID --stack-storage-size "$STACKS"
+run serve "$FLARE" profile -F "$HZ" -p WPID --stack-storage-size "$STACKS" --serve ":$port"
 run perf-top perf top -g -F "$HZ" -p WPID --stdio -d 1
 
 python3 - "$OUT/live-snapshot.json" "$OUT/live-last1.json" <<'PY'
