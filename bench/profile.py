@@ -93,7 +93,7 @@ def peers(freq, pid=None):
             out["bpftrace"] = (["bpftrace", "-e", f"profile:hz:{freq} {{ @[kstack, ustack, comm] = count(); }}"], NCPU)
         probee = shutil.which("probee") or os.path.expanduser("~/.cargo/bin/probee")
         if os.path.exists(probee):
-            out["profile-bee"] = ([probee, "--frequency", str(freq), "--collapse", "/tmp/flare-bench-probee.txt"], NCPU)
+            out["profile-bee"] = ([probee, "--frequency", str(freq), "--time", "0", "-o", "/tmp/flare-bench-probee.folded"], NCPU)
     else:
         out["flare -p"] = ([FLARE, "profile", "-F", str(freq), "-f", "-p", str(pid)], 1)
         if shutil.which("bpftrace"):

@@ -8,6 +8,7 @@
 pub mod analysis;
 pub mod bpf;
 pub mod error;
+pub mod live;
 pub mod output;
 pub mod profile;
 pub mod symbolize;

@@ -57,23 +57,39 @@ pub fn read_counts<K: PlainKey, M: MapCore>(counts: &M, clear: bool) -> Result<V
         .collect())
 }
 
+/// Stacks already read, by id. The stack map is never cleared and ids are
+/// not reused (no BPF_F_REUSE_STACKID), so an id names the same stack for
+/// a whole run and periodic readers can keep this across reads. It holds
+/// at most one entry per slot of the stack map.
+pub type StackCache = HashMap<i32, RawTrace>;
+
 /// Reads stacks by id during one collection: each valid id is looked up
 /// in the kernel once, and stacks that could not be stored are counted.
 pub struct StackReader<'m, M: MapCore> {
     stacks: &'m M,
-    cache: HashMap<i32, RawTrace>,
+    cache: StackCache,
     missed: u64,
     map_full: bool,
 }
 
 impl<'m, M: MapCore> StackReader<'m, M> {
     pub fn new(stacks: &'m M) -> Self {
+        Self::with_cache(stacks, StackCache::new())
+    }
+
+    /// A reader that starts from stacks read earlier in the run.
+    pub fn with_cache(stacks: &'m M, cache: StackCache) -> Self {
         StackReader {
             stacks,
-            cache: HashMap::new(),
+            cache,
             missed: 0,
             map_full: false,
         }
+    }
+
+    /// The stacks read so far, for the next reader.
+    pub fn into_cache(self) -> StackCache {
+        self.cache
     }
 
     /// The stack behind an id returned by `bpf_get_stackid`. `collected`
@@ -111,7 +127,10 @@ impl<'m, M: MapCore> StackReader<'m, M> {
                     ),
                     _ => RawTrace::Missed { enomem: false },
                 };
-                self.cache.insert(id, t.clone());
+                // A failed lookup may succeed later: only stacks are kept.
+                if matches!(t, RawTrace::Addrs(_)) {
+                    self.cache.insert(id, t.clone());
+                }
                 t
             }
         };

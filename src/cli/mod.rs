@@ -5,6 +5,7 @@ pub mod analyze;
 pub mod offcpu;
 pub mod output;
 pub mod profile;
+pub mod serve;
 pub mod stackcount;
 
 use clap::{Parser, Subcommand};

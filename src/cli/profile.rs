@@ -20,6 +20,7 @@ Examples:
     flare profile -f 5           # output in folded format for flame graphs
     flare profile -o cpu.svg 5   # write an interactive flame graph
     flare profile -o cpu.pb.gz -o cpu.json 5  # pprof and speedscope files from one run
+    flare profile --serve        # and a live flame graph in the browser (URL on stderr)
     flare profile -p 185         # only profile process with PID 185
     flare profile -p 185,186     # only profile processes 185 and 186
     flare profile -L 185         # only profile thread with TID 185
@@ -88,6 +89,9 @@ pub struct ProfileArgs {
     /// Trace mount namespaces in this pinned BPF map only
     #[arg(long, value_name = "MNTNSMAP")]
     pub mntnsmap: Option<PathBuf>,
+
+    #[command(flatten)]
+    pub serve: super::serve::ServeArgs,
 
     /// Duration of trace, in seconds [default: until Ctrl-C]
     #[arg(value_name = "DURATION", value_parser = nonzero)]

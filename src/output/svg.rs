@@ -126,7 +126,7 @@ pub fn write_stacks<W: Write>(w: W, stacks: &Stacks, opts: &SvgOptions) -> io::R
     if stacks.total() == 0 {
         return Err(nothing_to_draw());
     }
-    let lines = stacks.folded_lines();
+    let lines: Vec<String> = stacks.folded_lines().into_iter().map(xml_safe).collect();
     let mut map = PaletteMap::default();
     // inferno's "all" frame at the root has an empty name: neutral grey.
     map.insert("", rgb(200.0, 200.0, 200.0));
@@ -134,7 +134,7 @@ pub fn write_stacks<W: Write>(w: W, stacks: &Stacks, opts: &SvgOptions) -> io::R
     for s in &stacks.stacks {
         for (depth, f) in s.frames.iter().enumerate() {
             if seen.insert(f) {
-                map.insert(f, colour(f, depth, opts.palette));
+                map.insert(xml_safe(f.to_string()), colour(f, depth, opts.palette));
             }
         }
     }
@@ -151,10 +151,23 @@ pub fn write_diff<W: Write>(w: W, stacks: &[DiffStack], opts: &SvgOptions) -> io
     }
     let lines: Vec<String> = stacks
         .iter()
-        .map(|s| format!("{} {} {}", s.frames.join(";"), s.before, s.after))
+        .map(|s| xml_safe(format!("{} {} {}", s.frames.join(";"), s.before, s.after)))
         .collect();
     let mut options = inferno_options(opts);
     flamegraph::from_lines(&mut options, lines.iter().map(String::as_str), w)
+}
+
+/// Replaces characters XML 1.0 cannot hold (control characters, which a
+/// process name or a mangled symbol may contain) with U+FFFD; inferno
+/// escapes the rest.
+fn xml_safe(line: String) -> String {
+    if line.chars().any(char::is_control) {
+        line.chars()
+            .map(|c| if c.is_control() { '\u{FFFD}' } else { c })
+            .collect()
+    } else {
+        line
+    }
 }
 
 fn nothing_to_draw() -> io::Error {

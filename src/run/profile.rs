@@ -3,7 +3,7 @@
 
 use std::io::{self, BufWriter, Write};
 use std::mem::MaybeUninit;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use flare::output::{folded, text};
@@ -21,15 +21,6 @@ pub fn run(args: &ProfileArgs) -> Result<()> {
     args.output.destinations().map_err(anyhow::Error::msg)?;
     let mut object = MaybeUninit::uninit();
     let mut session = Session::start(config.clone(), &mut object)?;
-    let warm_pids = match &config.target {
-        Target::Pids(p) => p.clone(),
-        _ => Vec::new(),
-    };
-    let symbolizer = Background::start(
-        symbolize::Options::default(),
-        config.stacks.kernel,
-        warm_pids,
-    );
     let started = Instant::now();
     let stdout = io::stdout();
     let mut out = BufWriter::new(stdout.lock());
@@ -37,15 +28,36 @@ pub fn run(args: &ProfileArgs) -> Result<()> {
         writeln!(out, "{}", header(&config))?;
         out.flush()?;
     }
-    wait_for_stop(config.duration)?;
-    let elapsed = started.elapsed();
-    let collection = session.collect(false)?;
-    let mut meta = session.meta(elapsed);
-    meta.lost = collection.lost;
-    drop(session);
-
-    let mut profile = Profile::new(meta);
-    profile.samples = symbolizer.resolve(collection.samples);
+    let mut profile = match args.serve.options() {
+        Some(live) => {
+            let meta = session.meta(Duration::ZERO);
+            let profile = super::serve::run(&mut session, meta, &live, config.duration)?;
+            drop(session);
+            profile
+        }
+        None => {
+            // Symbolization warms up (kallsyms, the targets' binaries)
+            // while samples are being taken.
+            let warm_pids = match &config.target {
+                Target::Pids(p) => p.clone(),
+                _ => Vec::new(),
+            };
+            let symbolizer = Background::start(
+                symbolize::Options::default(),
+                config.stacks.kernel,
+                warm_pids,
+            );
+            wait_for_stop(config.duration)?;
+            let elapsed = started.elapsed();
+            let collection = session.collect(false)?;
+            let mut meta = session.meta(elapsed);
+            meta.lost = collection.lost;
+            drop(session);
+            let mut profile = Profile::new(meta);
+            profile.samples = symbolizer.resolve(collection.samples);
+            profile
+        }
+    };
     profile.merge_identical();
     profile.sort_ascending();
 

@@ -17,6 +17,7 @@ use crate::profile::{Frame, FrameKind, Sample, TaskStack, Trace};
 mod background;
 
 pub use background::Background;
+mod cache;
 
 /// A stack as the kernel handed it over.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -65,6 +66,7 @@ pub struct Symbolizer {
     inner: blazesym::symbolize::Symbolizer,
     options: Options,
     kernel_cache: HashMap<u64, Resolved>,
+    user_cache: cache::UserCache<Resolved>,
 }
 
 impl Symbolizer {
@@ -78,6 +80,7 @@ impl Symbolizer {
             inner,
             options,
             kernel_cache: HashMap::new(),
+            user_cache: cache::UserCache::new(),
         }
     }
 
@@ -163,24 +166,43 @@ impl Symbolizer {
             .collect()
     }
 
-    /// Resolves one process's user addresses. A process that has exited
-    /// (or cannot be read) yields `[unknown]` frames.
-    fn resolve_user(&self, pid: u32, addrs: &BTreeSet<u64>) -> HashMap<u64, Resolved> {
-        let addrs: Vec<u64> = addrs.iter().copied().collect();
-        let mut process = Process::new(Pid::from(pid));
-        process.debug_syms = self.options.code_info || self.options.inlined;
-        let src = Source::Process(process);
-        match self.inner.symbolize(&src, Input::AbsAddr(&addrs)) {
-            Ok(syms) => addrs
-                .iter()
-                .zip(syms)
-                .map(|(&a, s)| (a, self.convert(a, s, FrameKind::User)))
-                .collect(),
-            Err(_) => addrs
-                .iter()
-                .map(|&a| (a, vec![Frame::unknown(a, FrameKind::User)]))
-                .collect(),
+    /// Resolves one process's user addresses, from the cache where the
+    /// process is known. A process that has exited (or cannot be read)
+    /// yields `[unknown]` frames for addresses not seen before.
+    fn resolve_user(&mut self, pid: u32, addrs: &BTreeSet<u64>) -> HashMap<u64, Resolved> {
+        self.user_cache.validate(pid, cache::Identity::of(pid));
+        let missing: Vec<u64> = addrs
+            .iter()
+            .copied()
+            .filter(|&a| self.user_cache.get(pid, a).is_none())
+            .collect();
+        let mut out = HashMap::with_capacity(addrs.len());
+        if !missing.is_empty() {
+            let mut process = Process::new(Pid::from(pid));
+            process.debug_syms = self.options.code_info || self.options.inlined;
+            let src = Source::Process(process);
+            match self.inner.symbolize(&src, Input::AbsAddr(&missing)) {
+                Ok(syms) => {
+                    for (&a, s) in missing.iter().zip(syms) {
+                        let r = self.convert(a, s, FrameKind::User);
+                        self.user_cache.insert(pid, a, r.clone());
+                        out.insert(a, r);
+                    }
+                }
+                // Not cached: the process may be readable next time.
+                Err(_) => out.extend(
+                    missing
+                        .iter()
+                        .map(|&a| (a, vec![Frame::unknown(a, FrameKind::User)])),
+                ),
+            }
         }
+        for &a in addrs {
+            if let Some(r) = self.user_cache.get(pid, a) {
+                out.entry(a).or_insert_with(|| r.clone());
+            }
+        }
+        out
     }
 
     /// Loads what later lookups will need: the kernel's symbols and, for
@@ -226,6 +248,7 @@ impl Symbolizer {
             }
         }
         let kernel = self.resolve_kernel(&kernel);
+        self.user_cache.begin_batch();
         let user: HashMap<u32, HashMap<u64, Resolved>> = user
             .iter()
             .map(|(&pid, addrs)| (pid, self.resolve_user(pid, addrs)))

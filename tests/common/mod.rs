@@ -7,4 +7,6 @@ pub mod golden;
 pub mod pprof;
 pub mod rich;
 pub mod schema;
+pub mod serve;
 pub mod session;
+pub mod webdriver;

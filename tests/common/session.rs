@@ -42,7 +42,7 @@ impl Workload {
         let stdin = child.stdin.take();
         let mut stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
         let pid = child.id();
-        let mut tids = Vec::new();
+        let mut tids: Vec<(u32, u32)> = Vec::new();
         loop {
             let mut line = String::new();
             if stdout.read_line(&mut line).expect("reading workload") == 0 {
@@ -52,10 +52,18 @@ impl Workload {
             if line == "ready" {
                 break;
             }
+            // "tid TID [INDEX]": workers print in any order.
             if let Some(t) = line.strip_prefix("tid ") {
-                tids.push(t.parse().expect("tid"));
+                let mut f = t
+                    .split_whitespace()
+                    .map(|n| n.parse::<u32>().expect("tid line"));
+                let tid = f.next().expect("tid");
+                let index = f.next().unwrap_or(tids.len() as u32);
+                tids.push((index, tid));
             }
         }
+        tids.sort_unstable();
+        let tids = tids.into_iter().map(|(_, tid)| tid).collect();
         Workload {
             child,
             stdin,

@@ -7,7 +7,7 @@
  * usage: twofuncs SECONDS [SHARE_A] [THREADS] [late]
  * With "late", the worker threads are only created after the go line (to
  * test that a profiler follows threads started after it attached).
- * Protocol on stdio: prints "tid N" per worker and "ready", waits for a
+ * Protocol on stdio: prints "tid TID INDEX" per worker and "ready", waits for a
  * line on stdin, works, prints "cpu S" (process CPU seconds used while
  * working, after a "tcpu TID S" line per worker thread), then stays alive until stdin closes, so that a profiler can
  * still read its memory maps.
@@ -75,7 +75,7 @@ static void *worker(void *arg)
 	int share = index == 1 ? 100 - share_a : share_a;
 
 	worker_tid[index] = (long)syscall(SYS_gettid);
-	printf("tid %ld\n", worker_tid[index]);
+	printf("tid %ld %ld\n", worker_tid[index], index);
 	fflush(stdout);
 	pthread_barrier_wait(&start);
 	double cpu0 = clock_of(CLOCK_THREAD_CPUTIME_ID);

@@ -1,0 +1,61 @@
+//! Starting twofuncs and `flare profile --serve` against it, for the live
+//! view's tests: the workload once it is ready, and the profiler once it
+//! has printed its URL.
+
+use std::io::BufReader;
+use std::process::{ChildStderr, ChildStdout, Command, Stdio};
+
+use super::bpf::Reaper;
+use super::session::Workload;
+use super::webdriver::{lines, read_until};
+
+/// Starts twofuncs for `seconds` with func_a's share `share_a` (percent)
+/// and lets it work at once.
+pub fn twofuncs(seconds: &str, share_a: &str) -> Workload {
+    let mut w = Workload::start("twofuncs", &[seconds, share_a]);
+    w.go();
+    w
+}
+
+/// A running `flare profile ... --serve`.
+pub struct Served {
+    pub flare: Reaper,
+    pub url: String,
+    pub port: u16,
+    /// The profile printed at the end of the run.
+    pub stdout: Option<ChildStdout>,
+    _err: BufReader<ChildStderr>,
+}
+
+/// Runs `flare profile ARGS` (which must include `--serve` on loopback)
+/// and waits for the URL it prints.
+pub fn serve(args: &[&str]) -> Served {
+    let mut flare = Command::new(env!("CARGO_BIN_EXE_flare"))
+        .arg("profile")
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting flare");
+    let mut err = lines(flare.stderr.take().expect("flare stderr"));
+    let stdout = flare.stdout.take();
+    let flare = Reaper(flare);
+    let line = read_until(&mut err, "Live flame graph at ");
+    let url = line
+        .split_whitespace()
+        .find(|w| w.starts_with("http://127.0.0.1:"))
+        .unwrap_or_else(|| panic!("no loopback URL in {line:?}"))
+        .to_string();
+    let port = url
+        .trim_start_matches("http://127.0.0.1:")
+        .trim_end_matches('/')
+        .parse()
+        .unwrap_or_else(|_| panic!("no port in {url}"));
+    Served {
+        flare,
+        url,
+        port,
+        stdout,
+        _err: err,
+    }
+}

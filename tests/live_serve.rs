@@ -1,0 +1,157 @@
+//! `flare profile --serve` over plain HTTP against twofuncs: the JSON
+//! snapshot's windows add up exactly, the sampled CPU matches what the
+//! workload really got, the usual output still comes at the end, and the
+//! server refuses anything but reading its fixed pages from loopback.
+
+mod common;
+
+use std::io::Read;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::bpf::{process_cpu, require_bpf, serial};
+use common::serve;
+use common::webdriver::{http, http_as, wait_for};
+use serde_json::Value;
+
+const HZ: f64 = 199.0;
+const SHARE_A: f64 = 0.25;
+
+fn snapshot(port: u16, query: &str) -> Value {
+    let (code, body) = http(port, "GET", &format!("/api/profile?{query}"), None);
+    assert_eq!(code, 200, "{body}");
+    serde_json::from_str(&body).expect("snapshot JSON")
+}
+
+/// Sum of a function's frames in a snapshot's graph.
+fn value_of(v: &Value, name: &str) -> u64 {
+    let names = v["graph"]["names"].as_array().unwrap();
+    fn walk(n: &Value, names: &[Value], name: &str) -> u64 {
+        let here = if names[n[0].as_u64().unwrap() as usize][0] == name {
+            n[1].as_u64().unwrap()
+        } else {
+            0
+        };
+        let kids = n.get(2).and_then(Value::as_array);
+        here + kids.map_or(0, |k| k.iter().map(|c| walk(c, names, name)).sum())
+    }
+    walk(&v["graph"]["root"], names, name)
+}
+
+#[test]
+fn serve_windows_add_up_and_match_cpu_time() {
+    if !require_bpf() {
+        return;
+    }
+    let _cpu = serial();
+    let work = serve::twofuncs("30", "25");
+    let pid = work.pid;
+    let cpu_before = process_cpu(pid);
+    let mut served = serve::serve(
+        &["-F", "199", "-f", "-p", &pid.to_string(), "5", "--serve"]
+            .into_iter()
+            .chain(["--serve-interval", "0.5", "--serve-keep", "60"])
+            .collect::<Vec<_>>(),
+    );
+    let port = served.port;
+    let mut stdout = served.stdout.take().expect("flare stdout");
+
+    // Wait for a few intervals, then compare windows of one snapshot time.
+    wait_for("four intervals", Duration::from_secs(20), || {
+        (snapshot(port, "")["seq"].as_u64().unwrap_or(0) >= 4).then_some(())
+    });
+    let whole = snapshot(port, "");
+    let kept = snapshot(port, "last=60");
+    let seq = whole["seq"].as_u64().unwrap();
+    if kept["seq"].as_u64() == Some(seq) {
+        // Every interval is kept, so the longest window is the whole run.
+        assert_eq!(kept["total"], whole["total"]);
+    }
+    let last = snapshot(port, "last=1");
+    // The nearest whole half-second intervals to 1 s.
+    let span = last["span"].as_f64().unwrap();
+    assert!((0.74..=1.26).contains(&span), "{span}");
+    assert!(last["total"].as_u64() < whole["total"].as_u64());
+    let filtered = snapshot(port, &format!("pid={pid}"));
+    assert_eq!(filtered["procs"][0][0].as_u64(), Some(pid as u64));
+
+    // Reading only: fixed routes, loopback hosts, GET.
+    assert_eq!(http(port, "POST", "/api/profile", Some("{}")).0, 405);
+    // A page elsewhere reaching loopback through DNS rebinding.
+    let rebound = http_as(
+        &format!("attacker.example:{port}"),
+        port,
+        "GET",
+        "/api/profile",
+        None,
+    );
+    assert_eq!(rebound.0, 403);
+    assert_eq!(
+        http_as(&format!("localhost:{port}"), port, "GET", "/", None).0,
+        200
+    );
+    assert_eq!(http(port, "GET", "/../../etc/passwd", None).0, 404);
+    assert_eq!(http(port, "GET", "/download/flare.pb.gz", None).0, 200);
+    let (code, folded) = http(port, "GET", "/download/flare.folded?last=2", None);
+    assert_eq!(code, 200);
+    assert!(folded.contains(";func_a "), "{folded}");
+
+    // The run ends as usual: folded stacks on stdout.
+    let mut text = String::new();
+    stdout.read_to_string(&mut text).expect("flare output");
+    let status = served.flare.0.wait().expect("waiting for flare");
+    assert!(status.success(), "flare failed: {status}");
+    let cpu = process_cpu(pid) - cpu_before;
+    let count = |needle: &str| -> u64 {
+        text.lines()
+            .filter(|l| l.contains(needle))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+            .sum()
+    };
+    let total = count("");
+    let (a, b) = (count(";func_a"), count(";func_b"));
+    assert!(total as f64 >= whole["total"].as_f64().unwrap());
+    // Samples stand for CPU time: flare covered most of the workload's
+    // CPU time between our two readings (less its own start-up).
+    let ratio = total as f64 / (cpu * HZ);
+    eprintln!("{total} samples, {cpu:.2} s CPU, ratio {ratio:.3}, func_a {a}, func_b {b}");
+    assert!(
+        (0.7..=1.1).contains(&ratio),
+        "{total} samples at {HZ} Hz vs {cpu:.2} s of CPU: ratio {ratio:.2}"
+    );
+    let share = a as f64 / (a + b) as f64;
+    assert!(
+        (share - SHARE_A).abs() < 0.06,
+        "func_a's share {share:.3} vs {SHARE_A}"
+    );
+    // The same share in the live view's whole-run snapshot.
+    let (la, lb) = (value_of(&whole, "func_a"), value_of(&whole, "func_b"));
+    let live_share = la as f64 / (la + lb) as f64;
+    assert!(
+        (live_share - SHARE_A).abs() < 0.08,
+        "live func_a share {live_share:.3} vs {SHARE_A}"
+    );
+}
+
+#[test]
+fn serve_reports_a_taken_port_in_one_line() {
+    if !require_bpf() {
+        return;
+    }
+    let _cpu = serial();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("binding");
+    let port = taken.local_addr().unwrap().port();
+    let out = Command::new(env!("CARGO_BIN_EXE_flare"))
+        .args(["profile", "1", "--serve", &format!("127.0.0.1:{port}")])
+        .stdin(Stdio::null())
+        .output()
+        .expect("running flare");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("cannot serve the live view on 127.0.0.1:{port}")),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "one line: {err}");
+    drop(taken);
+}
