@@ -5,11 +5,11 @@
 
 mod common;
 
-use std::io::Read;
+use std::io::{Read, Write};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::bpf::{process_cpu, require_bpf, serial};
+use common::bpf::{process_cpu, require_bpf, serial, spawn_with_stdin, Reaper};
 use common::serve;
 use common::webdriver::{http, http_as, wait_for};
 use serde_json::Value;
@@ -154,4 +154,40 @@ fn serve_reports_a_taken_port_in_one_line() {
     );
     assert_eq!(err.lines().count(), 1, "one line: {err}");
     drop(taken);
+}
+
+#[test]
+fn offcputime_serves_blocked_time_live() {
+    if !require_bpf() {
+        return;
+    }
+    let _g = serial();
+    // 40 rounds of 50 ms: about 2 s blocked in block_in_read.
+    let (child, mut stdin) = spawn_with_stdin("pipeblock", &["40", "50"]);
+    let child = Reaper(child);
+    let pid = child.0.id().to_string();
+    let served = serve::serve_tool("offcputime", &["-p", &pid, "--serve"]);
+    stdin.write_all(b"go\n").expect("starting pipeblock");
+    stdin.flush().expect("starting pipeblock");
+    // Half a second of blocked time (in microseconds) shows up live.
+    let v = wait_for(
+        "blocked time in block_in_read",
+        Duration::from_secs(20),
+        || {
+            let v = snapshot(served.port, "");
+            (value_of(&v, "block_in_read") >= 500_000).then_some(v)
+        },
+    );
+    assert_eq!(v["unit"], "us", "{v}");
+    let names = v["graph"]["names"].as_array().unwrap();
+    for n in names {
+        let name = n[0].as_str().unwrap_or("");
+        assert!(
+            !(name.starts_with("bpf_prog_")
+                || name.starts_with("bpf_trace_run")
+                || name.starts_with("__bpf_trace_")),
+            "tracing frame {name} in the live off-CPU view"
+        );
+    }
+    drop(served);
 }

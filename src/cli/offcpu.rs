@@ -82,6 +82,9 @@ pub struct CommonArgs {
     #[command(flatten)]
     pub output: super::output::OutputArgs,
 
+    #[command(flatten)]
+    pub serve: super::serve::ServeArgs,
+
     /// Duration of trace, in seconds [default: until Ctrl-C]
     #[arg(value_name = "DURATION", value_parser = nonzero)]
     pub duration: Option<u64>,

@@ -22,7 +22,7 @@ pub use window::{Limits, Selection, Store, View};
 
 use crate::error::{Error, Result};
 use crate::output::StackStyle;
-use crate::profile::{Lost, ValueUnit};
+use crate::profile::{Lost, Sample, ValueUnit};
 use crate::symbolize::{RawSample, RawTask, Symbolizer};
 use tree::{json_str, Tree};
 
@@ -30,12 +30,27 @@ use tree::{json_str, Tree};
 /// counted since the previous one.
 pub trait Source {
     fn delta(&mut self) -> Result<(Vec<RawSample>, Lost)>;
+
+    /// Tool-specific clean-up of freshly symbolized samples (the off-CPU
+    /// tools drop tracing frames from kernel stacks).
+    fn tidy(&self, _samples: &mut [Sample]) {}
 }
 
 impl Source for crate::tools::profile::Session<'_> {
     fn delta(&mut self) -> Result<(Vec<RawSample>, Lost)> {
         let c = self.collect(true)?;
         Ok((c.samples, c.lost))
+    }
+}
+
+impl Source for crate::tools::offcpu::Session<'_> {
+    fn delta(&mut self) -> Result<(Vec<RawSample>, Lost)> {
+        let c = self.collect(true)?;
+        Ok((c.samples, c.lost))
+    }
+
+    fn tidy(&self, samples: &mut [Sample]) {
+        crate::tools::offcpu::tidy_samples(samples, self.tool());
     }
 }
 
@@ -103,7 +118,8 @@ impl Feeder {
                 }
             }
         }
-        let samples = self.symbolizer.resolve(new);
+        let mut samples = self.symbolizer.resolve(new);
+        source.tidy(&mut samples);
         // A panic elsewhere while holding the lock cannot leave the store
         // half-updated for readers: they only see whole intervals.
         let ids = {

@@ -4,7 +4,7 @@
 
 use std::io::{self, BufWriter, Write};
 use std::mem::MaybeUninit;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use flare::output::format::{write_folded, write_text};
@@ -30,29 +30,38 @@ fn run(
     // Check where the result goes before spending the tracing time.
     output.destinations().map_err(anyhow::Error::msg)?;
     let mut object = MaybeUninit::uninit();
-    let session = Session::start(config.clone(), &mut object)?;
+    let mut session = Session::start(config.clone(), &mut object)?;
     if config.attach == Attach::Auto && session.attach() != Attach::TpBtf {
         eprintln!(
             "flare: BTF-typed tracepoints are not available here; attached with {}",
             session.attach().name()
         );
     }
-    let symbolizer = Background::start(symbolize::Options::default(), true, Vec::new());
     let started = Instant::now();
     let mut out = BufWriter::new(io::stdout().lock());
     if output.bcc_header(folded) {
         writeln!(out, "{}", header(&config))?;
         out.flush()?;
     }
-    wait_for_stop(config.duration)?;
-    let elapsed = started.elapsed();
-    let collection = session.collect()?;
-    let mut meta = session.meta(elapsed);
-    meta.lost = collection.lost;
-    drop(session);
-
-    let mut profile = Profile::new(meta);
-    profile.samples = symbolizer.resolve(collection.samples);
+    let (mut profile, untracked) = match common.serve.options() {
+        Some(live) => {
+            let meta = session.meta(Duration::ZERO);
+            let profile = super::serve::run(&mut session, meta, &live, config.duration)?;
+            (profile, 0)
+        }
+        None => {
+            // Symbolization warms up (kallsyms) while the tool traces.
+            let symbolizer = Background::start(symbolize::Options::default(), true, Vec::new());
+            wait_for_stop(config.duration)?;
+            let collection = session.collect(false)?;
+            let mut meta = session.meta(started.elapsed());
+            meta.lost = collection.lost;
+            drop(session);
+            let mut profile = Profile::new(meta);
+            profile.samples = symbolizer.resolve(collection.samples);
+            (profile, collection.untracked)
+        }
+    };
     tidy(&mut profile, config.tool);
 
     if output.bcc_stdout(folded) {
@@ -69,10 +78,9 @@ fn run(
     out.flush()?;
     drop(out);
     warn_lost(&profile.meta.lost);
-    if collection.untracked > 0 {
+    if untracked > 0 {
         eprintln!(
-            "WARNING: {} off-CPU periods were not tracked because too many threads were blocked at once.",
-            collection.untracked
+            "WARNING: {untracked} off-CPU periods were not tracked because too many threads were blocked at once."
         );
     }
     write_outputs(&profile, output, style)

@@ -30,8 +30,14 @@ pub struct Served {
 /// Runs `flare profile ARGS` (which must include `--serve` on loopback)
 /// and waits for the URL it prints.
 pub fn serve(args: &[&str]) -> Served {
+    serve_tool("profile", args)
+}
+
+/// Runs `flare TOOL ARGS` (ARGS with `--serve` on loopback) and waits for
+/// the URL it prints.
+pub fn serve_tool(tool: &str, args: &[&str]) -> Served {
     let mut flare = Command::new(env!("CARGO_BIN_EXE_flare"))
-        .arg("profile")
+        .arg(tool)
         .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -13,7 +13,7 @@ mod tidy;
 use std::time::Duration;
 
 pub use session::{Collection, Session};
-pub use tidy::{is_tracing_frame, tidy};
+pub use tidy::{is_tracing_frame, tidy, tidy_samples};
 
 use super::profile::Stacks;
 

@@ -9,7 +9,7 @@ use libbpf_rs::{Link, MapCore, MapFlags, OpenObject};
 
 use super::{thread_context, Attach, Config, Threads, Tool};
 use crate::bpf::skel::offcpu::{types, OffcpuSkel, OffcpuSkelBuilder};
-use crate::bpf::{comm_str, probe, read_counts, system, PlainKey, StackReader};
+use crate::bpf::{comm_str, probe, read_counts, system, PlainKey, StackCache, StackReader};
 use crate::error::{Error, Result};
 use crate::profile::{Lost, Meta, ValueUnit};
 use crate::symbolize::{RawSample, RawTask, RawTrace};
@@ -45,6 +45,10 @@ pub struct Session<'obj> {
     attach: Attach,
     /// Dropping the links detaches the programs.
     _links: Vec<Link>,
+    /// What earlier clearing reads already reported.
+    hash_full_seen: u64,
+    start_full_seen: u64,
+    stack_cache: StackCache,
 }
 
 /// The way to attach: the one asked for, or the first that works.
@@ -174,6 +178,9 @@ impl<'obj> Session<'obj> {
             config,
             attach,
             _links: Vec::new(),
+            hash_full_seen: 0,
+            start_full_seen: 0,
+            stack_cache: StackCache::default(),
         };
         session.attach_programs()?;
         Ok(session)
@@ -239,6 +246,11 @@ impl<'obj> Session<'obj> {
     }
 
     /// How the programs were attached.
+    /// The tool this session serves.
+    pub fn tool(&self) -> Tool {
+        self.config.tool
+    }
+
     pub fn attach(&self) -> Attach {
         self.attach
     }
@@ -255,9 +267,16 @@ impl<'obj> Session<'obj> {
         meta
     }
 
-    /// Reads every summed key (the maps are left as they are).
-    pub fn collect(&self) -> Result<Collection> {
-        let mut stacks = StackReader::new(&self.skel.maps.stacks);
+    /// Reads every summed key. With `clear`, the sums are removed as they
+    /// are read, so the next call returns only what came after (periods
+    /// still running are counted when they end).
+    pub fn collect(&mut self, clear: bool) -> Result<Collection> {
+        let cache = if clear {
+            std::mem::take(&mut self.stack_cache)
+        } else {
+            StackCache::default()
+        };
+        let mut stacks = StackReader::with_cache(&self.skel.maps.stacks, cache);
         let mut samples = Vec::new();
         let want = self.config.stacks;
         let mut task = |t: &types::offcpu_task| RawTask {
@@ -267,7 +286,7 @@ impl<'obj> Session<'obj> {
             user: stacks.read(t.user_stack_id, want.user),
             kernel: stacks.read(t.kernel_stack_id, want.kernel),
         };
-        for (k, us) in read_counts::<types::offcpu_key, _>(&self.skel.maps.counts, false)? {
+        for (k, us) in read_counts::<types::offcpu_key, _>(&self.skel.maps.counts, clear)? {
             let sample = match self.config.tool {
                 Tool::OffCpu => RawSample {
                     task: task(&k.target),
@@ -300,10 +319,18 @@ impl<'obj> Session<'obj> {
             .as_deref()
             .map(|b| b.stats)
             .unwrap_or_default();
+        let hash_full = stats.hash_full - self.hash_full_seen.min(stats.hash_full);
+        let untracked = stats.start_full - self.start_full_seen.min(stats.start_full);
+        let lost = stacks.lost(hash_full);
+        if clear {
+            self.hash_full_seen = stats.hash_full;
+            self.start_full_seen = stats.start_full;
+            self.stack_cache = stacks.into_cache();
+        }
         Ok(Collection {
             samples,
-            lost: stacks.lost(stats.hash_full),
-            untracked: stats.start_full,
+            lost,
+            untracked,
         })
     }
 }

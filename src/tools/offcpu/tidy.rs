@@ -5,7 +5,7 @@
 //! summed per waker name, as bcc keys them.
 
 use super::Tool;
-use crate::profile::{Profile, TaskStack, Trace};
+use crate::profile::{Profile, Sample, TaskStack, Trace};
 
 /// True for frames of the BPF tracing machinery: programs
 /// (`bpf_prog_<tag>_<name>`), trampolines, and the tracepoint glue that
@@ -43,7 +43,14 @@ fn strip(task: &mut TaskStack) {
 /// Strips tracing frames, merges what became identical and sorts by
 /// value, smallest first (bcc's order).
 pub fn tidy(profile: &mut Profile, tool: Tool) {
-    for s in &mut profile.samples {
+    tidy_samples(&mut profile.samples, tool);
+    profile.merge_identical();
+    profile.sort_ascending();
+}
+
+/// The per-sample part of [`tidy`], for views that merge later.
+pub fn tidy_samples(samples: &mut [Sample], tool: Tool) {
+    for s in samples {
         strip(&mut s.task);
         if let Some(w) = &mut s.waker {
             strip(w);
@@ -53,8 +60,6 @@ pub fn tidy(profile: &mut Profile, tool: Tool) {
             }
         }
     }
-    profile.merge_identical();
-    profile.sort_ascending();
 }
 
 #[cfg(test)]
