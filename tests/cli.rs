@@ -143,5 +143,9 @@ fn closed_pipe_ends_quietly() {
     let out = Command::new("bash").args(["-c", &cmd]).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "exit {}: {err}", out.status);
-    assert!(err.is_empty(), "nothing on stderr: {err}");
+    // bcc's warnings about lost stacks may follow; nothing else may.
+    assert!(
+        err.lines().all(|l| l.starts_with("WARNING: ")),
+        "no errors or panics on stderr: {err}"
+    );
 }
