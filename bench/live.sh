@@ -22,7 +22,7 @@ mkdir -p "$OUT"
 [ "$(id -u)" -eq 0 ] || { echo "bench/live.sh: run as root" >&2; exit 1; }
 [ -x "$FLARE" ] || cargo build --release --quiet
 gcc -O1 -g -fno-omit-frame-pointer -fno-inline -fno-optimize-sibling-calls -pthread \
-    -o "$OUT/manystacks" bench/workloads/manystacks.c
+    -o "$OUT/livestacks" bench/workloads/livestacks.c
 
 ticks() { # utime + stime of a whole process, in clock ticks
     awk '{ sub(/.*\) /, ""); print $12 + $13 }' "/proc/$1/stat"
@@ -38,7 +38,7 @@ free_port() {
 declare -A cost
 run() {
     local name=$1; shift
-    "$OUT/manystacks" $((WARM + SECS + 10)) 2 &
+    "$OUT/livestacks" $((WARM + SECS + 10)) 2 &
     local wpid=$!
     local args=("${@//WPID/$wpid}")
     "${args[@]}" >/dev/null 2>"$OUT/live-$name.err" &
@@ -69,7 +69,7 @@ run() {
 }
 
 port=$(free_port)
-echo "manystacks (2 threads, 65,536 call chains), sampled at $HZ Hz; steady window ${SECS} s after ${WARM} s"
+echo "livestacks (2 threads, 65,536 call chains), sampled at $HZ Hz; steady window ${SECS} s after ${WARM} s"
 run plain "$FLARE" profile -F "$HZ" -p WPID --stack-storage-size "$STACKS"
 run serve "$FLARE" profile -F "$HZ" -p WPID --stack-storage-size "$STACKS" --serve ":$port"
 run perf-top perf top -g -F "$HZ" -p WPID --stdio -d 1
