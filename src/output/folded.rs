@@ -13,7 +13,7 @@ pub fn line(s: &Sample, style: StackStyle) -> String {
     match &t.user {
         Trace::NotCollected => {}
         Trace::Missed { .. } => parts.push("[Missed User Stack]".into()),
-        Trace::Frames(f) => parts.extend(f.iter().rev().map(|f| f.name.as_str().into())),
+        Trace::Frames(f) => parts.extend(f.iter().rev().map(|f| (&*f.name).into())),
     }
     if t.kernel != Trace::NotCollected {
         if style.delimited && t.user.has_frames() && t.kernel.has_frames() {

@@ -58,7 +58,7 @@ fn push_frames<'a>(
 ) {
     let name = |f: &'a Frame| match kernel {
         Some(style) => kernel_name(&f.name, style),
-        None => Cow::Borrowed(f.name.as_str()),
+        None => Cow::Borrowed(&*f.name),
     };
     match trace {
         Trace::NotCollected => {}

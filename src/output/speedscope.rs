@@ -93,15 +93,15 @@ pub fn write<W: Write>(mut w: W, profile: &Profile) -> io::Result<()> {
             .map(|p| {
                 let f = p.frame;
                 let file = match f {
-                    Some(f) if f.file.is_some() => f.file.clone(),
+                    Some(f) if f.source.is_some() => f.file().map(str::to_string),
                     Some(f) if f.kind == FrameKind::Kernel => Some("[kernel.kallsyms]".into()),
-                    Some(f) => f.module.clone(),
+                    Some(f) => f.module.as_deref().map(str::to_string),
                     None => None,
                 };
                 let out = FrameOut {
                     name: p.name.to_string(),
                     file,
-                    line: f.and_then(|f| f.line),
+                    line: f.and_then(|f| f.line()),
                 };
                 *frame_index.entry(out.clone()).or_insert_with(|| {
                     frames.push(out);

@@ -9,6 +9,8 @@
 //! of BPF or of addresses that still need names.
 
 use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
 use std::time::Duration;
 
 mod path;
@@ -33,33 +35,34 @@ pub enum FrameKind {
     User,
 }
 
-/// One symbolized frame.
+/// One symbolized frame. Strings are shared (`Arc<str>`): one function
+/// appears in many stacks, and a profile of 10,000 stacks would otherwise
+/// hold hundreds of thousands of copies of the same names and paths.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Frame {
     /// Function name, or `[unknown]`.
-    pub name: String,
+    pub name: Arc<str>,
     pub kind: FrameKind,
     /// The instruction address the frame was resolved from (0 if none).
     pub addr: u64,
     /// Path of the binary or library (`None` for the kernel or when unknown).
-    pub module: Option<String>,
-    /// Source file and line, where debug information said so.
-    pub file: Option<String>,
-    pub line: Option<u32>,
+    pub module: Option<Arc<str>>,
+    /// Source file and line, where debug information said so (boxed: most
+    /// frames have none, and frames are many).
+    pub source: Option<Box<SourceLine>>,
     /// True for a function inlined into the frame below it (its caller).
     pub inlined: bool,
 }
 
 impl Frame {
     /// A frame with a name only.
-    pub fn named(name: impl Into<String>, kind: FrameKind) -> Self {
+    pub fn named(name: impl Into<Arc<str>>, kind: FrameKind) -> Self {
         Frame {
             name: name.into(),
             kind,
             addr: 0,
             module: None,
-            file: None,
-            line: None,
+            source: None,
             inlined: false,
         }
     }
@@ -71,6 +74,25 @@ impl Frame {
             ..Frame::named(UNKNOWN, kind)
         }
     }
+}
+
+impl Frame {
+    /// The source file, where known.
+    pub fn file(&self) -> Option<&str> {
+        self.source.as_ref().map(|s| &*s.file)
+    }
+
+    /// The source line, where known.
+    pub fn line(&self) -> Option<u32> {
+        self.source.as_ref().and_then(|s| s.line)
+    }
+}
+
+/// Where in the source a frame's address lies.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct SourceLine {
+    pub file: Arc<str>,
+    pub line: Option<u32>,
 }
 
 /// The name bcc and flare give a frame that could not be resolved.
@@ -184,48 +206,63 @@ pub struct Profile {
     pub samples: Vec<Sample>,
 }
 
-/// What two samples must share to be merged: the tasks and the frame names.
-#[derive(PartialEq, Eq, Hash)]
-struct MergeKey {
-    task: TaskKey,
-    waker: Option<TaskKey>,
+/// What two samples must share to be merged: the tasks and the frame
+/// names. Compared in place (and hashed) without copying any names, since
+/// merging runs over every stack of a profile at once.
+fn same_task(a: &TaskStack, b: &TaskStack) -> bool {
+    fn same_trace(a: &Trace, b: &Trace) -> bool {
+        match (a, b) {
+            (Trace::NotCollected, Trace::NotCollected) => true,
+            (Trace::Missed { .. }, Trace::Missed { .. }) => true,
+            (Trace::Frames(x), Trace::Frames(y)) => {
+                x.len() == y.len()
+                    && x.iter()
+                        .zip(y)
+                        .all(|(f, g)| f.name == g.name && f.inlined == g.inlined)
+            }
+            _ => false,
+        }
+    }
+    a.pid == b.pid
+        && a.tid == b.tid
+        && a.comm == b.comm
+        && same_trace(&a.user, &b.user)
+        && same_trace(&a.kernel, &b.kernel)
 }
 
-#[derive(PartialEq, Eq, Hash)]
-struct TaskKey {
-    pid: u32,
-    tid: Option<u32>,
-    comm: String,
-    user: TraceKey,
-    kernel: TraceKey,
+fn same_key(a: &Sample, b: &Sample) -> bool {
+    same_task(&a.task, &b.task)
+        && match (&a.waker, &b.waker) {
+            (None, None) => true,
+            (Some(x), Some(y)) => same_task(x, y),
+            _ => false,
+        }
 }
 
-#[derive(PartialEq, Eq, Hash)]
-enum TraceKey {
-    NotCollected,
-    Missed,
-    Frames(Vec<(String, bool)>),
-}
-
-impl TaskKey {
-    fn of(t: &TaskStack) -> Self {
-        fn trace(t: &Trace) -> TraceKey {
-            match t {
-                Trace::NotCollected => TraceKey::NotCollected,
-                Trace::Missed { .. } => TraceKey::Missed,
+/// A hash consistent with [`same_key`].
+fn key_hash(s: &Sample) -> u64 {
+    fn task<H: Hasher>(t: &TaskStack, h: &mut H) {
+        (t.pid, t.tid, &t.comm).hash(h);
+        for trace in [&t.user, &t.kernel] {
+            match trace {
+                Trace::NotCollected => 0u8.hash(h),
+                Trace::Missed { .. } => 1u8.hash(h),
                 Trace::Frames(f) => {
-                    TraceKey::Frames(f.iter().map(|f| (f.name.clone(), f.inlined)).collect())
+                    2u8.hash(h);
+                    f.len().hash(h);
+                    for f in f {
+                        (&*f.name, f.inlined).hash(h);
+                    }
                 }
             }
         }
-        TaskKey {
-            pid: t.pid,
-            tid: t.tid,
-            comm: t.comm.clone(),
-            user: trace(&t.user),
-            kernel: trace(&t.kernel),
-        }
     }
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    task(&s.task, &mut h);
+    if let Some(w) = &s.waker {
+        task(w, &mut h);
+    }
+    h.finish()
 }
 
 impl Profile {
@@ -246,17 +283,15 @@ impl Profile {
     /// addresses in one function become one entry), keeping the first
     /// sample's frame details. Order of first appearance is kept.
     pub fn merge_identical(&mut self) {
-        let mut index: HashMap<MergeKey, usize> = HashMap::with_capacity(self.samples.len());
+        // Hash -> indices into `merged` of the samples with that hash.
+        let mut index: HashMap<u64, Vec<usize>> = HashMap::with_capacity(self.samples.len());
         let mut merged: Vec<Sample> = Vec::with_capacity(self.samples.len());
         for sample in self.samples.drain(..) {
-            let key = MergeKey {
-                task: TaskKey::of(&sample.task),
-                waker: sample.waker.as_ref().map(TaskKey::of),
-            };
-            match index.get(&key) {
+            let slot = index.entry(key_hash(&sample)).or_default();
+            match slot.iter().find(|&&i| same_key(&merged[i], &sample)) {
                 Some(&i) => merged[i].value += sample.value,
                 None => {
-                    index.insert(key, merged.len());
+                    slot.push(merged.len());
                     merged.push(sample);
                 }
             }

@@ -7,12 +7,13 @@
 //! views, across intervals).
 
 use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
 
 use blazesym::symbolize::source::{Kernel, Process, Source};
 use blazesym::symbolize::{CodeInfo, Input, Symbolized};
 use blazesym::{MaybeDefault, Pid};
 
-use crate::profile::{Frame, FrameKind, Sample, TaskStack, Trace};
+use crate::profile::{Frame, FrameKind, Sample, SourceLine, TaskStack, Trace};
 
 mod background;
 
@@ -88,24 +89,22 @@ impl Symbolizer {
         let Some(sym) = sym.into_sym() else {
             return vec![Frame::unknown(addr, kind)];
         };
-        let module = sym
-            .module
-            .as_ref()
-            .map(|m| m.to_string_lossy().into_owned());
+        let module: Option<Arc<str>> = sym.module.as_ref().map(|m| m.to_string_lossy().into());
         let location = |c: Option<&CodeInfo<'_>>| {
-            (
-                c.map(|c| c.to_path().display().to_string()),
-                c.and_then(|c| c.line),
-            )
+            c.map(|c| {
+                Box::new(SourceLine {
+                    file: c.to_path().display().to_string().into(),
+                    line: c.line,
+                })
+            })
         };
-        let (file, line) = location(sym.code_info.as_deref());
+        let source = location(sym.code_info.as_deref());
         let mut frames = vec![Frame {
-            name: sym.name.to_string(),
+            name: sym.name.as_ref().into(),
             kind,
             addr,
             module: module.clone(),
-            file: file.clone(),
-            line,
+            source: source.clone(),
             inlined: false,
         }];
         if self.options.inlined {
@@ -114,16 +113,15 @@ impl Symbolizer {
                 // lies in the frame that made the call.
                 if f.code_info.is_some() {
                     if let Some(caller) = frames.last_mut() {
-                        (caller.file, caller.line) = location(f.code_info.as_ref());
+                        caller.source = location(f.code_info.as_ref());
                     }
                 }
                 frames.push(Frame {
-                    name: f.name.to_string(),
+                    name: f.name.as_ref().into(),
                     kind,
                     addr,
                     module: module.clone(),
-                    file: file.clone(),
-                    line,
+                    source: source.clone(),
                     inlined: true,
                 });
             }

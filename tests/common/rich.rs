@@ -3,7 +3,9 @@
 
 use std::time::Duration;
 
-use flare::profile::{Frame, FrameKind, Meta, Profile, Sample, TaskStack, Trace, ValueUnit};
+use flare::profile::{
+    Frame, FrameKind, Meta, Profile, Sample, SourceLine, TaskStack, Trace, ValueUnit,
+};
 
 use super::fixtures::{self, frames, task};
 
@@ -11,8 +13,10 @@ fn located(name: &str, addr: u64, module: &str, file: &str, line: u32) -> Frame 
     Frame {
         addr,
         module: Some(module.into()),
-        file: Some(file.into()),
-        line: Some(line),
+        source: Some(Box::new(SourceLine {
+            file: file.into(),
+            line: Some(line),
+        })),
         ..Frame::named(name, FrameKind::User)
     }
 }

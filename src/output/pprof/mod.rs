@@ -84,7 +84,7 @@ impl Builder {
     fn mapping(&mut self, frame: &Frame) -> u64 {
         let file = match (frame.kind, &frame.module) {
             (FrameKind::Kernel, _) => KERNEL_MAPPING,
-            (FrameKind::User, Some(m)) => m.as_str(),
+            (FrameKind::User, Some(m)) => &**m,
             (FrameKind::User, None) => return 0,
         };
         let name = self.string(file);
@@ -107,8 +107,8 @@ impl Builder {
     fn location(&mut self, group: &[PathFrame<'_>]) -> u64 {
         let mut lines = Vec::with_capacity(group.len());
         for p in group {
-            let file = p.frame.and_then(|f| f.file.as_deref());
-            let line = p.frame.and_then(|f| f.line).unwrap_or(0) as i64;
+            let file = p.frame.and_then(Frame::file);
+            let line = p.frame.and_then(Frame::line).unwrap_or(0) as i64;
             lines.push((self.function(p.name, file), line));
         }
         let outer = group.last().and_then(|p| p.frame);
@@ -128,7 +128,7 @@ impl Builder {
         {
             m.has_filenames |= group
                 .iter()
-                .any(|p| p.frame.is_some_and(|f| f.file.is_some()));
+                .any(|p| p.frame.is_some_and(|f| f.source.is_some()));
             m.has_line_numbers |= key.2.iter().any(|&(_, l)| l != 0);
             m.has_inline_frames |= group.len() > 1;
         }

@@ -138,14 +138,7 @@ mod tests {
         let names: Vec<Vec<&str>> = p
             .samples
             .iter()
-            .map(|s| {
-                s.task
-                    .kernel
-                    .frames()
-                    .iter()
-                    .map(|f| f.name.as_str())
-                    .collect()
-            })
+            .map(|s| s.task.kernel.frames().iter().map(|f| &*f.name).collect())
             .collect();
         assert_eq!(names, vec![DEEP.to_vec(), vec!["__schedule", "schedule"],]);
         assert_eq!(p.samples[1].value, 10);

@@ -51,7 +51,7 @@ pub fn add_offsets(samples: &mut [Sample]) {
     let mut kernel = BTreeSet::new();
     let mut user: HashMap<u32, BTreeSet<u64>> = HashMap::new();
     each_frame(samples, |pid, i, f| {
-        if f.name == UNKNOWN {
+        if &*f.name == UNKNOWN {
             return;
         }
         match f.kind {
@@ -69,7 +69,7 @@ pub fn add_offsets(samples: &mut [Sample]) {
         .collect();
     let empty = HashMap::new();
     each_frame(samples, |pid, i, f| {
-        if f.name == UNKNOWN {
+        if &*f.name == UNKNOWN {
             return;
         }
         let table = match f.kind {
@@ -77,7 +77,7 @@ pub fn add_offsets(samples: &mut [Sample]) {
             FrameKind::User => ustarts.get(&pid).unwrap_or(&empty),
         };
         if let Some(&start) = table.get(&lookup(i, f.addr)) {
-            f.name = format!("{}+0x{:x}", f.name, f.addr.wrapping_sub(start));
+            f.name = format!("{}+0x{:x}", f.name, f.addr.wrapping_sub(start)).into();
         }
     });
 }
