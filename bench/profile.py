@@ -55,6 +55,13 @@ def start_profiler(cmd, events, timeout=60.0):
     """Starts a profiler; returns (process, seconds until it held `events` perf events)."""
     t0 = time.monotonic()
     p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+    if events == 0:
+        # A profiler that keeps no perf-event descriptors open (it holds
+        # them through BPF links): give it a fixed time to attach.
+        time.sleep(2.0)
+        if p.poll() is not None:
+            raise RuntimeError(f"{cmd[0]} exited ({p.returncode}) before attaching")
+        return p, time.monotonic() - t0
     while perf_fds(p.pid) < events:
         if p.poll() is not None:
             raise RuntimeError(f"{cmd[0]} exited ({p.returncode}) before attaching")
@@ -93,7 +100,7 @@ def peers(freq, pid=None):
             out["bpftrace"] = (["bpftrace", "-e", f"profile:hz:{freq} {{ @[kstack, ustack, comm] = count(); }}"], NCPU)
         probee = shutil.which("probee") or os.path.expanduser("~/.cargo/bin/probee")
         if os.path.exists(probee):
-            out["profile-bee"] = ([probee, "--frequency", str(freq), "--time", "0", "-o", "/tmp/flare-bench-probee.folded"], NCPU)
+            out["profile-bee"] = ([probee, "--frequency", str(freq), "--time", "0", "-o", "/tmp/flare-bench-probee.folded"], 0)
     else:
         out["flare -p"] = ([FLARE, "profile", "-F", str(freq), "-f", "-p", str(pid)], 1)
         if shutil.which("bpftrace"):
