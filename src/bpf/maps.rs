@@ -4,6 +4,7 @@
 //! same way.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use libbpf_rs::{MapCore, MapFlags};
 
@@ -103,7 +104,7 @@ impl<'m, M: MapCore> StackReader<'m, M> {
             return RawTrace::NotCollected;
         }
         if id == -EFAULT {
-            return RawTrace::Addrs(Vec::new());
+            return RawTrace::Addrs(Arc::from([]));
         }
         if id < 0 {
             // A stack map is a hash table without chaining: a taken bucket
@@ -123,7 +124,8 @@ impl<'m, M: MapCore> StackReader<'m, M> {
                             .chunks_exact(8)
                             .map(|c| u64::from_ne_bytes(c.try_into().unwrap_or([0; 8])))
                             .take_while(|&a| a != 0)
-                            .collect(),
+                            .collect::<Vec<u64>>()
+                            .into(),
                     ),
                     _ => RawTrace::Missed { enomem: false },
                 };

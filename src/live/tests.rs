@@ -296,7 +296,7 @@ fn feeder_reuses_stacks_across_intervals() {
             pid: u32::MAX - 1,
             tid: None,
             comm: "gone".into(),
-            user: RawTrace::Addrs(vec![0x1000, 0x2000]),
+            user: RawTrace::Addrs(vec![0x1000, 0x2000].into()),
             kernel: RawTrace::NotCollected,
         },
         waker: None,

@@ -27,8 +27,9 @@ pub enum RawTrace {
     NotCollected,
     /// Could not be stored; `enomem` when the stack map was full.
     Missed { enomem: bool },
-    /// Instruction pointers, leaf first (empty: no such stack).
-    Addrs(Vec<u64>),
+    /// Instruction pointers, leaf first (empty: no such stack). Shared:
+    /// many keys point at one stack.
+    Addrs(Arc<[u64]>),
 }
 
 /// A task with unresolved stacks.
@@ -291,7 +292,7 @@ fn rebuild(trace: RawTrace, resolved: &HashMap<u64, Resolved>, kind: FrameKind) 
         RawTrace::Missed { enomem } => Trace::Missed { enomem },
         RawTrace::Addrs(addrs) => {
             let mut frames = Vec::with_capacity(addrs.len());
-            for (i, a) in addrs.into_iter().enumerate() {
+            for (i, &a) in addrs.iter().enumerate() {
                 match resolved.get(&lookup_addr(i, a)) {
                     // Leaf first: the innermost inlined function comes first.
                     Some(r) => frames.extend(r.iter().rev().map(|f| Frame {
