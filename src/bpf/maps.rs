@@ -151,3 +151,43 @@ impl<'m, M: MapCore> StackReader<'m, M> {
         }
     }
 }
+
+/// What a tool carries from one clearing read of its maps to the next (for
+/// interval output and the live view): the stacks already read, and how
+/// much of each kernel counter has been reported.
+#[derive(Debug, Default)]
+pub struct Periodic {
+    cache: StackCache,
+    seen: HashMap<&'static str, u64>,
+}
+
+impl Periodic {
+    /// A stack reader for one read. Clearing reads start from the stacks
+    /// read before: an id names the same stack for a whole run.
+    pub fn reader<'m, M: MapCore>(&mut self, stacks: &'m M, clear: bool) -> StackReader<'m, M> {
+        let cache = if clear {
+            std::mem::take(&mut self.cache)
+        } else {
+            StackCache::new()
+        };
+        StackReader::with_cache(stacks, cache)
+    }
+
+    /// Ends a read; a clearing read keeps its stacks for the next one.
+    pub fn done<M: MapCore>(&mut self, reader: StackReader<'_, M>, clear: bool) {
+        if clear {
+            self.cache = reader.into_cache();
+        }
+    }
+
+    /// The part of the kernel counter `name` (now at `total`) not yet
+    /// reported by a clearing read; with `clear`, it counts as reported.
+    pub fn delta(&mut self, name: &'static str, total: u64, clear: bool) -> u64 {
+        let seen = self.seen.entry(name).or_default();
+        let delta = total - (*seen).min(total);
+        if clear {
+            *seen = total;
+        }
+        delta
+    }
+}

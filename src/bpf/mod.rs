@@ -28,7 +28,7 @@ pub mod skel {
     }
 }
 
-pub use maps::{read_counts, PlainKey, StackCache, StackReader, STACK_SKIPPED};
+pub use maps::{read_counts, Periodic, PlainKey, StackCache, StackReader, STACK_SKIPPED};
 
 /// A C `char[]` comm as a string (up to the first NUL, lossy UTF-8).
 pub fn comm_str(comm: &[i8]) -> String {

@@ -15,7 +15,7 @@ use libbpf_rs::{Link, MapCore, MapFlags, MapHandle, MapType, OpenObject};
 
 use crate::bpf::perf::{self, Sampling, Scope};
 use crate::bpf::skel::profile::{types, ProfileSkel, ProfileSkelBuilder};
-use crate::bpf::{comm_str, read_counts, system, PlainKey, StackCache, StackReader};
+use crate::bpf::{comm_str, read_counts, system, Periodic, PlainKey};
 use crate::error::{Error, Result};
 use crate::profile::{Lost, Meta, ValueUnit};
 use crate::symbolize::{RawSample, RawTask};
@@ -129,11 +129,8 @@ pub struct Session<'obj> {
     /// Links attaching the program to each perf event; dropping them
     /// detaches and closes the events.
     _links: Vec<Link>,
-    hash_full_seen: u64,
-    /// Stacks already read, by id, for periodic reads: the stack map is
-    /// never cleared and ids are not reused (no BPF_F_REUSE_STACKID), so
-    /// an id names the same stack for the whole run.
-    stack_cache: StackCache,
+    /// State kept between clearing reads.
+    periodic: Periodic,
 }
 
 /// Opens the user's pinned map at `path`, checking it can serve as a
@@ -261,8 +258,7 @@ impl<'obj> Session<'obj> {
             skel,
             config,
             _links: Vec::new(),
-            hash_full_seen: 0,
-            stack_cache: Default::default(),
+            periodic: Periodic::default(),
         };
         session.attach()?;
         Ok(session)
@@ -387,13 +383,7 @@ impl<'obj> Session<'obj> {
     /// they are read, so the next call returns only what came after (stack
     /// map entries are kept: their ids may still be in use).
     pub fn collect(&mut self, clear: bool) -> Result<Collection> {
-        // Periodic readers keep the stacks already read across calls.
-        let cache = if clear {
-            std::mem::take(&mut self.stack_cache)
-        } else {
-            StackCache::default()
-        };
-        let mut stacks = StackReader::with_cache(&self.skel.maps.stacks, cache);
+        let mut stacks = self.periodic.reader(&self.skel.maps.stacks, clear);
         let mut samples = Vec::new();
         for (k, count) in read_counts::<types::profile_key, _>(&self.skel.maps.counts, clear)? {
             let user = stacks.read(k.user_stack_id, self.config.stacks.user);
@@ -416,11 +406,8 @@ impl<'obj> Session<'obj> {
             .bss_data
             .as_deref()
             .map_or(0, |b| b.stats.hash_full);
-        let lost = stacks.lost(hash_full - self.hash_full_seen.min(hash_full));
-        if clear {
-            self.hash_full_seen = hash_full;
-            self.stack_cache = stacks.into_cache();
-        }
+        let lost = stacks.lost(self.periodic.delta("hash_full", hash_full, clear));
+        self.periodic.done(stacks, clear);
         Ok(Collection { samples, lost })
     }
 }

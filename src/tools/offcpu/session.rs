@@ -9,7 +9,7 @@ use libbpf_rs::{Link, MapCore, MapFlags, OpenObject};
 
 use super::{thread_context, Attach, Config, Threads, Tool};
 use crate::bpf::skel::offcpu::{types, OffcpuSkel, OffcpuSkelBuilder};
-use crate::bpf::{comm_str, probe, read_counts, system, PlainKey, StackCache, StackReader};
+use crate::bpf::{comm_str, probe, read_counts, system, Periodic, PlainKey};
 use crate::error::{Error, Result};
 use crate::profile::{Lost, Meta, ValueUnit};
 use crate::symbolize::{RawSample, RawTask, RawTrace};
@@ -45,10 +45,8 @@ pub struct Session<'obj> {
     attach: Attach,
     /// Dropping the links detaches the programs.
     _links: Vec<Link>,
-    /// What earlier clearing reads already reported.
-    hash_full_seen: u64,
-    start_full_seen: u64,
-    stack_cache: StackCache,
+    /// State kept between clearing reads.
+    periodic: Periodic,
 }
 
 /// The way to attach: the one asked for, or the first that works.
@@ -178,9 +176,7 @@ impl<'obj> Session<'obj> {
             config,
             attach,
             _links: Vec::new(),
-            hash_full_seen: 0,
-            start_full_seen: 0,
-            stack_cache: StackCache::default(),
+            periodic: Periodic::default(),
         };
         session.attach_programs()?;
         Ok(session)
@@ -271,12 +267,7 @@ impl<'obj> Session<'obj> {
     /// are read, so the next call returns only what came after (periods
     /// still running are counted when they end).
     pub fn collect(&mut self, clear: bool) -> Result<Collection> {
-        let cache = if clear {
-            std::mem::take(&mut self.stack_cache)
-        } else {
-            StackCache::default()
-        };
-        let mut stacks = StackReader::with_cache(&self.skel.maps.stacks, cache);
+        let mut stacks = self.periodic.reader(&self.skel.maps.stacks, clear);
         let mut samples = Vec::new();
         let want = self.config.stacks;
         let mut task = |t: &types::offcpu_task| RawTask {
@@ -319,14 +310,9 @@ impl<'obj> Session<'obj> {
             .as_deref()
             .map(|b| b.stats)
             .unwrap_or_default();
-        let hash_full = stats.hash_full - self.hash_full_seen.min(stats.hash_full);
-        let untracked = stats.start_full - self.start_full_seen.min(stats.start_full);
-        let lost = stacks.lost(hash_full);
-        if clear {
-            self.hash_full_seen = stats.hash_full;
-            self.start_full_seen = stats.start_full;
-            self.stack_cache = stacks.into_cache();
-        }
+        let lost = stacks.lost(self.periodic.delta("hash_full", stats.hash_full, clear));
+        let untracked = self.periodic.delta("start_full", stats.start_full, clear);
+        self.periodic.done(stacks, clear);
         Ok(Collection {
             samples,
             lost,

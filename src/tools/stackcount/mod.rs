@@ -23,7 +23,7 @@ use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{Link, Object, OpenObject};
 
 use crate::bpf::skel::stackcount::{types, StackcountSkel, StackcountSkelBuilder};
-use crate::bpf::{comm_str, read_counts, system, PlainKey, StackReader};
+use crate::bpf::{comm_str, read_counts, system, Periodic, PlainKey};
 use crate::error::{Error, Result};
 use crate::profile::{Lost, Meta, ValueUnit};
 use crate::symbolize::{RawSample, RawTask};
@@ -152,8 +152,8 @@ pub struct Session<'obj> {
     config: Config,
     pattern: Pattern,
     matched: usize,
-    hash_full_seen: u64,
-    misses_seen: u64,
+    /// State kept between clearing reads (-i).
+    periodic: Periodic,
 }
 
 /// Finds what the pattern matches; fails with the pattern named when it
@@ -269,8 +269,7 @@ impl<'obj> Session<'obj> {
             config,
             pattern,
             matched: 0,
-            hash_full_seen: 0,
-            misses_seen: 0,
+            periodic: Periodic::default(),
         };
         session.attach(&targets)?;
         Ok(session)
@@ -320,7 +319,7 @@ impl<'obj> Session<'obj> {
     /// are read, so the next call returns only what came after (stack map
     /// entries are kept: their ids may still be in use).
     pub fn collect(&mut self, clear: bool) -> Result<Collection> {
-        let mut stacks = StackReader::new(&self.skel.maps.stacks);
+        let mut stacks = self.periodic.reader(&self.skel.maps.stacks, clear);
         let mut samples = Vec::new();
         for (k, count) in read_counts::<types::stackcount_key, _>(&self.skel.maps.counts, clear)? {
             let user = stacks.read(k.user_stack_id, self.config.stacks.user);
@@ -352,12 +351,9 @@ impl<'obj> Session<'obj> {
             .as_deref()
             .map_or(0, |b| b.stats.hash_full);
         let misses = self.recursion_misses();
-        let lost = stacks.lost(hash_full - self.hash_full_seen.min(hash_full));
-        let missed_events = misses - self.misses_seen.min(misses);
-        if clear {
-            self.hash_full_seen = hash_full;
-            self.misses_seen = misses;
-        }
+        let lost = stacks.lost(self.periodic.delta("hash_full", hash_full, clear));
+        let missed_events = self.periodic.delta("recursion_misses", misses, clear);
+        self.periodic.done(stacks, clear);
         Ok(Collection {
             samples,
             lost,
