@@ -9,7 +9,6 @@
 //! first line.
 
 mod attach;
-pub mod features;
 pub mod offsets;
 pub mod pattern;
 pub mod resolve;
@@ -23,7 +22,7 @@ use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{Link, Object, OpenObject};
 
 use crate::bpf::skel::stackcount::{types, StackcountSkel, StackcountSkelBuilder};
-use crate::bpf::{comm_str, read_counts, system, Periodic, PlainKey};
+use crate::bpf::{comm_str, probe, read_counts, system, Periodic, PlainKey};
 use crate::error::{Error, Result};
 use crate::profile::{Lost, Meta, ValueUnit};
 use crate::symbolize::{RawSample, RawTask};
@@ -173,8 +172,8 @@ fn resolve_targets(pattern: &Pattern, pid: Option<u32>) -> Result<Targets> {
         ProbeKind::Tracepoint => Targets::Tracepoints(resolve::tracepoints(pattern)?),
         ProbeKind::Kernel => {
             let functions = resolve::kernel_functions(pattern)?;
-            let how = if features::has_kprobes() {
-                if features::may_have_kprobe_multi() && functions.len() > 1 {
+            let how = if probe::kprobes() {
+                if probe::may_have_kprobe_multi() && functions.len() > 1 {
                     KernelAttach::KprobeMulti
                 } else {
                     KernelAttach::Kprobe
