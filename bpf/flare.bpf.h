@@ -9,6 +9,7 @@
 #define FLARE_BPF_H
 
 #include "common.h"
+#include <bpf/bpf_core_read.h>
 
 /* flare's PID namespace, when it is not the initial one (set before load). */
 const volatile bool use_pidns = false;
@@ -18,6 +19,14 @@ const volatile __u64 pidns_ino = 0;
 /* flare's own process as its PID namespace sees it: left out of every
  * profile unless 0 (--include-self). Set before load. */
 const volatile __u32 self_tgid = 0;
+
+/* A command flare launched (`-- CMD`): processes it starts, at any depth,
+ * are targets too. Its tgid in the initial PID namespace, or 0. Set before
+ * load. */
+const volatile __u32 follow_tgid = 0;
+
+/* How many ancestors flare_follows looks at. */
+#define FLARE_FOLLOW_DEPTH 8
 
 /* Which stacks to capture (-U / -K), set before load. */
 const volatile bool user_stacks = true;
@@ -82,6 +91,37 @@ static __always_inline bool flare_current_ids(__u32 *tgid, __u32 *tid)
 static __always_inline bool flare_is_self(__u32 tgid)
 {
 	return self_tgid && tgid == self_tgid;
+}
+
+/*
+ * True when `t` is the launched command's process or descends from it
+ * (within FLARE_FOLLOW_DEPTH generations): how tools follow the children
+ * of a command they started. False when no command was launched.
+ */
+static __always_inline bool flare_follows(struct task_struct *t)
+{
+	if (!follow_tgid)
+		return false;
+#pragma unroll
+	for (int i = 0; i < FLARE_FOLLOW_DEPTH; i++) {
+		__u32 tgid;
+
+		if (!t)
+			return false;
+		tgid = BPF_CORE_READ(t, tgid);
+		if (tgid == follow_tgid)
+			return true;
+		if (tgid <= 1)
+			return false;
+		t = BPF_CORE_READ(t, real_parent);
+	}
+	return false;
+}
+
+/* flare_follows for the current task. */
+static __always_inline bool flare_follows_current(void)
+{
+	return flare_follows((struct task_struct *)bpf_get_current_task());
 }
 
 /*

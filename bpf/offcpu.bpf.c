@@ -102,7 +102,7 @@ static __always_inline bool thread_allowed(struct task_struct *t)
 	switch (thread_filter) {
 	case OFFCPU_THREADS_PIDS:
 		id = BPF_CORE_READ(t, tgid);
-		return bpf_map_lookup_elem(&targets, &id) != NULL;
+		return bpf_map_lookup_elem(&targets, &id) != NULL || flare_follows(t);
 	case OFFCPU_THREADS_TIDS:
 		id = BPF_CORE_READ(t, pid);
 		return bpf_map_lookup_elem(&targets, &id) != NULL;

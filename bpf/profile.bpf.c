@@ -101,7 +101,7 @@ int flare_profile_sample(struct bpf_perf_event_data *ctx)
 
 	if (flare_is_self(tgid))
 		return 0;
-	if (filter_pid && !bpf_map_lookup_elem(&targets, &tgid))
+	if (filter_pid && !bpf_map_lookup_elem(&targets, &tgid) && !flare_follows_current())
 		return 0;
 	if (filter_tid && !bpf_map_lookup_elem(&targets, &tid))
 		return 0;

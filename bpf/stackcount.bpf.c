@@ -48,7 +48,7 @@ static __always_inline int count_stack(void *ctx)
 	}
 	if (flare_is_self(tgid))
 		return 0;
-	if (filter_pid && tgid != target_pid)
+	if (filter_pid && tgid != target_pid && !flare_follows_current())
 		return 0;
 
 	__sync_fetch_and_add(&stats.events, 1);

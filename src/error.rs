@@ -58,6 +58,14 @@ pub enum Error {
     },
     #[error("{what}: {source}")]
     Io { what: String, source: io::Error },
+    /// A command to launch (`-- CMD`) that could not run; `code` is the
+    /// exit status a shell would give (127 not found, 126 not runnable).
+    #[error("cannot run '{program}': {reason}")]
+    Command {
+        program: String,
+        reason: String,
+        code: u8,
+    },
     /// Output files that could not be written, one line each.
     #[error("{0}")]
     Output(String),

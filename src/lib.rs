@@ -6,13 +6,15 @@
 //! [`symbolize`] names addresses, [`profile`] is the model every tool
 //! produces, and sinks consume it: [`sinks`] (bcc's printer, files,
 //! warnings, written by [`output`]) and the live view ([`live`]).
-//! [`pipeline`] runs any collector into any sinks; the binary only parses
+//! [`pipeline`] runs any collector into any sinks ([`launch`] starts a
+//! command for them to profile); the binary only parses
 //! arguments into configs and sinks. `docs/ARCHITECTURE.md` has the map.
 
 pub mod analysis;
 pub mod bpf;
 pub mod collect;
 pub mod error;
+pub mod launch;
 pub mod live;
 pub mod output;
 pub mod pipeline;

@@ -17,17 +17,21 @@ fn main() -> ExitCode {
         cli::Command::Offcputime(args) => args.request().and_then(run::run),
         cli::Command::Wakeuptime(args) => args.request().and_then(run::run),
         cli::Command::Offwaketime(args) => args.request().and_then(run::run),
-        cli::Command::Flamegraph(args) => run::analyze::flamegraph(&args),
-        cli::Command::Diff(args) => run::analyze::diff(&args),
-        cli::Command::Top(args) => run::analyze::top(&args),
+        cli::Command::Flamegraph(args) => run::analyze::flamegraph(&args).map(|()| 0),
+        cli::Command::Diff(args) => run::analyze::diff(&args).map(|()| 0),
+        cli::Command::Top(args) => run::analyze::top(&args).map(|()| 0),
     };
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => ExitCode::from(code),
         // `flare ... | head` closing the pipe early is not a failure.
         Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("flare: error: {e:#}");
-            ExitCode::FAILURE
+            // A command that could not run exits as a shell would say.
+            match e.downcast_ref::<flare::Error>() {
+                Some(flare::Error::Command { code, .. }) => ExitCode::from(*code),
+                _ => ExitCode::FAILURE,
+            }
         }
     }
 }

@@ -54,6 +54,9 @@ pub struct CommonKnobs {
     /// flare's PID namespace (device, inode) when it is not the initial
     /// one.
     pub pidns: Option<(u64, u64)>,
+    /// A launched command's process whose descendants are targets too, or
+    /// 0 (see [`CommonKnobs::following`]).
+    pub follow_tgid: u32,
 }
 
 impl CommonKnobs {
@@ -65,7 +68,18 @@ impl CommonKnobs {
             kernel_stacks: stacks.kernel,
             self_tgid: if include_self { 0 } else { std::process::id() },
             pidns: system::pid_namespace(),
+            follow_tgid: 0,
         }
+    }
+
+    /// Also targets the processes `pid` starts, at any depth (`-- CMD`).
+    /// The BPF side compares ids of the initial PID namespace, so inside
+    /// another one only `pid` itself is followed (through the targets).
+    pub fn following(mut self, pid: Option<u32>) -> Self {
+        if self.pidns.is_none() {
+            self.follow_tgid = pid.unwrap_or(0);
+        }
+        self
     }
 }
 
@@ -78,6 +92,7 @@ macro_rules! set_common_knobs {
         $ro.user_stacks = k.user_stacks;
         $ro.kernel_stacks = k.kernel_stacks;
         $ro.self_tgid = k.self_tgid;
+        $ro.follow_tgid = k.follow_tgid;
         if let Some((dev, ino)) = k.pidns {
             $ro.use_pidns = true;
             $ro.pidns_dev = dev;

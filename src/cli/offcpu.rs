@@ -16,6 +16,7 @@ Examples:
     flare offcputime             # trace off-CPU stack time until Ctrl-C
     flare offcputime 5           # trace for 5 seconds only
     flare offcputime -f 5        # 5 seconds, and output in folded format
+    flare offcputime -- ./app    # start ./app and trace it and its children until it exits
     flare offcputime -m 1000     # trace only events that last more than 1000 usec
     flare offcputime -M 10000    # trace only events that last less than 10000 usec
     flare offcputime -p 185      # only trace threads for PID 185
@@ -30,6 +31,7 @@ Examples:
     flare wakeuptime             # trace blocked time with waker stacks
     flare wakeuptime 5           # trace for 5 seconds only
     flare wakeuptime -f 5        # 5 seconds, and output in folded format
+    flare wakeuptime -- ./app    # start ./app and trace it until it exits
     flare wakeuptime -u          # don't include kernel threads (user only)
     flare wakeuptime -p 185      # trace for PID 185 only
     flare wakeuptime --user-stack  # also show the waker's user stack";
@@ -39,6 +41,7 @@ Examples:
     flare offwaketime            # trace off-CPU + waker stack time until Ctrl-C
     flare offwaketime 5          # trace for 5 seconds only
     flare offwaketime -f 5       # 5 seconds, and output in folded format
+    flare offwaketime -- ./app   # start ./app and trace it until it exits
     flare offwaketime -m 1000    # trace only events that last more than 1000 usec
     flare offwaketime -M 9000    # trace only events that last less than 9000 usec
     flare offwaketime -p 185     # only trace threads for PID 185
@@ -98,6 +101,9 @@ pub struct CommonArgs {
     /// Duration of trace, in seconds [default: until Ctrl-C]
     #[arg(value_name = "DURATION", value_parser = nonzero)]
     pub duration: Option<u64>,
+
+    #[command(flatten)]
+    pub launch: super::output::LaunchArgs,
 }
 
 /// bcc's -p/-t/-u/-k, one at most.
@@ -248,14 +254,16 @@ impl CommonArgs {
         trailer: Option<&str>,
     ) -> anyhow::Result<crate::run::Request> {
         let printer = super::output::bcc_printer(&self.output, self.folded, style, trailer);
-        super::output::request(
+        let mut request = super::output::request(
             ToolConfig::OffCpu(config.clone()),
             config.duration,
             &self.output,
             self.serve.options(),
             printer,
             style,
-        )
+        )?;
+        request.command = self.launch.command.clone();
+        Ok(request)
     }
 }
 

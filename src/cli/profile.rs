@@ -22,6 +22,7 @@ Examples:
     flare profile -o cpu.svg 5   # write an interactive flame graph
     flare profile -o cpu.pb.gz -o cpu.json 5  # pprof and speedscope files from one run
     flare profile --serve        # and a live flame graph in the browser (URL on stderr)
+    flare profile -- ./app --opt # start ./app, profile it and its children until it exits
     flare profile -p 185         # only profile process with PID 185
     flare profile -p 185,186     # only profile processes 185 and 186
     flare profile -L 185         # only profile thread with TID 185
@@ -104,6 +105,9 @@ pub struct ProfileArgs {
 
     #[command(flatten)]
     pub output: OutputArgs,
+
+    #[command(flatten)]
+    pub launch: super::output::LaunchArgs,
 }
 
 impl ProfileArgs {
@@ -132,6 +136,7 @@ impl ProfileArgs {
             per_thread: false,
             duration: self.duration.map(Duration::from_secs),
             include_self: self.include_self,
+            follow_children: false,
         }
     }
 
@@ -139,14 +144,16 @@ impl ProfileArgs {
     pub fn request(&self) -> anyhow::Result<crate::run::Request> {
         let config = self.config();
         let printer = super::output::bcc_printer(&self.output, self.folded, self.style(), None);
-        super::output::request(
+        let mut request = super::output::request(
             ToolConfig::Profile(config.clone()),
             config.duration,
             &self.output,
             self.serve.options(),
             printer,
             self.style(),
-        )
+        )?;
+        request.command = self.launch.command.clone();
+        Ok(request)
     }
 
     /// How stacks are printed.

@@ -19,6 +19,7 @@ use crate::run::Request;
 pub const EXAMPLES: &str = "\
 Examples:
     flare stackcount submit_bio         # count kernel stack traces for submit_bio
+    flare stackcount c:malloc -- ./app  # start ./app, count its malloc stacks until it exits
     flare stackcount -d ip_output       # include a user/kernel stack delimiter
     flare stackcount -s ip_output       # show symbol offsets
     flare stackcount -sv ip_output      # show offsets and raw addresses (verbose)
@@ -108,6 +109,9 @@ pub struct StackcountArgs {
     /// them with its own counts
     #[command(flatten)]
     pub output: OutputArgs,
+
+    #[command(flatten)]
+    pub launch: super::output::LaunchArgs,
 }
 
 impl StackcountArgs {
@@ -123,6 +127,7 @@ impl StackcountArgs {
             stack_storage_size: self.stack_storage_size,
             offsets: self.offset,
             include_self: self.include_self,
+            command: None,
             ..Config::default()
         }
     }
@@ -180,6 +185,7 @@ impl StackcountArgs {
             destinations,
             style: fstyle,
             live,
+            command: self.launch.command.clone(),
         })
     }
 

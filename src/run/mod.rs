@@ -4,14 +4,17 @@
 //! formats.
 
 pub mod analyze;
+mod launch;
 
+use std::ffi::OsString;
+use std::sync::atomic::Ordering;
 use std::sync::mpsc;
 
 use anyhow::{Context, Result};
 use flare::live::sink::LiveSink;
 use flare::live::Options as LiveOptions;
 use flare::output::StackStyle;
-use flare::pipeline::{self, Plan, Sink};
+use flare::pipeline::{self, Mode, Plan, Sink};
 use flare::sinks::{Destination, Files, Printer, PrinterOptions, Warnings};
 use flare::tools::{self, ToolConfig};
 
@@ -27,24 +30,47 @@ pub struct Request {
     pub style: StackStyle,
     /// `--serve`.
     pub live: Option<LiveOptions>,
+    /// `-- CMD ARGS`: a command to start and profile (empty: none).
+    pub command: Vec<OsString>,
 }
 
-/// A channel that receives once per SIGINT/SIGTERM. Installs the handler,
-/// which can be done once per process.
-fn stop_signal() -> Result<mpsc::Receiver<()>> {
+/// A channel that receives once per SIGINT/SIGTERM (setting the flag),
+/// and its sender for other reasons to stop. Installs the handler, which
+/// can be done once per process.
+fn stop_signal() -> Result<(mpsc::Sender<()>, mpsc::Receiver<()>, launch::Interrupted)> {
     let (tx, rx) = mpsc::channel();
+    let interrupted = launch::Interrupted::default();
+    let (signal_tx, flag) = (tx.clone(), interrupted.clone());
     ctrlc::set_handler(move || {
-        let _ = tx.send(());
+        flag.store(true, Ordering::SeqCst);
+        let _ = signal_tx.send(());
     })
     .context("installing the Ctrl-C handler")?;
-    Ok(rx)
+    Ok((tx, rx, interrupted))
 }
 
-/// Starts the tool and runs it through the pipeline into the sinks the
-/// request names.
-pub fn run(request: Request) -> Result<()> {
-    let stop = stop_signal()?;
-    let collector = tools::start(request.tool)?;
+/// Starts the tool (and the command to profile, if any) and runs it
+/// through the pipeline into the sinks the request names. The exit code:
+/// 0, or the command's.
+pub fn run(request: Request) -> Result<u8> {
+    let (stop_tx, stop, interrupted) = stop_signal()?;
+    let mut tool = request.tool;
+    let mut plan = request.plan;
+    let mut command = None;
+    if !request.command.is_empty() {
+        // The command's processes are gone when it ends, and with them
+        // their memory maps: symbolize while they run, every interval.
+        if plan.mode == Mode::Once {
+            plan.mode = Mode::Periodic {
+                interval: launch::SYMBOLIZE_EVERY,
+                report_each: false,
+            };
+        }
+        let held = flare::launch::Launch::spawn(&request.command)?;
+        tool.launch(held.pid(), held.program())?;
+        command = Some(launch::CommandSink::new(held, stop_tx));
+    }
+    let collector = tools::start(tool)?;
     let mut printer = Printer::new(request.printer);
     let mut warnings = Warnings;
     let mut files = Files::new(request.destinations, request.style);
@@ -53,6 +79,10 @@ pub fn run(request: Request) -> Result<()> {
     if let Some(l) = live.as_mut() {
         sinks.push(l);
     }
-    pipeline::run(collector, &mut sinks, &request.plan, &stop)?;
-    Ok(())
+    // Last, so that the command starts after every sink has begun.
+    if let Some(c) = command.as_mut() {
+        sinks.push(c);
+    }
+    pipeline::run(collector, &mut sinks, &plan, &stop)?;
+    Ok(command.map_or(0, |c| c.finish(&interrupted)))
 }

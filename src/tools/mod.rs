@@ -8,11 +8,12 @@ pub mod profile;
 pub mod stackcount;
 
 use std::mem::MaybeUninit;
+use std::path::Path;
 
 use libbpf_rs::OpenObject;
 
 use crate::collect::Collector;
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// The config of any tool.
 #[derive(Clone, Debug)]
@@ -21,6 +22,44 @@ pub enum ToolConfig {
     /// offcputime, wakeuptime or offwaketime.
     OffCpu(offcpu::Config),
     Stackcount(stackcount::Config),
+}
+
+impl ToolConfig {
+    /// Targets a command flare launched (`-- CMD`): its process `pid`,
+    /// which will run `program`, and every process it starts. Fails when
+    /// the config already names other targets.
+    pub fn launch(&mut self, pid: u32, program: &Path) -> Result<()> {
+        let taken = || {
+            Error::Unsupported(
+                "-p/-L/-t and -- COMMAND cannot be combined: flare profiles the command it starts"
+                    .into(),
+            )
+        };
+        match self {
+            ToolConfig::Profile(c) => {
+                if c.target != profile::Target::All {
+                    return Err(taken());
+                }
+                c.target = profile::Target::Pids(vec![pid]);
+                c.follow_children = true;
+            }
+            ToolConfig::OffCpu(c) => {
+                if !matches!(c.threads, offcpu::Threads::All | offcpu::Threads::User) {
+                    return Err(taken());
+                }
+                c.threads = offcpu::Threads::Pids(vec![pid]);
+                c.follow_children = true;
+            }
+            ToolConfig::Stackcount(c) => {
+                if c.pid.is_some() {
+                    return Err(taken());
+                }
+                c.pid = Some(pid);
+                c.command = Some(program.to_path_buf());
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Storage for a skeleton's open object that lives as long as the

@@ -53,6 +53,9 @@ pub struct Config {
     pub duration: Option<Duration>,
     /// Profile flare's own process too (`--include-self`).
     pub include_self: bool,
+    /// With [`Target::Pids`] of one launched command (`-- CMD`): the
+    /// processes it starts are profiled too.
+    pub follow_children: bool,
 }
 
 impl Default for Config {
@@ -70,6 +73,7 @@ impl Default for Config {
             per_thread: false,
             duration: None,
             include_self: false,
+            follow_children: false,
         }
     }
 }
@@ -191,7 +195,11 @@ impl<'obj> Session<'obj> {
             ro.include_idle = config.include_idle;
             ro.filter_cgroup = cgroup.is_some();
             ro.filter_mntns = mntns.is_some();
-            crate::set_common_knobs!(ro, CommonKnobs::new(config.stacks, config.include_self));
+            let follow = ids.first().copied().filter(|_| config.follow_children);
+            crate::set_common_knobs!(
+                ro,
+                CommonKnobs::new(config.stacks, config.include_self).following(follow)
+            );
         }
         let maps = &mut open.maps;
         maps.counts

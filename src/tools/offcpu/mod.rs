@@ -105,6 +105,9 @@ pub struct Config {
     pub duration: Option<Duration>,
     /// Trace flare's own threads too (`--include-self`).
     pub include_self: bool,
+    /// With [`Threads::Pids`] of one launched command (`-- CMD`): the
+    /// processes it starts are traced too.
+    pub follow_children: bool,
 }
 
 impl Config {
@@ -129,6 +132,7 @@ impl Config {
             attach: Attach::Auto,
             duration: None,
             include_self: false,
+            follow_children: false,
         }
     }
 }

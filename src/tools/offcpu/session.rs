@@ -112,7 +112,11 @@ impl<'obj> Session<'obj> {
             };
             ro.filter_state = config.state.is_some();
             ro.state = config.state.unwrap_or(0);
-            crate::set_common_knobs!(ro, CommonKnobs::new(config.stacks, config.include_self));
+            let follow = ids.first().copied().filter(|_| config.follow_children);
+            crate::set_common_knobs!(
+                ro,
+                CommonKnobs::new(config.stacks, config.include_self).following(follow)
+            );
             ro.min_us = config.min_us;
             ro.max_us = config.max_us;
             ro.stacks_at_switch_in = attach == Attach::Kprobe;

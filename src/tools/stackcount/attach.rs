@@ -133,7 +133,12 @@ fn attach_err(what: String) -> impl FnOnce(libbpf_rs::Error) -> Error {
 
 impl Session<'_> {
     pub(super) fn attach(&mut self, targets: &Targets) -> Result<()> {
-        let pid = self.config.pid.map_or(-1, |p| p as i32);
+        // A launched command's probes are for every process, filtered in
+        // the kernel, so that the processes it starts are counted too.
+        let pid = match (self.config.pid, &self.config.command) {
+            (Some(p), None) => p as i32,
+            _ => -1,
+        };
         let progs = &self.skel.progs;
         match targets {
             Targets::User { binary, functions } => {

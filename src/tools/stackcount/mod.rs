@@ -16,6 +16,7 @@ pub mod usdt;
 
 use std::mem::MaybeUninit;
 use std::os::fd::AsFd;
+use std::path::PathBuf;
 
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{Link, Object, OpenObject};
@@ -56,6 +57,11 @@ pub struct Config {
     pub offsets: bool,
     /// Count flare's own process too (`--include-self`).
     pub include_self: bool,
+    /// The program of a command flare launched (`-- CMD`): `pid` is its
+    /// process, the processes it starts are counted too, and user probes
+    /// are attached for every process (filtered in the kernel), since the
+    /// command has not yet run its program when they are attached.
+    pub command: Option<PathBuf>,
 }
 
 impl Default for Config {
@@ -71,6 +77,7 @@ impl Default for Config {
             hash_storage_size: 40960,
             offsets: false,
             include_self: false,
+            command: None,
         }
     }
 }
@@ -146,15 +153,23 @@ pub struct Session<'obj> {
 
 /// Finds what the pattern matches; fails with the pattern named when it
 /// matches nothing.
-fn resolve_targets(pattern: &Pattern, pid: Option<u32>) -> Result<Targets> {
+fn resolve_targets(pattern: &Pattern, config: &Config) -> Result<Targets> {
+    // A launched command has not run its program yet: its own process is
+    // still flare's, so its program stands for "the process's binary" and
+    // its libraries are found the way its loader will find them.
+    let pid = config.pid.filter(|_| config.command.is_none());
+    let binary = |lib: &str| match &config.command {
+        Some(program) if lib.is_empty() => Ok(program.clone()),
+        _ => resolve::binary(lib, pid),
+    };
     let targets = match pattern.kind {
         ProbeKind::User => {
-            let binary = resolve::binary(&pattern.library, pid)?;
+            let binary = binary(&pattern.library)?;
             let functions = resolve::user_functions(&binary, pattern)?;
             Targets::User { binary, functions }
         }
         ProbeKind::Usdt => {
-            let binary = resolve::binary(&pattern.library, pid)?;
+            let binary = binary(&pattern.library)?;
             let probes = resolve::usdt_probes(&binary, pattern)?;
             Targets::Usdt { binary, probes }
         }
@@ -195,7 +210,7 @@ impl<'obj> Session<'obj> {
             cpu: config.cpu,
         })?;
         let pattern = Pattern::parse(&config.pattern, config.regex)?;
-        let targets = resolve_targets(&pattern, config.pid)?;
+        let targets = resolve_targets(&pattern, &config)?;
         let load_err = loader::load_error("stackcount");
         let mut open = StackcountSkelBuilder::default()
             .open(object)
@@ -211,7 +226,11 @@ impl<'obj> Session<'obj> {
             ro.filter_cpu = config.cpu.is_some();
             ro.target_cpu = config.cpu.unwrap_or(0);
             ro.per_process = config.keys_processes(pattern.kind);
-            crate::set_common_knobs!(ro, CommonKnobs::new(config.stacks, config.include_self));
+            let follow = config.pid.filter(|_| config.command.is_some());
+            crate::set_common_knobs!(
+                ro,
+                CommonKnobs::new(config.stacks, config.include_self).following(follow)
+            );
         }
         open.maps
             .counts
