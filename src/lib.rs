@@ -10,6 +10,7 @@ pub mod bpf;
 pub mod error;
 pub mod live;
 pub mod output;
+pub mod procmaps;
 pub mod profile;
 pub mod symbolize;
 pub mod tools;

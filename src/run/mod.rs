@@ -12,7 +12,26 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use flare::procmaps::{Mappings, Scope, Tracker};
 use flare::profile::Lost;
+
+/// Starts recording processes' mappings as they happen, so that processes
+/// that exit before the end are named. Without it (no perf events), names
+/// come from `/proc` at the end, as far as processes still live.
+pub fn track(scope: Scope) -> (Option<Tracker>, Mappings) {
+    match Tracker::start(scope) {
+        Ok(t) => {
+            let m = t.mappings();
+            (Some(t), m)
+        }
+        Err(e) => {
+            eprintln!(
+                "WARNING: {e}; processes that exit before the end will show [unknown] frames"
+            );
+            (None, Mappings::on_demand())
+        }
+    }
+}
 
 /// A channel that receives once per SIGINT/SIGTERM. Installs the handler,
 /// which can be done once per process.

@@ -9,9 +9,10 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 use flare::output::format::{write_folded, write_text};
 use flare::output::StackStyle;
+use flare::procmaps::Scope;
 use flare::profile::Profile;
 use flare::symbolize::{self, Background};
-use flare::tools::offcpu::{header, tidy, Attach, Config, Session};
+use flare::tools::offcpu::{header, tidy, Attach, Config, Session, Threads};
 
 use super::output::write_outputs;
 use super::{wait_for_stop, warn_lost};
@@ -29,6 +30,10 @@ fn run(
     let folded = common.folded;
     // Check where the result goes before spending the tracing time.
     output.destinations().map_err(anyhow::Error::msg)?;
+    let (_tracker, mappings) = super::track(match &config.threads {
+        Threads::Pids(p) => Scope::Pids(p.clone()),
+        _ => Scope::All,
+    });
     let mut object = MaybeUninit::uninit();
     let mut session = Session::start(config.clone(), &mut object)?;
     if config.attach == Attach::Auto && session.attach() != Attach::TpBtf {
@@ -46,12 +51,17 @@ fn run(
     let (mut profile, untracked) = match common.serve.options() {
         Some(live) => {
             let meta = session.meta(Duration::ZERO);
-            let profile = super::serve::run(&mut session, meta, &live, config.duration)?;
+            let profile = super::serve::run(&mut session, meta, &live, config.duration, mappings)?;
             (profile, 0)
         }
         None => {
             // Symbolization warms up (kallsyms) while the tool traces.
-            let symbolizer = Background::start(symbolize::Options::default(), true, Vec::new());
+            let symbolizer = Background::with_mappings(
+                symbolize::Options::default(),
+                mappings,
+                true,
+                Vec::new(),
+            );
             wait_for_stop(config.duration)?;
             let collection = session.collect(false)?;
             let mut meta = session.meta(started.elapsed());

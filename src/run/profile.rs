@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use flare::output::{folded, text};
+use flare::procmaps::Scope;
 use flare::profile::Profile;
 use flare::symbolize::{self, Background};
 use flare::tools::profile::{header, Session, Target};
@@ -19,6 +20,10 @@ pub fn run(args: &ProfileArgs) -> Result<()> {
     let config = args.config();
     // Check where the result goes before spending the profiling time.
     args.output.destinations().map_err(anyhow::Error::msg)?;
+    let (_tracker, mappings) = super::track(match &config.target {
+        Target::Pids(p) => Scope::Pids(p.clone()),
+        _ => Scope::All,
+    });
     let mut object = MaybeUninit::uninit();
     let mut session = Session::start(config.clone(), &mut object)?;
     let started = Instant::now();
@@ -31,7 +36,7 @@ pub fn run(args: &ProfileArgs) -> Result<()> {
     let mut profile = match args.serve.options() {
         Some(live) => {
             let meta = session.meta(Duration::ZERO);
-            let profile = super::serve::run(&mut session, meta, &live, config.duration)?;
+            let profile = super::serve::run(&mut session, meta, &live, config.duration, mappings)?;
             drop(session);
             profile
         }
@@ -42,8 +47,9 @@ pub fn run(args: &ProfileArgs) -> Result<()> {
                 Target::Pids(p) => p.clone(),
                 _ => Vec::new(),
             };
-            let symbolizer = Background::start(
+            let symbolizer = Background::with_mappings(
                 symbolize::Options::default(),
+                mappings,
                 config.stacks.kernel,
                 warm_pids,
             );

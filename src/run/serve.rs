@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use flare::live::{server::Server, Feeder, Options, Selection, Source, Store};
+use flare::procmaps::Mappings;
 use flare::profile::{Meta, Profile};
 use flare::symbolize::{self, Symbolizer};
 
@@ -16,6 +17,7 @@ pub fn run<S: Source + ?Sized>(
     meta: Meta,
     options: &Options,
     duration: Option<Duration>,
+    mappings: Mappings,
 ) -> Result<Profile> {
     let store = Arc::new(Mutex::new(Store::new(meta, options.limits)));
     let server = Server::start(options.bind, Arc::clone(&store))?;
@@ -38,7 +40,10 @@ pub fn run<S: Source + ?Sized>(
     .context("installing the Ctrl-C handler")?;
     let started = Instant::now();
     let end = duration.map(|d| started + d);
-    let mut feeder = Feeder::new(Symbolizer::new(symbolize::Options::default()));
+    let mut feeder = Feeder::new(Symbolizer::with_mappings(
+        symbolize::Options::default(),
+        mappings,
+    ));
     let mut last_read = started;
     let mut next = started + options.interval;
     loop {

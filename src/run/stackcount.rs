@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use flare::output::{folded, stackcount as text, StackStyle};
+use flare::procmaps::Scope;
 use flare::profile::Profile;
 use flare::symbolize::{self, Symbolizer};
 use flare::tools::stackcount::{header, offsets, Collection, Session};
@@ -34,8 +35,13 @@ fn clock() -> String {
 pub fn run(args: &StackcountArgs) -> Result<()> {
     // Check where the result goes before attaching.
     args.output.destinations().map_err(anyhow::Error::msg)?;
+    let config = args.config();
+    let (_tracker, mappings) = super::track(match config.pid {
+        Some(p) => Scope::Pids(vec![p]),
+        None => Scope::All,
+    });
     let mut object = MaybeUninit::uninit();
-    let mut session = Session::start(args.config(), &mut object)?;
+    let mut session = Session::start(config, &mut object)?;
     let stop = stop_signal()?;
     let stdout = io::stdout();
     let mut out = BufWriter::new(stdout.lock());
@@ -49,7 +55,7 @@ pub fn run(args: &StackcountArgs) -> Result<()> {
         out.flush()?;
     }
     let style = args.style(session.keys_processes());
-    let mut symbolizer = Symbolizer::new(symbolize::Options::default());
+    let mut symbolizer = Symbolizer::with_mappings(symbolize::Options::default(), mappings);
     let interval = args.interval();
     let started = Instant::now();
     let mut traced = Duration::ZERO;

@@ -6,6 +6,7 @@ use std::sync::mpsc::{self, Receiver, Sender};
 use std::thread::{self, JoinHandle};
 
 use super::{Options, RawSample, Symbolizer};
+use crate::procmaps::Mappings;
 use crate::profile::Sample;
 
 /// A symbolizer thread that can resolve any number of batches.
@@ -19,12 +20,23 @@ impl Background {
     /// Starts the thread and has it warm up for the kernel (when `kernel`)
     /// and for the processes in `pids`.
     pub fn start(options: Options, kernel: bool, pids: Vec<u32>) -> Self {
+        Self::with_mappings(options, Mappings::on_demand(), kernel, pids)
+    }
+
+    /// [`Background::start`] with processes' mappings from `mappings`
+    /// (a [`crate::procmaps::Tracker`]'s, which knows exited processes).
+    pub fn with_mappings(
+        options: Options,
+        mappings: Mappings,
+        kernel: bool,
+        pids: Vec<u32>,
+    ) -> Self {
         let (req_tx, req_rx) = mpsc::channel::<Vec<RawSample>>();
         let (res_tx, res_rx) = mpsc::channel();
         let thread = thread::Builder::new()
             .name("flare-symbolize".into())
             .spawn(move || {
-                let mut symbolizer = Symbolizer::new(options);
+                let mut symbolizer = Symbolizer::with_mappings(options, mappings);
                 symbolizer.warm(kernel, &pids);
                 for raw in req_rx {
                     if res_tx.send(symbolizer.resolve(raw)).is_err() {
