@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 pub use objects::Object;
 pub use perfmap::PerfMap;
-pub use tracker::{Scope, Tracker};
+pub use tracker::{track, Scope, Tracker};
 
 /// What a mapping maps.
 #[derive(Clone, Debug)]

@@ -80,6 +80,25 @@ impl Tracker {
     }
 }
 
+/// Starts a tracker for `scope`, or, where perf events cannot be opened,
+/// says so on stderr and falls back to reading `/proc` at the end (when
+/// processes that exited show `[unknown]` frames). The tracker records
+/// until dropped.
+pub fn track(scope: Scope) -> (Option<Tracker>, Mappings) {
+    match Tracker::start(scope) {
+        Ok(t) => {
+            let m = t.mappings();
+            (Some(t), m)
+        }
+        Err(e) => {
+            eprintln!(
+                "WARNING: {e}; processes that exit before the end will show [unknown] frames"
+            );
+            (None, Mappings::on_demand())
+        }
+    }
+}
+
 impl Drop for Tracker {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
