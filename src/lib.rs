@@ -18,6 +18,7 @@ pub mod launch;
 pub mod live;
 pub mod output;
 pub mod pipeline;
+pub mod procmaps;
 pub mod profile;
 pub mod sinks;
 pub mod symbolize;
