@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use libbpf_cargo::SkeletonBuilder;
 
 /// The BPF programs, one per tool family, each with a shared `<tool>.h`.
-const PROGRAMS: &[&str] = &["profile", "stackcount", "offcpu"];
+const PROGRAMS: &[&str] = &["profile", "stackcount", "offcpu", "wallclock"];
 
 fn main() {
     let out = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));

@@ -17,6 +17,7 @@ fn main() -> ExitCode {
         cli::Command::Offcputime(args) => args.request().and_then(run::run),
         cli::Command::Wakeuptime(args) => args.request().and_then(run::run),
         cli::Command::Offwaketime(args) => args.request().and_then(run::run),
+        cli::Command::Wallclock(args) => args.request().and_then(run::run),
         cli::Command::Flamegraph(args) => run::analyze::flamegraph(&args).map(|()| 0),
         cli::Command::Diff(args) => run::analyze::diff(&args).map(|()| 0),
         cli::Command::Top(args) => run::analyze::top(&args).map(|()| 0),

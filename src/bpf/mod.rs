@@ -27,6 +27,9 @@ pub mod skel {
     pub mod offcpu {
         include!(concat!(env!("OUT_DIR"), "/offcpu.skel.rs"));
     }
+    pub mod wallclock {
+        include!(concat!(env!("OUT_DIR"), "/wallclock.skel.rs"));
+    }
 }
 
 pub use maps::{read_counts, Periodic, PlainKey, StackCache, StackReader, STACK_SKIPPED};

@@ -7,6 +7,7 @@ pub mod output;
 pub mod profile;
 pub mod serve;
 pub mod stackcount;
+pub mod wallclock;
 
 use clap::{Parser, Subcommand};
 
@@ -42,6 +43,9 @@ pub enum Command {
     /// Summarize blocked time by kernel stack trace + waker stack
     #[command(after_help = offcpu::OFFWAKETIME_EXAMPLES)]
     Offwaketime(offcpu::OffwaketimeArgs),
+    /// Where threads spend wall-clock time: on CPU and blocked, by stack
+    #[command(after_help = wallclock::EXAMPLES)]
+    Wallclock(wallclock::WallclockArgs),
 }
 
 /// A comma-separated list of process or thread ids (`185,186`).

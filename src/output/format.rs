@@ -83,7 +83,7 @@ impl Format {
 pub fn write_text<W: Write>(w: &mut W, profile: &Profile, style: StackStyle) -> io::Result<()> {
     let samples = &profile.samples;
     match profile.meta.kind {
-        Kind::OffCpu => offcpu::offcputime_text(w, samples, style),
+        Kind::OffCpu | Kind::Wall => offcpu::offcputime_text(w, samples, style),
         Kind::Wakeup => offcpu::wakeuptime_text(w, samples),
         Kind::OffWake => offcpu::offwaketime_text(w, samples, style),
         Kind::Count => {
@@ -106,7 +106,7 @@ pub fn write_folded<W: Write>(w: &mut W, profile: &Profile, style: StackStyle) -
     match profile.meta.kind {
         Kind::Wakeup => offcpu::wakeuptime_folded(w, samples),
         Kind::OffWake => offcpu::offwaketime_folded(w, samples, style),
-        Kind::Cpu | Kind::OffCpu | Kind::Count => folded::write(w, samples, style),
+        Kind::Cpu | Kind::OffCpu | Kind::Count | Kind::Wall => folded::write(w, samples, style),
     }
 }
 

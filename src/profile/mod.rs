@@ -45,6 +45,9 @@ pub enum Kind {
     OffWake,
     /// Event counts by stack (`stackcount`).
     Count,
+    /// Wall-clock time by stack, on and off the CPU (`wallclock`): the
+    /// value is microseconds, the extra value `cpu` nanoseconds on the CPU.
+    Wall,
 }
 
 impl Kind {
@@ -52,7 +55,7 @@ impl Kind {
     pub fn unit(self) -> ValueUnit {
         match self {
             Kind::Cpu => ValueUnit::Samples,
-            Kind::OffCpu | Kind::Wakeup | Kind::OffWake => ValueUnit::Microseconds,
+            Kind::OffCpu | Kind::Wakeup | Kind::OffWake | Kind::Wall => ValueUnit::Microseconds,
             Kind::Count => ValueUnit::Count,
         }
     }
@@ -65,6 +68,7 @@ impl Kind {
             Kind::Wakeup => "wakeuptime",
             Kind::OffWake => "offwaketime",
             Kind::Count => "stackcount",
+            Kind::Wall => "wallclock",
         }
     }
 }

@@ -6,6 +6,7 @@
 pub mod offcpu;
 pub mod profile;
 pub mod stackcount;
+pub mod wallclock;
 
 use std::mem::MaybeUninit;
 use std::path::Path;
@@ -22,6 +23,7 @@ pub enum ToolConfig {
     /// offcputime, wakeuptime or offwaketime.
     OffCpu(offcpu::Config),
     Stackcount(stackcount::Config),
+    Wallclock(wallclock::Config),
 }
 
 impl ToolConfig {
@@ -50,6 +52,13 @@ impl ToolConfig {
                 c.threads = offcpu::Threads::Pids(vec![pid]);
                 c.follow_children = true;
             }
+            ToolConfig::Wallclock(c) => {
+                if c.target != profile::Target::All {
+                    return Err(taken());
+                }
+                c.target = profile::Target::Pids(vec![pid]);
+                c.follow_children = true;
+            }
             ToolConfig::Stackcount(c) => {
                 if c.pid.is_some() {
                     return Err(taken());
@@ -75,5 +84,6 @@ pub fn start(config: ToolConfig) -> Result<Box<dyn Collector>> {
         ToolConfig::Profile(c) => Box::new(profile::Session::start(c, object_storage())?),
         ToolConfig::OffCpu(c) => Box::new(offcpu::Session::start(c, object_storage())?),
         ToolConfig::Stackcount(c) => Box::new(stackcount::Session::start(c, object_storage())?),
+        ToolConfig::Wallclock(c) => Box::new(wallclock::Session::start(c, object_storage())?),
     })
 }

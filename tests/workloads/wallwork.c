@@ -6,8 +6,10 @@
  * the monotonic clock). Exits with EXIT (default 0).
  *
  * usage: wallwork SECONDS PCT [PERIOD_MS] [EXIT]
- * On exit prints "cpu S wall S" (the CPU and wall seconds it used) on
- * stderr, so tests can compare with what a profiler saw.
+ * On exit prints "cpu S wall S compute S" on stderr: the CPU and wall
+ * seconds it used, and the wall seconds spent in compute() (more than its
+ * CPU time when it is preempted), so tests can compare with what a
+ * profiler saw.
  */
 #define _GNU_SOURCE
 #include <stdio.h>
@@ -46,7 +48,7 @@ __attribute__((noinline)) void rest(double until)
 
 int main(int argc, char **argv)
 {
-	double seconds, pct, period, start, cycle, t0_cpu;
+	double seconds, pct, period, start, cycle, t0_cpu, in_compute = 0, t;
 	int code;
 
 	if (argc < 3) {
@@ -60,12 +62,16 @@ int main(int argc, char **argv)
 	start = clock_of(CLOCK_MONOTONIC);
 	t0_cpu = clock_of(CLOCK_PROCESS_CPUTIME_ID);
 	for (cycle = start; cycle < start + seconds; cycle += period) {
-		if (pct > 0)
+		if (pct > 0) {
+			t = clock_of(CLOCK_MONOTONIC);
 			compute(pct * period);
+			in_compute += clock_of(CLOCK_MONOTONIC) - t;
+		}
 		if (pct < 1)
 			rest(cycle + period);
 	}
-	fprintf(stderr, "cpu %.3f wall %.3f\n", clock_of(CLOCK_PROCESS_CPUTIME_ID) - t0_cpu,
-		clock_of(CLOCK_MONOTONIC) - start);
+	fprintf(stderr, "cpu %.3f wall %.3f compute %.3f\n",
+		clock_of(CLOCK_PROCESS_CPUTIME_ID) - t0_cpu, clock_of(CLOCK_MONOTONIC) - start,
+		in_compute);
 	return code;
 }

@@ -218,6 +218,7 @@ fn sample_types(profile: &Profile) -> Vec<(&'static str, &'static str, u64)> {
         Kind::Wakeup => vec![("wakeup", "nanoseconds", 1000)],
         Kind::OffCpu | Kind::OffWake => vec![("offcpu", "nanoseconds", 1000)],
         Kind::Count => vec![("events", "count", 1)],
+        Kind::Wall => vec![("wall", "nanoseconds", 1000)],
     }
 }
 

@@ -1,0 +1,41 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/* Types shared by wallclock.bpf.c and src/tools/wallclock.rs. */
+#ifndef FLARE_WALLCLOCK_H
+#define FLARE_WALLCLOCK_H
+
+#include "common.h"
+
+/* `state` of a key whose time was spent on the CPU (sampled). Other
+ * values are the task state at switch-out (0: preempted while runnable). */
+#define WALL_ON_CPU 0xffffffffu
+
+/* One entry of the `counts` map: a thread, its stacks and where its time
+ * went; the value is nanoseconds. */
+struct wallclock_key {
+	__u32 pid;		/* thread group id, as flare's PID namespace sees it */
+	__u32 tid;		/* thread id, likewise */
+	__s32 user_stack_id;	/* id in `stacks`, or a negative errno */
+	__s32 kernel_stack_id;	/* id in `stacks`, or a negative errno */
+	__u32 state;		/* WALL_ON_CPU, or the task state when it blocked */
+	__u32 pad;
+	char comm[FLARE_TASK_COMM_LEN];
+};
+
+_Static_assert(sizeof(struct wallclock_key) == 40, "wallclock_key layout");
+
+/* A thread off the CPU since `ts` (bpf_ktime_get_ns), with its key. */
+struct wallclock_start {
+	__u64 ts;
+	struct wallclock_key key;
+};
+
+_Static_assert(sizeof(struct wallclock_start) == 48, "wallclock_start layout");
+
+/* Counters of what could not be recorded. */
+struct wallclock_stats {
+	__u64 hash_full;	/* periods or samples dropped: `counts` was full */
+	__u64 start_full;	/* switch-outs not tracked: `start` was full */
+	__u64 pidns_miss;	/* events of tasks outside flare's PID namespace */
+};
+
+#endif /* FLARE_WALLCLOCK_H */

@@ -1,0 +1,126 @@
+//! `flare wallclock` arguments: profile's options where they apply, and
+//! offcputime's `--state` and `-m`.
+
+use std::time::Duration;
+
+use clap::Args;
+use flare::output::StackStyle;
+use flare::tools::profile::{Stacks, Target};
+use flare::tools::wallclock::Config;
+use flare::tools::ToolConfig;
+
+use super::output::{LaunchArgs, OutputArgs};
+use super::{id_list, nonzero, nonzero_u32, IdList};
+
+pub const EXAMPLES: &str = "\
+Examples:
+    flare wallclock -p 185 5          # where PID 185's threads spend their time, 5 seconds
+    flare wallclock -o wall.svg -- ./app   # start ./app; flame graph of its time on and off CPU
+    flare wallclock -f -U -p 185      # folded user stacks, values in microseconds
+    flare wallclock -o wall.pb.gz 5   # pprof with wall and cpu sample types (nanoseconds)
+    flare wallclock --state 2 -p 185  # off-CPU time only when waiting uninterruptibly (disk)
+    flare wallclock -m 1000 -p 185    # drop blocked periods shorter than 1 ms
+
+Blocked stacks end in a frame naming the state: [off-cpu: sleeping], [off-cpu: disk],
+[off-cpu: preempted] (runnable, waiting for a CPU), [off-cpu: idle], ...";
+
+#[derive(Debug, Args)]
+pub struct WallclockArgs {
+    /// Profile processes with these comma-separated PIDs only
+    #[arg(short = 'p', long = "pid", value_name = "PID", value_parser = id_list, conflicts_with = "tid")]
+    pub pid: Option<IdList>,
+
+    /// Profile threads with these comma-separated TIDs only
+    #[arg(short = 'L', long = "tid", value_name = "TID", value_parser = id_list)]
+    pub tid: Option<IdList>,
+
+    /// Show stacks from user space only (no kernel space stacks)
+    #[arg(short = 'U', long, conflicts_with = "kernel_stacks_only")]
+    pub user_stacks_only: bool,
+
+    /// Show stacks from kernel space only (no user space stacks)
+    #[arg(short = 'K', long)]
+    pub kernel_stacks_only: bool,
+
+    /// On-CPU sample frequency, Hertz
+    #[arg(short = 'F', long, value_name = "FREQUENCY", default_value_t = 49, value_parser = nonzero)]
+    pub frequency: u64,
+
+    /// Count time off CPU only in this task state (0 preempted, 1 sleeping,
+    /// 2 uninterruptible; a bitmask as in offcputime)
+    #[arg(long, value_name = "STATE")]
+    pub state: Option<u64>,
+
+    /// Drop blocked periods shorter than this, in microseconds
+    #[arg(short = 'm', long, value_name = "MIN_US", default_value_t = 0)]
+    pub min_block_time: u64,
+
+    /// Output folded format, one line per stack (values in microseconds)
+    #[arg(short = 'f', long)]
+    pub folded: bool,
+
+    /// The number of hash keys that can be stored
+    #[arg(long, value_name = "HASH_STORAGE_SIZE", default_value_t = 40960, value_parser = nonzero_u32)]
+    pub hash_storage_size: u32,
+
+    /// The number of unique stack traces that can be stored and displayed
+    #[arg(long, value_name = "STACK_STORAGE_SIZE", default_value_t = 16384, value_parser = nonzero_u32)]
+    pub stack_storage_size: u32,
+
+    /// Profile flare's own process too (left out by default)
+    #[arg(long)]
+    pub include_self: bool,
+
+    #[command(flatten)]
+    pub serve: super::serve::ServeArgs,
+
+    /// Duration of trace, in seconds [default: until Ctrl-C]
+    #[arg(value_name = "DURATION", value_parser = nonzero)]
+    pub duration: Option<u64>,
+
+    #[command(flatten)]
+    pub output: OutputArgs,
+
+    #[command(flatten)]
+    pub launch: LaunchArgs,
+}
+
+impl WallclockArgs {
+    /// The library config for these arguments.
+    pub fn config(&self) -> Config {
+        let target = match (&self.pid, &self.tid) {
+            (Some(p), _) => Target::Pids(p.0.clone()),
+            (None, Some(t)) => Target::Tids(t.0.clone()),
+            (None, None) => Target::All,
+        };
+        Config {
+            target,
+            stacks: Stacks::only(self.user_stacks_only, self.kernel_stacks_only),
+            frequency: self.frequency,
+            state: self.state,
+            min_us: self.min_block_time,
+            hash_storage_size: self.hash_storage_size,
+            stack_storage_size: self.stack_storage_size,
+            duration: self.duration.map(Duration::from_secs),
+            include_self: self.include_self,
+            ..Config::default()
+        }
+    }
+
+    /// What to run: the tool, the printer, files, the live view.
+    pub fn request(&self) -> anyhow::Result<crate::run::Request> {
+        let config = self.config();
+        let style = StackStyle::default();
+        let printer = super::output::bcc_printer(&self.output, self.folded, style, None);
+        let mut request = super::output::request(
+            ToolConfig::Wallclock(config.clone()),
+            config.duration,
+            &self.output,
+            self.serve.options(),
+            printer,
+            style,
+        )?;
+        request.command = self.launch.command.clone();
+        Ok(request)
+    }
+}

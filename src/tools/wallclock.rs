@@ -1,0 +1,535 @@
+//! `flare wallclock`: where each thread's time goes, on the CPU and off
+//! it, in one profile whose values are time.
+//!
+//! [`Session::start`] loads `wallclock.bpf.c`, opens CPU-clock perf events
+//! (per CPU, or per target thread) for the time on the CPU and attaches to
+//! `sched_switch` for the time off it. Each read hands over raw samples in
+//! microseconds of wall time; a blocked thread's stacks end in a synthetic
+//! leaf frame naming the state it waits in (`[off-cpu: sleeping]`), and
+//! every sample carries its CPU time as the extra value `cpu`
+//! (nanoseconds), so pprof gets `wall` and `cpu` sample types.
+//!
+//! The state travels from [`Session::collect`] to [`Session::tidy`] as a
+//! marker address at the leaf of the stack (in the last page of the
+//! address space, where no code can be): symbolization leaves it unnamed
+//! and tidy turns it into the state's frame.
+
+use std::collections::HashSet;
+use std::mem::MaybeUninit;
+use std::os::fd::{AsRawFd, IntoRawFd};
+use std::sync::Arc;
+use std::time::Duration;
+
+use libbpf_rs::skel::{OpenSkel, SkelBuilder};
+use libbpf_rs::{Link, MapCore, MapFlags, OpenObject};
+
+use crate::bpf::loader::{self, CommonKnobs, Targets};
+use crate::bpf::perf::{self, Sampling, Scope};
+use crate::bpf::skel::wallclock::{types, WallclockSkel, WallclockSkelBuilder};
+use crate::bpf::{comm_str, probe, read_counts, system, Periodic, PlainKey};
+use crate::collect::{Collection, Collector, RawSample, RawTask, RawTrace, Stacks, WarmUp};
+use crate::error::{Error, Result};
+use crate::profile::{ExtraValue, Frame, Kind, Meta, Sample, Trace};
+use crate::tools::offcpu::is_tracing_frame;
+use crate::tools::profile::Target;
+
+/// The `state` of time spent on the CPU (`WALL_ON_CPU` in wallclock.h).
+const ON_CPU: u32 = u32::MAX;
+
+/// Marker addresses: `MARK + index` into [`STATES`].
+const MARK: u64 = 0xffff_ffff_ffff_f000;
+
+/// The names of the states a thread waits in, as its leaf frame shows them.
+pub const STATES: [&str; 8] = [
+    "preempted",
+    "sleeping",
+    "disk",
+    "idle",
+    "stopped",
+    "traced",
+    "parked",
+    "other",
+];
+
+/// The index in [`STATES`] of kernel task state `state` at switch-out.
+pub fn state_index(state: u32) -> usize {
+    const INTERRUPTIBLE: u32 = 0x1;
+    const UNINTERRUPTIBLE: u32 = 0x2;
+    const STOPPED: u32 = 0x4;
+    const TRACED: u32 = 0x8;
+    const PARKED: u32 = 0x40;
+    const NOLOAD: u32 = 0x400;
+    match state {
+        0 => 0,
+        s if s & UNINTERRUPTIBLE != 0 && s & NOLOAD != 0 => 3,
+        s if s & INTERRUPTIBLE != 0 => 1,
+        s if s & UNINTERRUPTIBLE != 0 => 2,
+        s if s & STOPPED != 0 => 4,
+        s if s & TRACED != 0 => 5,
+        s if s & PARKED != 0 => 6,
+        _ => 7,
+    }
+}
+
+/// The synthetic leaf frame of time off the CPU in state `STATES[index]`.
+pub fn state_frame_name(index: usize) -> String {
+    format!("[off-cpu: {}]", STATES[index.min(STATES.len() - 1)])
+}
+
+/// Everything `flare wallclock` was asked to do.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub target: Target,
+    pub stacks: Stacks,
+    /// On-CPU samples per second.
+    pub frequency: u64,
+    /// Count only time off the CPU in this state (bcc's `--state`: 0 is
+    /// preempted, other values a bitmask).
+    pub state: Option<u64>,
+    /// Blocked periods shorter than this (microseconds) are dropped.
+    pub min_us: u64,
+    pub hash_storage_size: u32,
+    pub stack_storage_size: u32,
+    /// Threads that can be blocked at once and still be tracked.
+    pub blocked_storage_size: u32,
+    /// `None`: until stopped.
+    pub duration: Option<Duration>,
+    pub include_self: bool,
+    /// With [`Target::Pids`] of one launched command: its children too.
+    pub follow_children: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            target: Target::All,
+            stacks: Stacks::default(),
+            frequency: 49,
+            state: None,
+            min_us: 0,
+            hash_storage_size: 40960,
+            stack_storage_size: 16384,
+            blocked_storage_size: 16384,
+            duration: None,
+            include_self: false,
+            follow_children: false,
+        }
+    }
+}
+
+fn target_words(t: &Target) -> String {
+    let list = |v: &[u32]| {
+        let items: Vec<String> = v.iter().map(u32::to_string).collect();
+        format!("[{}]", items.join(", "))
+    };
+    match t {
+        Target::All => "all threads".into(),
+        Target::Pids(p) => format!("PID {}", list(p)),
+        Target::Tids(t) => format!("TID {}", list(t)),
+    }
+}
+
+/// The header line for these options.
+pub fn header(c: &Config) -> String {
+    let stacks = match (c.stacks.user, c.stacks.kernel) {
+        (true, false) => "user",
+        (false, true) => "kernel",
+        _ => "user + kernel",
+    };
+    let mut line = format!(
+        "Sampling on-CPU at {} Hertz and tracing off-CPU time of {} by {stacks} stack",
+        c.frequency,
+        target_words(&c.target)
+    );
+    match c.duration {
+        Some(d) => line.push_str(&format!(" for {} secs.", d.as_secs())),
+        None => line.push_str("... Hit Ctrl-C to end."),
+    }
+    line
+}
+
+// SAFETY: wallclock_key is the skeleton's copy of a C struct of integers
+// and a char array, valid for any bit pattern.
+unsafe impl PlainKey for types::wallclock_key {}
+
+/// A loaded and attached wall-clock profiler.
+pub struct Session<'obj> {
+    skel: WallclockSkel<'obj>,
+    config: Config,
+    /// Links of the perf events and the scheduler tracepoint; dropping
+    /// them detaches.
+    _links: Vec<Link>,
+    periodic: Periodic,
+    raw_tp: bool,
+}
+
+impl<'obj> Session<'obj> {
+    /// Validates the config, loads the BPF program and attaches it.
+    pub fn start(config: Config, object: &'obj mut MaybeUninit<OpenObject>) -> Result<Self> {
+        let ids: &[u32] = match &config.target {
+            Target::All => &[],
+            Target::Pids(p) | Target::Tids(p) => p,
+        };
+        let (pids, tids): (&[u32], &[u32]) = match &config.target {
+            Target::Tids(t) => (&[], t),
+            _ => (ids, &[]),
+        };
+        loader::prepare(Targets {
+            pids,
+            tids,
+            cpu: None,
+        })?;
+        if config.frequency == 0 || config.frequency > 1_000_000_000 {
+            return Err(Error::Unsupported(
+                "-F must be between 1 and 1000000000 Hertz".into(),
+            ));
+        }
+        let raw_tp = !probe::tp_btf("sched_switch");
+        if raw_tp && !probe::raw_tp() {
+            return Err(Error::Unsupported(
+                "this kernel can attach BPF programs to no scheduler tracepoint (tp_btf or raw_tp): wallclock needs Linux 4.17 or later".into(),
+            ));
+        }
+        let load_err = loader::load_error("wallclock");
+        let mut open = WallclockSkelBuilder::default()
+            .open(object)
+            .map_err(load_err)?;
+        {
+            let ro = open
+                .maps
+                .rodata_data
+                .as_deref_mut()
+                .ok_or_else(|| Error::Unsupported("wallclock.bpf.c has no rodata".into()))?;
+            ro.filter_pid = matches!(config.target, Target::Pids(_));
+            ro.filter_tid = matches!(config.target, Target::Tids(_));
+            ro.filter_state = config.state.is_some();
+            ro.state = config.state.unwrap_or(0);
+            ro.min_ns = config.min_us.saturating_mul(1000);
+            ro.period_ns = 1_000_000_000 / config.frequency;
+            let follow = ids.first().copied().filter(|_| config.follow_children);
+            crate::set_common_knobs!(
+                ro,
+                CommonKnobs::new(config.stacks, config.include_self).following(follow)
+            );
+        }
+        open.progs.flare_wall_switch_btf.set_autoload(!raw_tp);
+        open.progs.flare_wall_switch_raw.set_autoload(raw_tp);
+        let maps = &mut open.maps;
+        maps.counts
+            .set_max_entries(config.hash_storage_size)
+            .map_err(load_err)?;
+        maps.stacks
+            .set_max_entries(config.stack_storage_size)
+            .map_err(load_err)?;
+        maps.start
+            .set_max_entries(config.blocked_storage_size)
+            .map_err(load_err)?;
+        maps.targets
+            .set_max_entries((ids.len() as u32).max(1))
+            .map_err(load_err)?;
+        let skel = open.load().map_err(load_err)?;
+        loader::fill_targets(&skel.maps.targets, ids, "wallclock")?;
+        let mut session = Session {
+            skel,
+            config,
+            _links: Vec::new(),
+            periodic: Periodic::default(),
+            raw_tp,
+        };
+        session.attach()?;
+        Ok(session)
+    }
+
+    fn attach(&mut self) -> Result<()> {
+        let attach_err = |what: &str| {
+            let what = what.to_string();
+            move |source| Error::Attach { what, source }
+        };
+        let link = if self.raw_tp {
+            self.skel
+                .progs
+                .flare_wall_switch_raw
+                .attach_raw_tracepoint("sched_switch")
+                .map_err(attach_err("raw tracepoint sched_switch"))?
+        } else {
+            self.skel
+                .progs
+                .flare_wall_switch_btf
+                .attach()
+                .map_err(attach_err("tp_btf sched_switch"))?
+        };
+        self._links.push(link);
+        let sampling = Sampling::Frequency(self.config.frequency);
+        let mut done = HashSet::new();
+        // Twice for processes: threads started while the first events
+        // were being opened are caught by the second pass.
+        for _ in 0..2 {
+            let scopes: Vec<Scope> = match &self.config.target {
+                Target::All => system::online_cpus()?
+                    .0
+                    .into_iter()
+                    .map(Scope::Cpu)
+                    .collect(),
+                Target::Pids(pids) => pids
+                    .iter()
+                    .flat_map(|&p| system::threads(p).unwrap_or_default())
+                    .map(|tid| Scope::Thread {
+                        tid,
+                        cpu: None,
+                        inherit: true,
+                    })
+                    .collect(),
+                Target::Tids(tids) => tids
+                    .iter()
+                    .map(|&tid| Scope::Thread {
+                        tid,
+                        cpu: None,
+                        inherit: false,
+                    })
+                    .collect(),
+            };
+            for scope in scopes {
+                if done.insert(scope) {
+                    self.attach_event(scope, sampling)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn attach_event(&mut self, scope: Scope, sampling: Sampling) -> Result<()> {
+        let fd = match perf::open_cpu_clock(scope, sampling) {
+            Ok(fd) => fd,
+            // A thread that exited between listing and opening.
+            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => return Ok(()),
+            Err(source) => {
+                let hint = match source.raw_os_error() {
+                    Some(libc::EACCES) | Some(libc::EPERM) => " (run as root, or grant CAP_PERFMON and CAP_BPF; check /proc/sys/kernel/perf_event_paranoid)",
+                    Some(libc::EINVAL) => " (the frequency may be above /proc/sys/kernel/perf_event_max_sample_rate)",
+                    _ => "",
+                };
+                return Err(Error::PerfEvent {
+                    what: format!("CPU clock ({scope:?})"),
+                    source,
+                    hint,
+                });
+            }
+        };
+        let link = self
+            .skel
+            .progs
+            .flare_wall_sample
+            .attach_perf_event(fd.as_raw_fd())
+            .map_err(|source| Error::Attach {
+                what: "the wallclock program to a perf event".into(),
+                source,
+            })?;
+        // The perf-event link owns the descriptor from here on.
+        let _ = fd.into_raw_fd();
+        self._links.push(link);
+        Ok(())
+    }
+
+    /// Threads blocked right now, with the time since they blocked (or
+    /// since the last clearing read), which no switch has counted yet.
+    /// With `clear`, their start is moved to now.
+    fn still_blocked(&self, clear: bool) -> Vec<(types::wallclock_key, u64)> {
+        let now = monotonic_ns();
+        let start = &self.skel.maps.start;
+        let size = std::mem::size_of::<types::wallclock_start>();
+        let mut out = Vec::new();
+        for key in start.keys() {
+            let Ok(Some(mut value)) = start.lookup(&key, MapFlags::ANY) else {
+                continue;
+            };
+            if value.len() < size {
+                continue;
+            }
+            // SAFETY: the value holds a wallclock_start (checked size), a
+            // C struct of integers valid for any bit pattern; read
+            // unaligned from the byte buffer.
+            let s: types::wallclock_start =
+                unsafe { std::ptr::read_unaligned(value.as_ptr().cast()) };
+            if s.ts >= now {
+                continue;
+            }
+            out.push((s.key, now - s.ts));
+            if clear {
+                value[..8].copy_from_slice(&now.to_ne_bytes());
+                // Only if still blocked: a thread that ran meanwhile was
+                // counted by the kernel.
+                let _ = start.update(&key, &value, MapFlags::EXIST);
+            }
+        }
+        out
+    }
+}
+
+/// CLOCK_MONOTONIC in nanoseconds: the clock of `bpf_ktime_get_ns`.
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: ts is a valid timespec for clock_gettime to fill.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// `trace` with `mark` as its leaf.
+fn with_mark(trace: RawTrace, mark: u64) -> RawTrace {
+    let mut addrs = vec![mark];
+    if let RawTrace::Addrs(a) = &trace {
+        addrs.extend_from_slice(a);
+    }
+    RawTrace::Addrs(Arc::from(addrs))
+}
+
+/// The index of the state marked at the leaf of `frames`, if any.
+fn marked(frames: &[Frame]) -> Option<u64> {
+    frames
+        .first()
+        .map(|f| f.addr)
+        .filter(|&a| (MARK..MARK + STATES.len() as u64).contains(&a))
+}
+
+/// Replaces the marker frames at the leaf of `trace` with the state's
+/// frame; true when there were any.
+fn name_state(trace: &mut Trace) -> bool {
+    let Trace::Frames(frames) = trace else {
+        return false;
+    };
+    let Some(mark) = marked(frames) else {
+        return false;
+    };
+    let kind = frames[0].kind;
+    // The kernel stack was taken inside the sched_switch tracepoint.
+    frames.retain(|f| {
+        f.addr != mark && !is_tracing_frame(&f.name) && !f.name.starts_with("__traceiter_")
+    });
+    let mut frame = Frame::named(state_frame_name((mark - MARK) as usize), kind);
+    frame.addr = mark;
+    frames.insert(0, frame);
+    true
+}
+
+impl Collector for Session<'_> {
+    fn meta(&self) -> Meta {
+        let mut meta = Meta::new(Kind::Wall, "cpu-clock + sched_switch");
+        meta.target = target_words(&self.config.target);
+        meta.extra_values.push(ExtraValue {
+            name: "cpu".into(),
+            unit: "nanoseconds".into(),
+        });
+        meta
+    }
+
+    fn header(&self) -> String {
+        header(&self.config)
+    }
+
+    fn notes(&self) -> Vec<String> {
+        if self.raw_tp {
+            vec!["flare: BTF-typed tracepoints are not available here; attached with raw_tp".into()]
+        } else {
+            Vec::new()
+        }
+    }
+
+    fn warm_up(&self) -> WarmUp {
+        WarmUp {
+            kernel: self.config.stacks.kernel,
+            pids: match &self.config.target {
+                Target::Pids(p) => p.clone(),
+                _ => Vec::new(),
+            },
+        }
+    }
+
+    /// Names the states of off-CPU samples and sets every sample's CPU
+    /// time (idempotent: the pipeline may tidy a sample twice).
+    fn tidy(&self, samples: &mut [Sample]) {
+        for s in samples {
+            let off = name_state(&mut s.task.kernel) || name_state(&mut s.task.user);
+            let cpu_ns = if off { 0 } else { s.value.saturating_mul(1000) };
+            s.extra = vec![cpu_ns].into();
+        }
+    }
+
+    /// Reads the time counted per thread and stack (microseconds), and
+    /// the time of threads blocked right now.
+    fn collect(&mut self, clear: bool) -> Result<Collection> {
+        let mut entries = read_counts::<types::wallclock_key, _>(&self.skel.maps.counts, clear)?;
+        entries.extend(self.still_blocked(clear));
+        let want = self.config.stacks;
+        let mut stacks = self.periodic.reader(&self.skel.maps.stacks, clear);
+        let mut samples = Vec::with_capacity(entries.len());
+        for (k, ns) in entries {
+            let mut user = stacks.read(k.user_stack_id, want.user);
+            let mut kernel = stacks.read(k.kernel_stack_id, want.kernel);
+            if k.state != ON_CPU {
+                let mark = MARK + state_index(k.state) as u64;
+                if want.kernel {
+                    kernel = with_mark(kernel, mark);
+                } else {
+                    user = with_mark(user, mark);
+                }
+            }
+            let value = ns / 1000;
+            if value == 0 {
+                continue;
+            }
+            samples.push(RawSample {
+                task: RawTask {
+                    pid: Some(k.pid),
+                    tid: Some(k.tid),
+                    comm: comm_str(&k.comm),
+                    user,
+                    kernel,
+                },
+                waker: None,
+                value,
+            });
+        }
+        let stats = self.skel.maps.bss_data.as_deref().map(|b| b.stats);
+        let hash_full = stats.map_or(0, |s| s.hash_full);
+        let start_full = stats.map_or(0, |s| s.start_full);
+        let mut lost = stacks.lost(self.periodic.delta("hash_full", hash_full, clear));
+        lost.untracked = self.periodic.delta("start_full", start_full, clear);
+        self.periodic.done(stacks, clear);
+        Ok(Collection { samples, lost })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::profile::FrameKind;
+
+    #[test]
+    fn states_are_named_as_the_kernel_keeps_them() {
+        assert_eq!(STATES[state_index(0)], "preempted");
+        assert_eq!(STATES[state_index(1)], "sleeping");
+        assert_eq!(STATES[state_index(2)], "disk");
+        assert_eq!(STATES[state_index(0x402)], "idle");
+        assert_eq!(STATES[state_index(0x40)], "parked");
+        assert_eq!(STATES[state_index(0x1000)], "other");
+    }
+
+    #[test]
+    fn a_marked_leaf_becomes_the_state_frame_once() {
+        let mut mark = Frame::unknown(MARK + 2, FrameKind::Kernel);
+        mark.name = "some_symbol".into();
+        let mut trace = Trace::Frames(vec![
+            mark,
+            Frame::named("bpf_trace_run4", FrameKind::Kernel),
+            Frame::named("schedule", FrameKind::Kernel),
+        ]);
+        assert!(name_state(&mut trace));
+        assert!(name_state(&mut trace), "tidying twice changes nothing");
+        let names: Vec<&str> = trace.frames().iter().map(|f| &*f.name).collect();
+        assert_eq!(names, ["[off-cpu: disk]", "schedule"]);
+        let mut plain = Trace::Frames(vec![Frame::named("main", FrameKind::User)]);
+        assert!(!name_state(&mut plain));
+    }
+}
