@@ -3,9 +3,9 @@
 
 use std::time::Duration;
 
-use clap::Args;
+use clap::{Args, ValueEnum};
 use flare::output::stackcount::Style;
-use flare::tools::stackcount::{Config, Stacks};
+use flare::tools::stackcount::{Config, KernelAttach, Stacks};
 
 use super::output::OutputArgs;
 use super::{nonzero, nonzero_u32};
@@ -27,6 +27,19 @@ Examples:
     flare stackcount -U t:sched:sched_switch   # user stacks only
     flare stackcount -f -D 5 c:malloc > out.folded   # folded, for flame graphs
     flare stackcount -D 5 -o malloc.svg c:malloc     # a flame graph of the callers";
+
+/// How to attach kernel functions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum KernelAttachArg {
+    /// Multi-kprobes, else kprobes, else fentry: the first this kernel has
+    Auto,
+    /// One kprobe per function
+    Kprobe,
+    /// One multi-kprobe link for all functions (Linux 5.18+)
+    KprobeMulti,
+    /// fentry, one program per function (refused under kernel lockdown)
+    Fentry,
+}
 
 #[derive(Debug, Args)]
 pub struct StackcountArgs {
@@ -86,6 +99,10 @@ pub struct StackcountArgs {
     #[arg(long, value_name = "STACK_STORAGE_SIZE", default_value_t = 16384, value_parser = nonzero_u32)]
     pub stack_storage_size: u32,
 
+    /// How to attach kernel functions
+    #[arg(long, value_enum, default_value_t = KernelAttachArg::Auto)]
+    pub attach: KernelAttachArg,
+
     /// Search expression for events
     #[arg(value_name = "PATTERN")]
     pub pattern: String,
@@ -110,6 +127,12 @@ impl StackcountArgs {
                 kernel: !self.user_stacks_only,
             },
             stack_storage_size: self.stack_storage_size,
+            attach: match self.attach {
+                KernelAttachArg::Auto => None,
+                KernelAttachArg::Kprobe => Some(KernelAttach::Kprobe),
+                KernelAttachArg::KprobeMulti => Some(KernelAttach::KprobeMulti),
+                KernelAttachArg::Fentry => Some(KernelAttach::Fentry),
+            },
             ..Config::default()
         }
     }
@@ -161,6 +184,21 @@ mod tests {
         let s = parse(&["-d", "-p", "1", "x:y"]).unwrap().style(true);
         assert!(s.delimited && !s.tasks);
         assert!(!parse(&["-d", "-U", "x:y"]).unwrap().style(true).delimited);
+    }
+
+    #[test]
+    fn attach_modes_are_named() {
+        assert_eq!(parse(&["f"]).unwrap().config().attach, None);
+        for (arg, want) in [
+            ("kprobe", KernelAttach::Kprobe),
+            ("kprobe-multi", KernelAttach::KprobeMulti),
+            ("fentry", KernelAttach::Fentry),
+        ] {
+            let c = parse(&["--attach", arg, "f"]).unwrap().config();
+            assert_eq!(c.attach, Some(want));
+            assert_eq!(want.name(), arg);
+        }
+        assert!(parse(&["--attach", "uprobe", "f"]).is_err());
     }
 
     #[test]

@@ -4,30 +4,9 @@
 
 use std::path::Path;
 
-/// The running kernel's (major, minor) version, from uname.
-pub fn kernel_version() -> (u32, u32) {
-    // SAFETY: utsname is plain data, valid when zeroed; uname fills it.
-    let mut uts: libc::utsname = unsafe { std::mem::zeroed() };
-    // SAFETY: uts is a valid, writable utsname.
-    if unsafe { libc::uname(&mut uts) } != 0 {
-        return (0, 0);
-    }
-    let release: Vec<u8> = uts
-        .release
-        .iter()
-        .map(|&c| c as u8)
-        .take_while(|&c| c != 0)
-        .collect();
-    parse_version(&String::from_utf8_lossy(&release))
-}
-
-/// `6.18.0-foo` -> (6, 18).
-pub fn parse_version(release: &str) -> (u32, u32) {
-    let mut parts = release.split(|c: char| !c.is_ascii_digit());
-    let major = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
-    let minor = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
-    (major, minor)
-}
+use super::KernelAttach;
+pub use crate::bpf::system::{kernel_version, parse_version};
+use crate::error::{Error, Result};
 
 /// True when the kernel has kprobes: the perf kprobe PMU (4.17+) or the
 /// tracefs kprobe interface exists.
@@ -47,6 +26,26 @@ pub fn may_have_kprobe_multi() -> bool {
 /// that kind fails on older kernels, so it is only loaded when this holds.
 pub fn may_have_uprobe_multi() -> bool {
     kernel_version() >= (6, 6)
+}
+
+/// Fails with one line when a forced way of attaching kernel functions
+/// cannot work on this kernel. Multi-kprobes need fprobe, not kprobes, and
+/// fentry needs BTF and no lockdown: both are only known when tried.
+pub fn check_kernel_attach(how: KernelAttach) -> Result<()> {
+    let (major, minor) = kernel_version();
+    let why = match how {
+        KernelAttach::Kprobe if !has_kprobes() => {
+            "this kernel has no kprobes (CONFIG_KPROBES is off)".to_string()
+        }
+        KernelAttach::KprobeMulti if !may_have_kprobe_multi() => {
+            format!("multi-kprobe links need Linux 5.18 or later, this is {major}.{minor}")
+        }
+        _ => return Ok(()),
+    };
+    Err(Error::Unsupported(format!(
+        "--attach {}: {why}",
+        how.name()
+    )))
 }
 
 /// Why fentry may be refused, for the error message: kernel lockdown.

@@ -10,6 +10,7 @@
 
 mod attach;
 pub mod features;
+mod kallsyms;
 pub mod offsets;
 pub mod pattern;
 pub mod resolve;
@@ -57,6 +58,9 @@ pub struct Config {
     pub stacks: Stacks,
     pub stack_storage_size: u32,
     pub hash_storage_size: u32,
+    /// How to attach kernel functions; `None` chooses (multi-kprobes,
+    /// kprobes, fentry: the first this kernel has).
+    pub attach: Option<KernelAttach>,
 }
 
 impl Default for Config {
@@ -73,6 +77,7 @@ impl Default for Config {
             },
             stack_storage_size: 16384,
             hash_storage_size: 40960,
+            attach: None,
         }
     }
 }
@@ -107,6 +112,17 @@ pub enum KernelAttach {
     KprobeMulti,
     Kprobe,
     Fentry,
+}
+
+impl KernelAttach {
+    /// The name `--attach` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            KernelAttach::KprobeMulti => "kprobe-multi",
+            KernelAttach::Kprobe => "kprobe",
+            KernelAttach::Fentry => "fentry",
+        }
+    }
 }
 
 /// What a pattern resolved to.
@@ -158,7 +174,14 @@ pub struct Session<'obj> {
 
 /// Finds what the pattern matches; fails with the pattern named when it
 /// matches nothing.
-fn resolve_targets(pattern: &Pattern, pid: Option<u32>) -> Result<Targets> {
+fn resolve_targets(pattern: &Pattern, config: &Config) -> Result<Targets> {
+    let pid = config.pid;
+    if config.attach.is_some() && pattern.kind != ProbeKind::Kernel {
+        return Err(Error::Unsupported(format!(
+            "--attach applies to kernel functions only, not to \"{}\"",
+            pattern.text
+        )));
+    }
     let targets = match pattern.kind {
         ProbeKind::User => {
             let binary = resolve::binary(&pattern.library, pid)?;
@@ -173,14 +196,16 @@ fn resolve_targets(pattern: &Pattern, pid: Option<u32>) -> Result<Targets> {
         ProbeKind::Tracepoint => Targets::Tracepoints(resolve::tracepoints(pattern)?),
         ProbeKind::Kernel => {
             let functions = resolve::kernel_functions(pattern)?;
-            let how = if features::has_kprobes() {
-                if features::may_have_kprobe_multi() && functions.len() > 1 {
-                    KernelAttach::KprobeMulti
-                } else {
-                    KernelAttach::Kprobe
+            let how = match config.attach {
+                Some(how) => {
+                    features::check_kernel_attach(how)?;
+                    how
                 }
-            } else {
-                KernelAttach::Fentry
+                None if !features::has_kprobes() => KernelAttach::Fentry,
+                None if features::may_have_kprobe_multi() && functions.len() > 1 => {
+                    KernelAttach::KprobeMulti
+                }
+                None => KernelAttach::Kprobe,
             };
             Targets::Kernel { functions, how }
         }
@@ -209,7 +234,7 @@ impl<'obj> Session<'obj> {
             system::check_cpu(cpu)?;
         }
         let pattern = Pattern::parse(&config.pattern, config.regex)?;
-        let targets = resolve_targets(&pattern, config.pid)?;
+        let targets = resolve_targets(&pattern, &config)?;
         system::raise_memlock();
 
         let load_err = |source| Error::Load {
@@ -246,7 +271,7 @@ impl<'obj> Session<'obj> {
             .stacks
             .set_max_entries(config.stack_storage_size)
             .map_err(load_err)?;
-        attach::choose_programs(&mut open.progs, &targets)?;
+        attach::choose_programs(&mut open.progs, &pattern, &targets)?;
         // Loading fentry is itself the probe: keep libbpf's complaints
         // out of the way of the one-line error that explains a refusal.
         let probing = matches!(
