@@ -174,6 +174,10 @@ pub struct OffcputimeArgs {
     #[arg(long, value_name = "STATE")]
     pub state: Option<u64>,
 
+    /// Show address offsets (symbol+0xOFFSET)
+    #[arg(short = 's', long)]
+    pub offset: bool,
+
     #[command(flatten)]
     pub common: CommonArgs,
 }

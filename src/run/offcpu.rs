@@ -24,6 +24,7 @@ fn run(
     common: &CommonArgs,
     style: StackStyle,
     trailer: Option<&str>,
+    offsets: bool,
 ) -> Result<()> {
     let output = &common.output;
     let folded = common.folded;
@@ -63,6 +64,9 @@ fn run(
         }
     };
     tidy(&mut profile, config.tool);
+    if offsets {
+        flare::tools::stackcount::offsets::add_offsets(&mut profile.samples);
+    }
 
     if output.bcc_stdout(folded) {
         if folded {
@@ -87,7 +91,8 @@ fn run(
 }
 
 pub fn offcputime(args: &OffcputimeArgs) -> Result<()> {
-    run(args.config(), &args.common, args.stacks.style(), None)
+    let style = args.stacks.style();
+    run(args.config(), &args.common, style, None, args.offset)
 }
 
 pub fn wakeuptime(args: &WakeuptimeArgs) -> Result<()> {
@@ -97,9 +102,16 @@ pub fn wakeuptime(args: &WakeuptimeArgs) -> Result<()> {
         &args.common,
         StackStyle::default(),
         Some("Detaching..."),
+        false,
     )
 }
 
 pub fn offwaketime(args: &OffwaketimeArgs) -> Result<()> {
-    run(args.config(), &args.common, args.stacks.style(), None)
+    run(
+        args.config(),
+        &args.common,
+        args.stacks.style(),
+        None,
+        false,
+    )
 }

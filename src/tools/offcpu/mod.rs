@@ -16,6 +16,7 @@ pub use session::{Collection, Session};
 pub use tidy::{is_tracing_frame, tidy, tidy_samples};
 
 use super::profile::Stacks;
+use crate::error::{Error, Result};
 
 /// Which of the three tools.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -125,6 +126,18 @@ impl Config {
             duration: None,
         }
     }
+
+    /// Fails when the options contradict each other: a minimum block time
+    /// above the maximum would keep nothing.
+    pub fn validate(&self) -> Result<()> {
+        if self.min_us > self.max_us {
+            return Err(Error::Unsupported(format!(
+                "the minimum block time ({} us, -m) is above the maximum ({} us, -M): nothing would be kept",
+                self.min_us, self.max_us
+            )));
+        }
+        Ok(())
+    }
 }
 
 /// Who is traced, in bcc's words (`PID 185`, `user threads`).
@@ -168,6 +181,19 @@ pub fn header(c: &Config) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn min_above_max_is_refused() {
+        let mut c = Config::new(Tool::OffCpu);
+        (c.min_us, c.max_us) = (100, 10);
+        let err = c.validate().unwrap_err().to_string();
+        assert!(
+            err.contains("(100 us, -m) is above the maximum (10 us, -M)"),
+            "{err}"
+        );
+        (c.min_us, c.max_us) = (10, 10);
+        assert!(c.validate().is_ok());
+    }
 
     #[test]
     fn headers_match_bcc() {

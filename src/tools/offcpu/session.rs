@@ -81,6 +81,7 @@ impl<'obj> Session<'obj> {
     /// Validates the config against the system, loads the BPF program and
     /// starts tracing.
     pub fn start(config: Config, object: &'obj mut MaybeUninit<OpenObject>) -> Result<Self> {
+        config.validate()?;
         system::check_environment()?;
         match &config.threads {
             Threads::Pids(p) => p.iter().try_for_each(|&p| system::check_process(p))?,
