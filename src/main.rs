@@ -20,6 +20,8 @@ fn main() -> ExitCode {
         cli::Command::Offcputime(args) => run::offcpu::offcputime(&args),
         cli::Command::Wakeuptime(args) => run::offcpu::wakeuptime(&args),
         cli::Command::Offwaketime(args) => run::offcpu::offwaketime(&args),
+        cli::Command::Completions(args) => run::docs::completions(&args),
+        cli::Command::Man(_) => run::docs::man(),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -2,6 +2,7 @@
 //! its own collection (waiting for a stop, reporting losses, writing).
 
 pub mod analyze;
+pub mod docs;
 pub mod offcpu;
 pub mod output;
 pub mod profile;
