@@ -156,10 +156,16 @@ fn trace(tool: &str, args: &[&str]) -> Traced {
 }
 
 fn assert_about(what: &str, got: f64, want: f64, t: &Traced) {
+    // Emulated guests (scripts/vmtest without KVM) run the workload's own
+    // clock reads many times slower: its truth is rougher there.
+    let tolerance = match std::env::var_os("FLARE_EMULATED") {
+        Some(_) => 25.0,
+        None => 10.0,
+    };
     let err = (got - want).abs() / want;
     assert!(
-        err <= 0.10,
-        "{what}: {got:.0} us, expected {want:.0} us within 10 % (off by {:.1} %)\n{}",
+        err * 100.0 <= tolerance,
+        "{what}: {got:.0} us, expected {want:.0} us within {tolerance} % (off by {:.1} %)\n{}",
         err * 100.0,
         t.stdout
     );

@@ -16,7 +16,7 @@ pub fn check_environment() -> Result<()> {
     if !Path::new("/sys/kernel/btf/vmlinux").exists() {
         return Err(Error::NoBtf);
     }
-    check_kernel_version(kernel_version())
+    check_kernel_version(super::probe::kernel_version())
 }
 
 /// The oldest kernel flare supports.
@@ -32,31 +32,6 @@ pub fn check_kernel_version((major, minor): (u32, u32)) -> Result<()> {
         "Linux {major}.{minor} is older than {}.{}, the oldest flare supports: it lacks the bpf_get_ns_current_pid_tgid helper (5.7) flare's BPF programs call, and CAP_BPF and CAP_PERFMON (5.8)",
         OLDEST_KERNEL.0, OLDEST_KERNEL.1
     )))
-}
-
-/// The running kernel's (major, minor) version, from uname.
-pub fn kernel_version() -> (u32, u32) {
-    // SAFETY: utsname is plain data, valid when zeroed; uname fills it.
-    let mut uts: libc::utsname = unsafe { std::mem::zeroed() };
-    // SAFETY: uts is a valid, writable utsname.
-    if unsafe { libc::uname(&mut uts) } != 0 {
-        return (0, 0);
-    }
-    let release: Vec<u8> = uts
-        .release
-        .iter()
-        .map(|&c| c as u8)
-        .take_while(|&c| c != 0)
-        .collect();
-    parse_version(&String::from_utf8_lossy(&release))
-}
-
-/// `6.18.0-foo` -> (6, 18).
-pub fn parse_version(release: &str) -> (u32, u32) {
-    let mut parts = release.split(|c: char| !c.is_ascii_digit());
-    let major = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
-    let minor = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
-    (major, minor)
 }
 
 /// True when the effective capability set has CAP_BPF (39) and

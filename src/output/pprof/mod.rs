@@ -17,7 +17,7 @@ use flate2::write::GzEncoder;
 use flate2::Compression;
 use prost::Message;
 
-use crate::profile::{Frame, FrameKind, PathFrame, PathKind, Profile, TaskStack, ValueUnit};
+use crate::profile::{Frame, FrameKind, Kind, PathFrame, PathKind, Profile, TaskStack, ValueUnit};
 
 /// The module name pprof and perf give kernel code.
 const KERNEL_MAPPING: &str = "[kernel.kallsyms]";
@@ -157,7 +157,9 @@ impl Builder {
             num: n as i64,
             ..Default::default()
         };
-        out.push(num(self, "pid", task.pid));
+        if let Some(pid) = task.pid {
+            out.push(num(self, "pid", pid));
+        }
         if let Some(tid) = task.tid {
             out.push(num(self, "tid", tid));
         }
@@ -172,19 +174,17 @@ impl Builder {
 /// The sample types of a profile and each one's multiplier of the raw value.
 fn sample_types(profile: &Profile) -> Vec<(&'static str, &'static str, u64)> {
     let meta = &profile.meta;
-    match meta.unit {
-        ValueUnit::Samples => {
+    match meta.kind {
+        Kind::Cpu => {
             let mut t = vec![("samples", "count", 1)];
             if let Some(ns) = meta.period_ns {
                 t.push(("cpu", "nanoseconds", ns));
             }
             t
         }
-        ValueUnit::Microseconds if meta.tool == "wakeuptime" => {
-            vec![("wakeup", "nanoseconds", 1000)]
-        }
-        ValueUnit::Microseconds => vec![("offcpu", "nanoseconds", 1000)],
-        ValueUnit::Count => vec![("events", "count", 1)],
+        Kind::Wakeup => vec![("wakeup", "nanoseconds", 1000)],
+        Kind::OffCpu | Kind::OffWake => vec![("offcpu", "nanoseconds", 1000)],
+        Kind::Count => vec![("events", "count", 1)],
     }
 }
 
@@ -225,6 +225,11 @@ pub fn build(profile: &Profile, time_nanos: i64) -> proto::Profile {
         _ => 1,
     };
     b.out.default_sample_type = b.out.sample_type.last().map(|t| t.r#type).unwrap_or(0);
+    // Values samples carry beside the main one follow it, as they are.
+    for e in &meta.extra_values {
+        let t = b.value_type(&e.name, &e.unit);
+        b.out.sample_type.push(t);
+    }
     b.out.time_nanos = time_nanos;
     b.out.duration_nanos = meta.duration.as_nanos() as i64;
     let mut comments = vec![format!("flare {}: {}", meta.tool, meta.event)];
@@ -280,9 +285,54 @@ pub fn build(profile: &Profile, time_nanos: i64) -> proto::Profile {
             value: types
                 .iter()
                 .map(|&(_, _, m)| (s.value * m) as i64)
+                .chain(
+                    (0..meta.extra_values.len())
+                        .map(|i| s.extra.get(i).copied().unwrap_or(0) as i64),
+                )
                 .collect(),
             label,
         });
     }
     b.out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::profile::{ExtraValue, Kind, Meta, Sample, TaskStack, Trace};
+
+    #[test]
+    fn extra_values_follow_the_main_sample_types() {
+        let mut meta = Meta::new(Kind::Cpu, "cpu-clock");
+        meta.period_ns = Some(10);
+        meta.extra_values.push(ExtraValue {
+            name: "wall".into(),
+            unit: "nanoseconds".into(),
+        });
+        let task = TaskStack {
+            pid: Some(1),
+            tid: None,
+            comm: "app".into(),
+            user: Trace::Frames(Vec::new()),
+            kernel: Trace::NotCollected,
+        };
+        let mut sample = Sample::new(task, None, 3);
+        sample.extra = vec![700].into();
+        let p = build(
+            &Profile {
+                meta,
+                samples: vec![sample],
+            },
+            0,
+        );
+        let names: Vec<&str> = p
+            .sample_type
+            .iter()
+            .map(|t| p.string_table[t.r#type as usize].as_str())
+            .collect();
+        assert_eq!(names, ["samples", "cpu", "wall"]);
+        assert_eq!(p.sample[0].value, [3, 30, 700]);
+        // The default stays the main value's.
+        assert_eq!(p.string_table[p.default_sample_type as usize], "cpu");
+    }
 }

@@ -3,19 +3,19 @@
 //!
 //! One BPF object (`offcpu.bpf.c`) serves the three tools; [`Tool`] picks
 //! its mode. [`Config`] is the plain form of a command line, [`header`] is
-//! bcc's first line for it, [`Session`] loads and attaches, and [`tidy`]
-//! finishes a symbolized profile (tracing frames off the top of kernel
-//! stacks, wakeuptime's per-name aggregation).
+//! bcc's first line for it, [`Session`] loads, attaches and is the tools'
+//! collector, and [`tidy_samples`] finishes symbolized samples (tracing
+//! frames off the top of kernel stacks, wakeuptime's per-name keys).
 
 mod session;
 mod tidy;
 
 use std::time::Duration;
 
-pub use session::{Collection, Session};
-pub use tidy::{is_tracing_frame, tidy, tidy_samples};
+pub use session::Session;
+pub use tidy::{is_tracing_frame, tidy_samples};
 
-use super::profile::Stacks;
+use crate::collect::Stacks;
 use crate::error::{Error, Result};
 
 /// Which of the three tools.
@@ -99,9 +99,15 @@ pub struct Config {
     pub stack_storage_size: u32,
     /// Distinct keys the kernel can sum.
     pub hash_storage_size: u32,
+    /// Threads that can be blocked at once and still be tracked.
+    pub blocked_storage_size: u32,
     pub attach: Attach,
     /// `None`: until stopped.
     pub duration: Option<Duration>,
+    /// Trace flare's own threads too (`--include-self`).
+    pub include_self: bool,
+    /// offcputime's `-s`: frame names with the offset into their function.
+    pub offsets: bool,
 }
 
 impl Config {
@@ -122,8 +128,11 @@ impl Config {
             // collide (-EEXIST) within seconds on a busy host.
             stack_storage_size: 16384,
             hash_storage_size: 10240,
+            blocked_storage_size: 16384,
             attach: Attach::Auto,
             duration: None,
+            include_self: false,
+            offsets: false,
         }
     }
 

@@ -8,9 +8,9 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use libbpf_rs::skel::Skel;
 use libbpf_rs::{KprobeMultiOpts, MapCore, ObjectBuilder, TracepointCategory, UprobeMultiOpts};
 
-use super::{features, KernelAttach, Pattern, Session, Targets};
+use super::{KernelAttach, Pattern, Session, Targets};
 use crate::bpf::skel::stackcount::OpenStackcountProgs;
-use crate::bpf::tracefs;
+use crate::bpf::{probe, tracefs};
 use crate::error::{Error, Result};
 
 /// The compiled program, for the extra objects fentry needs (one per
@@ -28,7 +28,7 @@ pub(super) fn choose_programs(
     match targets {
         Targets::User { functions, .. } => {
             uprobe = true;
-            uprobe_multi = functions.len() > 1 && features::may_have_uprobe_multi();
+            uprobe_multi = functions.len() > 1 && probe::may_have_uprobe_multi();
         }
         Targets::Usdt { .. } => usdt = true,
         Targets::Tracepoints(_) => tp = true,
@@ -56,6 +56,26 @@ pub(super) fn choose_programs(
     progs.flare_sc_kprobe_multi.set_autoload(kprobe_multi);
     progs.flare_sc_fentry.set_autoload(fentry);
     Ok(())
+}
+
+/// Fails with one line when a forced way of attaching kernel functions
+/// cannot work on this kernel. Multi-kprobes need fprobe, not kprobes, and
+/// fentry needs BTF and no lockdown: both are only known when tried.
+pub(super) fn check_kernel_attach(how: KernelAttach) -> Result<()> {
+    let (major, minor) = probe::kernel_version();
+    let why = match how {
+        KernelAttach::Kprobe if !probe::kprobes() => {
+            "this kernel has no kprobes (CONFIG_KPROBES is off)".to_string()
+        }
+        KernelAttach::KprobeMulti if !probe::may_have_kprobe_multi() => {
+            format!("multi-kprobe links need Linux 5.18 or later, this is {major}.{minor}")
+        }
+        _ => return Ok(()),
+    };
+    Err(Error::Unsupported(format!(
+        "--attach {}: {why}",
+        how.name()
+    )))
 }
 
 /// A few tracepoints whose names contain the pattern's name, to suggest.
@@ -86,10 +106,10 @@ fn no_btf(func: &str, e: libbpf_rs::Error) -> String {
 /// The error for kernel functions that can be attached neither way, or,
 /// when kprobes exist (fentry was asked for), why fentry cannot.
 pub(super) fn no_kernel_probes(pattern: &Pattern, fentry: &dyn std::fmt::Display) -> Error {
-    let lockdown = features::lockdown()
+    let lockdown = probe::lockdown()
         .map(|l| format!(", kernel lockdown is '{l}'"))
         .unwrap_or_default();
-    if features::has_kprobes() {
+    if probe::kprobes() {
         return Error::Unsupported(format!(
             "--attach fentry: cannot trace kernel functions for \"{}\" with fentry ({fentry}{lockdown}); --attach kprobe works on this kernel",
             pattern.text
@@ -161,7 +181,7 @@ impl Session<'_> {
         match targets {
             Targets::User { binary, functions } => {
                 let offsets: Vec<usize> = functions.iter().map(|f| f.offset as usize).collect();
-                if functions.len() > 1 && features::may_have_uprobe_multi() {
+                if functions.len() > 1 && probe::may_have_uprobe_multi() {
                     let opts = UprobeMultiOpts {
                         offsets: offsets.clone(),
                         ..Default::default()
