@@ -148,11 +148,14 @@ unsafe impl PlainKey for types::stackcount_key {}
 
 /// A loaded and attached stack counter.
 pub struct Session<'obj> {
-    skel: StackcountSkel<'obj>,
+    /// Dropped first (fields drop in order): a USDT link's detach uses
+    /// libbpf's USDT manager, which the object owns and frees on close.
+    /// Dropped after the object, it crashed flare on 5.10 (scripts/vmtest).
+    _links: Vec<Link>,
     /// With fentry, one more object per kernel function after the first,
     /// sharing the first one's maps.
     _extra: Vec<Object>,
-    _links: Vec<Link>,
+    skel: StackcountSkel<'obj>,
     config: Config,
     pattern: Pattern,
     matched: usize,
