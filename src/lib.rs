@@ -16,6 +16,7 @@ pub mod error;
 pub mod live;
 pub mod output;
 pub mod pipeline;
+pub mod procmaps;
 pub mod profile;
 pub mod sinks;
 pub mod symbolize;

@@ -42,7 +42,7 @@ struct Builder {
     out: proto::Profile,
     strings: HashMap<String, i64>,
     functions: HashMap<(i64, i64), u64>,
-    mappings: HashMap<i64, u64>,
+    mappings: HashMap<(i64, Option<u64>), u64>,
     locations: HashMap<LocationKey, u64>,
 }
 
@@ -81,25 +81,58 @@ impl Builder {
         id
     }
 
+    /// The mapping of a frame: one per object and load address (libc in
+    /// two processes is two mappings), carrying the object's build id and
+    /// a layout from which pprof computes each address's file offset
+    /// (`address - memory_start + file_offset`), so that a server can
+    /// symbolize by build id. Frames whose offset is unknown share one
+    /// mapping per path.
     fn mapping(&mut self, frame: &Frame) -> u64 {
-        let file = match (frame.kind, &frame.module) {
-            (FrameKind::Kernel, _) => KERNEL_MAPPING,
-            (FrameKind::User, Some(m)) => &**m,
+        let (file, object) = match (frame.kind, &frame.object) {
+            (FrameKind::Kernel, _) => (KERNEL_MAPPING, None),
+            (FrameKind::User, Some(o)) => (&*o.path, Some(o)),
             (FrameKind::User, None) => return 0,
         };
         let name = self.string(file);
-        if let Some(&id) = self.mappings.get(&name) {
+        // The load bias: where offset 0 of the file would be in memory.
+        let bias = frame
+            .offset_in_object()
+            .and_then(|off| frame.addr.checked_sub(off));
+        let key = (name, bias);
+        if let Some(&id) = self.mappings.get(&key) {
+            self.extend_mapping(id, frame.addr);
             return id;
         }
         let id = self.out.mapping.len() as u64 + 1;
+        let build_id = match object.and_then(|o| o.build_id_hex()) {
+            Some(hex) => self.string(&hex),
+            None => 0,
+        };
         self.out.mapping.push(proto::Mapping {
             id,
             filename: name,
+            build_id,
             has_functions: true,
             ..Default::default()
         });
-        self.mappings.insert(name, id);
+        if let Some(bias) = bias {
+            if let Some(m) = self.out.mapping.last_mut() {
+                m.memory_start = bias;
+                m.memory_limit = bias;
+            }
+            self.extend_mapping(id, frame.addr);
+        }
+        self.mappings.insert(key, id);
         id
+    }
+
+    /// Widens a mapping with a known layout to hold `addr`.
+    fn extend_mapping(&mut self, id: u64, addr: u64) {
+        if let Some(m) = self.out.mapping.get_mut((id as usize).wrapping_sub(1)) {
+            if m.memory_limit != 0 && addr >= m.memory_limit {
+                m.memory_limit = addr + 1;
+            }
+        }
     }
 
     /// The location of a group of frames, innermost inlined first and the
@@ -249,16 +282,18 @@ pub fn build(profile: &Profile, time_nanos: i64) -> proto::Profile {
 
     // pprof names the first mapping as the profile's main binary: register
     // the user modules first, the one with the most frame-weight leading.
-    let mut modules: HashMap<&str, (u64, &Frame)> = HashMap::new();
+    type ModuleKey<'a> = (&'a str, Option<u64>);
+    let mut modules: HashMap<ModuleKey<'_>, (u64, &Frame)> = HashMap::new();
     for s in &profile.samples {
         for f in s.task.user.frames() {
-            if let Some(m) = &f.module {
-                modules.entry(m).or_insert((0, f)).0 += s.value;
+            if let Some(m) = f.module() {
+                let bias = f.offset_in_object().and_then(|o| f.addr.checked_sub(o));
+                modules.entry((m, bias)).or_insert((0, f)).0 += s.value;
             }
         }
     }
-    let mut modules: Vec<(&str, (u64, &Frame))> = modules.into_iter().collect();
-    modules.sort_by(|a, b| b.1 .0.cmp(&a.1 .0).then(a.0.cmp(b.0)));
+    let mut modules: Vec<(ModuleKey<'_>, (u64, &Frame))> = modules.into_iter().collect();
+    modules.sort_by(|a, b| b.1 .0.cmp(&a.1 .0).then(a.0.cmp(&b.0)));
     for (_, (_, f)) in modules {
         b.mapping(f);
     }
