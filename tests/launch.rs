@@ -24,7 +24,8 @@ fn run(args: &[&str]) -> Output {
         .expect("running flare")
 }
 
-/// Sums folded lines' values: (lines containing `frame`, all lines).
+/// Sums folded lines' values of `of_comm`: (lines containing `frame`,
+/// all lines).
 fn folded_share(out: &str, frame: &str, of_comm: &str) -> (u64, u64) {
     let (mut hit, mut all) = (0, 0);
     for line in out.lines() {
@@ -36,7 +37,8 @@ fn folded_share(out: &str, frame: &str, of_comm: &str) -> (u64, u64) {
             continue;
         }
         all += n;
-        if stack.split(';').any(|f| f == frame) {
+        // libc's internal names may carry leading underscores.
+        if stack.split(';').any(|f| f.trim_start_matches('_') == frame) {
             hit += n;
         }
     }

@@ -2,6 +2,7 @@
 //! library's plain config. Nothing below this module sees clap.
 
 pub mod analyze;
+pub mod docs;
 pub mod offcpu;
 pub mod output;
 pub mod profile;
@@ -46,6 +47,11 @@ pub enum Command {
     /// Where threads spend wall-clock time: on CPU and blocked, by stack
     #[command(after_help = wallclock::EXAMPLES)]
     Wallclock(wallclock::WallclockArgs),
+    /// Print shell completions (bash, zsh, fish, elvish, powershell)
+    Completions(docs::CompletionsArgs),
+    /// Print the man page (roff)
+    #[command(hide = true)]
+    Man(docs::ManArgs),
 }
 
 /// A comma-separated list of process or thread ids (`185,186`).
