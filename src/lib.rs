@@ -13,5 +13,6 @@ pub mod output;
 pub mod profile;
 pub mod symbolize;
 pub mod tools;
+pub mod unwind;
 
 pub use error::{Error, Result};
