@@ -44,6 +44,16 @@ pub enum Command {
     Offwaketime(offcpu::OffwaketimeArgs),
 }
 
+/// `--unwind`, on every tool that takes user stacks.
+#[derive(Clone, Copy, Debug, clap::Args)]
+pub struct UnwindArgs {
+    /// How to walk user stacks: auto (unwind tables where an object has
+    /// them, frame pointers elsewhere), fp (frame pointers only), dwarf
+    /// (unwind tables only)
+    #[arg(long = "unwind", value_name = "MODE", default_value = "auto", value_parser = |s: &str| s.parse::<flare::unwind::Mode>())]
+    pub mode: flare::unwind::Mode,
+}
+
 /// A comma-separated list of process or thread ids (`185,186`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct IdList(pub Vec<u32>);

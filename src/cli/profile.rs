@@ -91,6 +91,9 @@ pub struct ProfileArgs {
     pub mntnsmap: Option<PathBuf>,
 
     #[command(flatten)]
+    pub unwind: super::UnwindArgs,
+
+    #[command(flatten)]
     pub serve: super::serve::ServeArgs,
 
     /// Duration of trace, in seconds [default: until Ctrl-C]
@@ -129,6 +132,7 @@ impl ProfileArgs {
             mntns_map: self.mntnsmap.clone(),
             per_thread: false,
             duration: self.duration.map(Duration::from_secs),
+            unwind: self.unwind.mode,
         }
     }
 

@@ -19,6 +19,7 @@ use crate::bpf::{comm_str, read_counts, system, Periodic, PlainKey};
 use crate::error::{Error, Result};
 use crate::profile::{Lost, Meta, ValueUnit};
 use crate::symbolize::{RawSample, RawTask};
+use crate::unwind::{self, Unwinder};
 
 /// Which threads to sample.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -55,6 +56,8 @@ pub struct Config {
     pub per_thread: bool,
     /// `None`: until stopped.
     pub duration: Option<Duration>,
+    /// How user stacks are walked.
+    pub unwind: unwind::Mode,
 }
 
 impl Default for Config {
@@ -74,6 +77,7 @@ impl Default for Config {
             mntns_map: None,
             per_thread: false,
             duration: None,
+            unwind: unwind::Mode::default(),
         }
     }
 }
@@ -131,6 +135,8 @@ pub struct Session<'obj> {
     _links: Vec<Link>,
     /// State kept between clearing reads.
     periodic: Periodic,
+    /// Feeds the BPF unwinder (not with --unwind fp).
+    _unwinder: Option<Unwinder>,
 }
 
 /// Opens the user's pinned map at `path`, checking it can serve as a
@@ -195,6 +201,7 @@ impl<'obj> Session<'obj> {
             Target::Tids(t) => t,
         };
         let per_thread = config.per_thread || matches!(config.target, Target::Tids(_));
+        let mode = config.unwind.effective(config.stacks.user);
         {
             let ro = open
                 .maps
@@ -207,6 +214,7 @@ impl<'obj> Session<'obj> {
             ro.include_idle = config.include_idle;
             ro.user_stacks = config.stacks.user;
             ro.kernel_stacks = config.stacks.kernel;
+            ro.unwind_mode = mode.bpf_value();
             ro.filter_cgroup = cgroup.is_some();
             ro.filter_mntns = mntns.is_some();
             if let Some((dev, ino)) = system::pid_namespace() {
@@ -225,6 +233,7 @@ impl<'obj> Session<'obj> {
         maps.targets
             .set_max_entries((ids.len() as u32).max(1))
             .map_err(load_err)?;
+        crate::unwind_size_maps!(maps, mode, config.stack_storage_size).map_err(load_err)?;
         if let Some(m) = &cgroup {
             maps.cgroup_sets
                 .set_inner_map_fd(m.as_fd())
@@ -254,11 +263,26 @@ impl<'obj> Session<'obj> {
                 .map_err(load_err)?;
         }
 
+        let unwinder = match mode {
+            unwind::Mode::Fp => None,
+            _ => {
+                let pids: &[u32] = match &config.target {
+                    Target::Pids(p) => p,
+                    _ => &[],
+                };
+                let maps = crate::unwind_maps!(skel.maps).map_err(load_err)?;
+                Some(Unwinder::start(maps, pids).map_err(|source| Error::Io {
+                    what: "starting the unwinder thread".into(),
+                    source,
+                })?)
+            }
+        };
         let mut session = Session {
             skel,
             config,
             _links: Vec::new(),
             periodic: Periodic::default(),
+            _unwinder: unwinder,
         };
         session.attach()?;
         Ok(session)
@@ -383,7 +407,10 @@ impl<'obj> Session<'obj> {
     /// they are read, so the next call returns only what came after (stack
     /// map entries are kept: their ids may still be in use).
     pub fn collect(&mut self, clear: bool) -> Result<Collection> {
-        let mut stacks = self.periodic.reader(&self.skel.maps.stacks, clear);
+        let mut stacks = self
+            .periodic
+            .reader(&self.skel.maps.stacks, clear)
+            .with_user_stacks(&self.skel.maps.ustacks);
         let mut samples = Vec::new();
         for (k, count) in read_counts::<types::profile_key, _>(&self.skel.maps.counts, clear)? {
             let user = stacks.read(k.user_stack_id, self.config.stacks.user);
