@@ -123,15 +123,25 @@ impl Elf {
         Some(elf)
     }
 
-    /// The virtual address the byte at file offset `offset` is loaded at,
-    /// from the load segment holding it.
+    /// The virtual address the byte at file offset `offset` is loaded at.
     pub fn vaddr_of_offset(&self, offset: u64) -> Option<u64> {
-        let s = self
-            .segments
-            .iter()
-            .find(|s| offset >= s.offset && offset < s.offset + s.filesz.max(1))?;
-        Some(s.vaddr + (offset - s.offset))
+        vaddr_of_offset(&self.segments, offset)
     }
+}
+
+/// The virtual address file offset `offset` is loaded at, from the load
+/// segment holding it. A mapping starts at a page boundary, which may be
+/// before its segment's first byte (lld pads segments apart in memory but
+/// not in the file), so segments are taken from their page's start;
+/// executable segments win where two share a page.
+pub fn vaddr_of_offset(segments: &[Segment], offset: u64) -> Option<u64> {
+    let holds = |s: &&Segment| offset >= s.offset & !0xfff && offset < s.offset + s.filesz.max(1);
+    let s = segments
+        .iter()
+        .filter(|s| s.executable)
+        .find(holds)
+        .or_else(|| segments.iter().find(holds))?;
+    Some(s.vaddr.wrapping_sub(s.offset).wrapping_add(offset))
 }
 
 /// The GNU build id among the notes in `notes`.
@@ -167,6 +177,27 @@ mod tests {
         // An offset in the text segment maps back into it.
         let text = elf.segments.iter().find(|s| s.executable).unwrap();
         assert_eq!(elf.vaddr_of_offset(text.offset + 16), Some(text.vaddr + 16));
+    }
+
+    #[test]
+    fn a_mapping_may_start_before_its_segment() {
+        // lld: text at file 0x18670, vaddr 0x19670; mapped from 0x18000.
+        let segs = [
+            Segment {
+                offset: 0,
+                vaddr: 0,
+                filesz: 0x1866c,
+                executable: false,
+            },
+            Segment {
+                offset: 0x18670,
+                vaddr: 0x19670,
+                filesz: 0x452d0,
+                executable: true,
+            },
+        ];
+        assert_eq!(vaddr_of_offset(&segs, 0x18000), Some(0x19000));
+        assert_eq!(vaddr_of_offset(&segs, 0), Some(0));
     }
 
     #[test]

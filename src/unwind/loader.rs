@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 use libbpf_rs::{Map, MapCore, MapFlags, MapHandle, RingBufferBuilder};
 
 use super::cache::DiskCache;
+use super::elf::vaddr_of_offset;
 use super::objects::{Object, Objects, Stats};
 use super::procs::{exec_mappings, Backing, ExecMapping};
 
@@ -84,10 +85,7 @@ pub fn entry(m: &ExecMapping, object: Option<&Object>) -> Entry {
     let Some(o) = object else { return none };
     let Some(t) = o.table else { return none };
     // The virtual address the mapping's first byte has in the object.
-    let Some(vaddr) = o.segments.iter().find_map(|s| {
-        (m.offset >= s.offset && m.offset < s.offset + s.filesz.max(1))
-            .then(|| s.vaddr + (m.offset - s.offset))
-    }) else {
+    let Some(vaddr) = vaddr_of_offset(&o.segments, m.offset) else {
         return none;
     };
     Entry {
@@ -105,6 +103,12 @@ struct Slices {
 }
 
 impl Slices {
+    fn new(len: u32) -> Slices {
+        Slices {
+            free: std::iter::once(0..len).collect(),
+        }
+    }
+
     fn alloc(&mut self, n: u32) -> Option<Range<u32>> {
         let i = self.free.iter().position(|r| r.len() >= n as usize)?;
         let r = &mut self.free[i];
@@ -162,7 +166,7 @@ impl Loader {
         Ok(Loader {
             maps,
             objects,
-            slices: Slices { free: vec![0..cap] },
+            slices: Slices::new(cap),
             procs: HashMap::new(),
             retired: Vec::new(),
         })
@@ -387,13 +391,13 @@ mod tests {
 
     #[test]
     fn slices_are_reused_and_merged() {
-        let mut s = Slices { free: vec![0..10] };
+        let mut s = Slices::new(10);
         let a = s.alloc(4).unwrap();
         let b = s.alloc(4).unwrap();
         assert_eq!((a.clone(), b.clone()), (0..4, 4..8));
         assert!(s.alloc(3).is_none());
         s.release(a);
         s.release(b);
-        assert_eq!(s.free, vec![0..10]);
+        assert_eq!(s.free, Slices::new(10).free);
     }
 }
