@@ -80,6 +80,9 @@ pub struct CommonArgs {
     pub attach: AttachArg,
 
     #[command(flatten)]
+    pub unwind: super::UnwindArgs,
+
+    #[command(flatten)]
     pub output: super::output::OutputArgs,
 
     #[command(flatten)]
@@ -228,6 +231,7 @@ impl CommonArgs {
             AttachArg::Kprobe => Attach::Kprobe,
         };
         c.duration = self.duration.map(Duration::from_secs);
+        c.unwind = self.unwind.mode;
     }
 }
 

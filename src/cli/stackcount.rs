@@ -93,6 +93,9 @@ pub struct StackcountArgs {
     /// Files to write (-o FILE, --format); with -i each interval rewrites
     /// them with its own counts
     #[command(flatten)]
+    pub unwind: super::UnwindArgs,
+
+    #[command(flatten)]
     pub output: OutputArgs,
 }
 
@@ -110,6 +113,7 @@ impl StackcountArgs {
                 kernel: !self.user_stacks_only,
             },
             stack_storage_size: self.stack_storage_size,
+            unwind: self.unwind.mode,
             ..Config::default()
         }
     }

@@ -101,6 +101,8 @@ pub struct Config {
     pub attach: Attach,
     /// `None`: until stopped.
     pub duration: Option<Duration>,
+    /// How user stacks are walked.
+    pub unwind: crate::unwind::Mode,
 }
 
 impl Config {
@@ -123,6 +125,7 @@ impl Config {
             hash_storage_size: 10240,
             attach: Attach::Auto,
             duration: None,
+            unwind: crate::unwind::Mode::default(),
         }
     }
 }

@@ -13,6 +13,7 @@ use crate::bpf::{comm_str, probe, read_counts, system, Periodic, PlainKey};
 use crate::error::{Error, Result};
 use crate::profile::{Lost, Meta, ValueUnit};
 use crate::symbolize::{RawSample, RawTask, RawTrace};
+use crate::unwind::{self, Unwinder};
 
 /// Mirrors the `OFFCPU_*` constants of `offcpu.h`.
 const MODE_OFFCPU: u32 = 0;
@@ -47,6 +48,8 @@ pub struct Session<'obj> {
     _links: Vec<Link>,
     /// State kept between clearing reads.
     periodic: Periodic,
+    /// Feeds the BPF unwinder (not with --unwind fp).
+    _unwinder: Option<Unwinder>,
 }
 
 /// The way to attach: the one asked for, or the first that works.
@@ -102,6 +105,7 @@ impl<'obj> Session<'obj> {
             Threads::Tids(t) => t,
             _ => &[],
         };
+        let mode = config.unwind.effective(config.stacks.user);
         {
             let ro = open
                 .maps
@@ -127,6 +131,7 @@ impl<'obj> Session<'obj> {
             ro.min_us = config.min_us;
             ro.max_us = config.max_us;
             ro.stacks_at_switch_in = attach == Attach::Kprobe;
+            ro.unwind_mode = mode.bpf_value();
         }
         let waker = config.tool != Tool::OffCpu;
         let progs = &mut open.progs;
@@ -164,6 +169,7 @@ impl<'obj> Session<'obj> {
             // Unused: keep it from taking memory.
             maps.wokeby.set_max_entries(1).map_err(load_err)?;
         }
+        crate::unwind_size_maps!(maps, mode, config.stack_storage_size).map_err(load_err)?;
         let skel = open.load().map_err(load_err)?;
         for id in ids {
             skel.maps
@@ -171,12 +177,32 @@ impl<'obj> Session<'obj> {
                 .update(&id.to_ne_bytes(), &[1u8], MapFlags::ANY)
                 .map_err(load_err)?;
         }
+        let unwinder = match mode {
+            unwind::Mode::Fp => None,
+            _ => {
+                let maps = crate::unwind_maps!(skel.maps).map_err(load_err)?;
+                Some(
+                    Unwinder::start(
+                        maps,
+                        match &config.threads {
+                            Threads::Pids(p) => p,
+                            _ => &[],
+                        },
+                    )
+                    .map_err(|source| Error::Io {
+                        what: "starting the unwinder thread".into(),
+                        source,
+                    })?,
+                )
+            }
+        };
         let mut session = Session {
             skel,
             config,
             attach,
             _links: Vec::new(),
             periodic: Periodic::default(),
+            _unwinder: unwinder,
         };
         session.attach_programs()?;
         Ok(session)
@@ -267,7 +293,10 @@ impl<'obj> Session<'obj> {
     /// are read, so the next call returns only what came after (periods
     /// still running are counted when they end).
     pub fn collect(&mut self, clear: bool) -> Result<Collection> {
-        let mut stacks = self.periodic.reader(&self.skel.maps.stacks, clear);
+        let mut stacks = self
+            .periodic
+            .reader(&self.skel.maps.stacks, clear)
+            .with_user_stacks(&self.skel.maps.ustacks);
         let mut samples = Vec::new();
         let want = self.config.stacks;
         let mut task = |t: &types::offcpu_task| RawTask {

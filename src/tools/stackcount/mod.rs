@@ -26,6 +26,7 @@ use crate::bpf::{comm_str, probe, read_counts, system, Periodic, PlainKey};
 use crate::error::{Error, Result};
 use crate::profile::{Lost, Meta, ValueUnit};
 use crate::symbolize::{RawSample, RawTask};
+use crate::unwind::{self, Unwinder};
 
 pub use pattern::{Pattern, ProbeKind};
 
@@ -56,6 +57,8 @@ pub struct Config {
     pub stacks: Stacks,
     pub stack_storage_size: u32,
     pub hash_storage_size: u32,
+    /// How user stacks are walked.
+    pub unwind: unwind::Mode,
 }
 
 impl Default for Config {
@@ -72,6 +75,7 @@ impl Default for Config {
             },
             stack_storage_size: 16384,
             hash_storage_size: 40960,
+            unwind: unwind::Mode::default(),
         }
     }
 }
@@ -153,6 +157,8 @@ pub struct Session<'obj> {
     matched: usize,
     /// State kept between clearing reads (-i).
     periodic: Periodic,
+    /// Feeds the BPF unwinder (not with --unwind fp).
+    _unwinder: Option<Unwinder>,
 }
 
 /// Finds what the pattern matches; fails with the pattern named when it
@@ -218,6 +224,7 @@ impl<'obj> Session<'obj> {
         let mut open = StackcountSkelBuilder::default()
             .open(object)
             .map_err(load_err)?;
+        let mode = config.unwind.effective(config.stacks.user);
         {
             let ro = open
                 .maps
@@ -231,6 +238,7 @@ impl<'obj> Session<'obj> {
             ro.per_process = config.keys_processes(pattern.kind);
             ro.user_stacks = config.stacks.user;
             ro.kernel_stacks = config.stacks.kernel;
+            ro.unwind_mode = mode.bpf_value();
             if let Some((dev, ino)) = system::pid_namespace() {
                 ro.use_pidns = true;
                 ro.pidns_dev = dev;
@@ -245,6 +253,7 @@ impl<'obj> Session<'obj> {
             .stacks
             .set_max_entries(config.stack_storage_size)
             .map_err(load_err)?;
+        crate::unwind_size_maps!(open.maps, mode, config.stack_storage_size).map_err(load_err)?;
         attach::choose_programs(&mut open.progs, &targets)?;
         // Loading fentry is itself the probe: keep libbpf's complaints
         // out of the way of the one-line error that explains a refusal.
@@ -261,6 +270,18 @@ impl<'obj> Session<'obj> {
             libbpf_rs::set_print(previous);
         }
         let skel = loaded.map_err(|e| attach::load_error(&pattern, &targets, e))?;
+        let unwinder = match mode {
+            unwind::Mode::Fp => None,
+            _ => {
+                let maps = crate::unwind_maps!(skel.maps).map_err(load_err)?;
+                Some(
+                    Unwinder::start(maps, config.pid.as_slice()).map_err(|source| Error::Io {
+                        what: "starting the unwinder thread".into(),
+                        source,
+                    })?,
+                )
+            }
+        };
         let mut session = Session {
             skel,
             _extra: Vec::new(),
@@ -269,6 +290,7 @@ impl<'obj> Session<'obj> {
             pattern,
             matched: 0,
             periodic: Periodic::default(),
+            _unwinder: unwinder,
         };
         session.attach(&targets)?;
         Ok(session)
@@ -318,7 +340,10 @@ impl<'obj> Session<'obj> {
     /// are read, so the next call returns only what came after (stack map
     /// entries are kept: their ids may still be in use).
     pub fn collect(&mut self, clear: bool) -> Result<Collection> {
-        let mut stacks = self.periodic.reader(&self.skel.maps.stacks, clear);
+        let mut stacks = self
+            .periodic
+            .reader(&self.skel.maps.stacks, clear)
+            .with_user_stacks(&self.skel.maps.ustacks);
         let mut samples = Vec::new();
         for (k, count) in read_counts::<types::stackcount_key, _>(&self.skel.maps.counts, clear)? {
             let user = stacks.read(k.user_stack_id, self.config.stacks.user);
