@@ -263,20 +263,12 @@ impl<'obj> Session<'obj> {
                 .map_err(load_err)?;
         }
 
-        let unwinder = match mode {
-            unwind::Mode::Fp => None,
-            _ => {
-                let pids: &[u32] = match &config.target {
-                    Target::Pids(p) => p,
-                    _ => &[],
-                };
-                let maps = crate::unwind_maps!(skel.maps).map_err(load_err)?;
-                Some(Unwinder::start(maps, pids).map_err(|source| Error::Io {
-                    what: "starting the unwinder thread".into(),
-                    source,
-                })?)
-            }
+        let pids: &[u32] = match &config.target {
+            Target::Pids(p) => p,
+            _ => &[],
         };
+        let all = config.target == Target::All;
+        let unwinder = unwind::start(mode, crate::unwind_maps!(skel.maps), "profile", pids, all)?;
         let mut session = Session {
             skel,
             config,

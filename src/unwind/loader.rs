@@ -278,8 +278,10 @@ pub struct Unwinder {
 
 impl Unwinder {
     /// Loads `preload` (the targets) now, then serves BPF's reports on a
-    /// thread.
-    pub fn start(maps: Maps, preload: &[u32]) -> std::io::Result<Unwinder> {
+    /// thread; with `scan_all`, that thread first loads every process
+    /// running (between reports), so that short-lived bursts of known
+    /// processes do not wait for a report.
+    pub fn start(maps: Maps, preload: &[u32], scan_all: bool) -> std::io::Result<Unwinder> {
         let mut loader = Loader::new(maps, DiskCache::from_env())?;
         for &pid in preload {
             loader.load(pid);
@@ -288,7 +290,7 @@ impl Unwinder {
         let flag = stop.clone();
         let thread = std::thread::Builder::new()
             .name("flare-unwind".into())
-            .spawn(move || serve(loader, flag))?;
+            .spawn(move || serve(loader, flag, scan_all))?;
         Ok(Unwinder {
             stop,
             thread: Some(thread),
@@ -315,7 +317,7 @@ impl Drop for Unwinder {
     }
 }
 
-fn serve(mut loader: Loader, stop: Arc<AtomicBool>) -> Stats {
+fn serve(mut loader: Loader, stop: Arc<AtomicBool>, scan_all: bool) -> Stats {
     let events: Rc<RefCell<Vec<(u32, u32, u64)>>> = Rc::default();
     let sink = events.clone();
     let mut builder = RingBufferBuilder::new();
@@ -338,13 +340,28 @@ fn serve(mut loader: Loader, stop: Arc<AtomicBool>) -> Stats {
     let Ok(ring) = builder.build() else {
         return loader.stats().clone();
     };
-    let mut last_tick = Instant::now();
-    while !stop.load(Ordering::Relaxed) {
-        let _ = ring.poll(Duration::from_millis(50));
+    let handle = |loader: &mut Loader| {
         let batch = std::mem::take(&mut *events.borrow_mut());
         for (pid, kind, pc) in batch {
             loader.on_event(pid, kind, pc);
         }
+    };
+    if scan_all {
+        for pid in super::procs::all_pids() {
+            if stop.load(Ordering::Relaxed) {
+                break;
+            }
+            let _ = ring.consume();
+            handle(&mut loader);
+            if !loader.procs.contains_key(&pid) {
+                loader.load(pid);
+            }
+        }
+    }
+    let mut last_tick = Instant::now();
+    while !stop.load(Ordering::Relaxed) {
+        let _ = ring.poll(Duration::from_millis(50));
+        handle(&mut loader);
         if last_tick.elapsed() > Duration::from_secs(1) {
             loader.tick();
             last_tick = Instant::now();

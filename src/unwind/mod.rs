@@ -111,6 +111,28 @@ fn missing_support() -> Option<&'static str> {
     None
 }
 
+/// Starts feeding the unwinder of a loaded tool (`prog`), unless `mode`
+/// walks frame pointers: `pids` are loaded before this returns, and with
+/// `all` every other process soon after.
+pub fn start(
+    mode: Mode,
+    maps: libbpf_rs::Result<Maps>,
+    prog: &'static str,
+    pids: &[u32],
+    all: bool,
+) -> crate::Result<Option<Unwinder>> {
+    if mode == Mode::Fp {
+        return Ok(None);
+    }
+    let maps = maps.map_err(|source| crate::Error::Load { prog, source })?;
+    Unwinder::start(maps, pids, all)
+        .map(Some)
+        .map_err(|source| crate::Error::Io {
+            what: "starting the unwinder thread".into(),
+            source,
+        })
+}
+
 /// The unwinder's maps of a tool's object, before load.
 pub struct OpenMaps<'a, 'obj> {
     pub ustacks: &'a mut OpenMapMut<'obj>,

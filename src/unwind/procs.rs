@@ -81,6 +81,27 @@ fn parse_line(line: &str) -> Option<ExecMapping> {
     })
 }
 
+/// Every process, as flare's /proc lists them.
+pub fn all_pids() -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .map(|d| {
+            d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The processes that map the file at `path` executable (the targets of
+/// a uprobe on it), so that they can be loaded before probes fire.
+pub fn pids_mapping(path: &std::path::Path) -> Vec<u32> {
+    let path = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    let want = Backing::File(path.to_string_lossy().into_owned());
+    all_pids()
+        .into_iter()
+        .filter(|&pid| exec_mappings(pid).is_ok_and(|m| m.iter().any(|m| m.backing == want)))
+        .collect()
+}
+
 /// The executable mappings of process `pid`.
 pub fn exec_mappings(pid: u32) -> io::Result<Vec<ExecMapping>> {
     Ok(parse_maps(&std::fs::read_to_string(format!(
@@ -129,6 +150,13 @@ garbage line
             m[0].open_paths(7)[0],
             PathBuf::from("/proc/7/map_files/55d4c8a02000-55d4c8a05000")
         );
+    }
+
+    #[test]
+    fn the_test_binary_is_mapped_by_this_process() {
+        let exe = std::env::current_exe().unwrap();
+        assert!(pids_mapping(&exe).contains(&std::process::id()));
+        assert!(all_pids().contains(&1));
     }
 
     #[test]

@@ -177,25 +177,12 @@ impl<'obj> Session<'obj> {
                 .update(&id.to_ne_bytes(), &[1u8], MapFlags::ANY)
                 .map_err(load_err)?;
         }
-        let unwinder = match mode {
-            unwind::Mode::Fp => None,
-            _ => {
-                let maps = crate::unwind_maps!(skel.maps).map_err(load_err)?;
-                Some(
-                    Unwinder::start(
-                        maps,
-                        match &config.threads {
-                            Threads::Pids(p) => p,
-                            _ => &[],
-                        },
-                    )
-                    .map_err(|source| Error::Io {
-                        what: "starting the unwinder thread".into(),
-                        source,
-                    })?,
-                )
-            }
+        let (pids, all): (&[u32], bool) = match &config.threads {
+            Threads::Pids(p) => (p, false),
+            Threads::Tids(_) => (&[], false),
+            _ => (&[], true),
         };
+        let unwinder = unwind::start(mode, crate::unwind_maps!(skel.maps), "offcpu", pids, all)?;
         let mut session = Session {
             skel,
             config,

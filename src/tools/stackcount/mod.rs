@@ -270,18 +270,21 @@ impl<'obj> Session<'obj> {
             libbpf_rs::set_print(previous);
         }
         let skel = loaded.map_err(|e| attach::load_error(&pattern, &targets, e))?;
-        let unwinder = match mode {
-            unwind::Mode::Fp => None,
-            _ => {
-                let maps = crate::unwind_maps!(skel.maps).map_err(load_err)?;
-                Some(
-                    Unwinder::start(maps, config.pid.as_slice()).map_err(|source| Error::Io {
-                        what: "starting the unwinder thread".into(),
-                        source,
-                    })?,
-                )
+        // A uprobe's processes are loaded before it fires.
+        let (pids, all) = match (config.pid, &targets) {
+            (Some(p), _) => (vec![p], false),
+            (None, Targets::User { binary, .. } | Targets::Usdt { binary, .. }) => {
+                (unwind::procs::pids_mapping(binary), false)
             }
+            (None, _) => (Vec::new(), true),
         };
+        let unwinder = unwind::start(
+            mode,
+            crate::unwind_maps!(skel.maps),
+            "stackcount",
+            &pids,
+            all,
+        )?;
         let mut session = Session {
             skel,
             _extra: Vec::new(),
