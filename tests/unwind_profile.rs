@@ -10,6 +10,10 @@
 //!
 //! Tolerances: at least 99 % of samples complete; func_a's share within 3
 //! points of the workload's (25 %).
+//!
+//! Also: a stack through JIT-like code without tables (tests/workloads/
+//! jit.c, listed in a perf map), walked by its frame pointer and by
+//! tables on either side.
 
 mod common;
 
@@ -181,4 +185,104 @@ fn rust_release_has_full_stacks() {
     let _g = serial();
     let exe = build("nofp-rust", "nofp.rs", &["rustc", "-O", "-g"]);
     assert_full("Rust release", &profile(&exe, "auto", &main_root));
+}
+
+#[test]
+fn a_stack_through_jit_code_without_tables_is_complete() {
+    if !require_bpf() {
+        return;
+    }
+    let _g = serial();
+    let exe = build(
+        "jit",
+        "jit.c",
+        &["gcc", "-g", "-O2", "-fomit-frame-pointer"],
+    );
+    let mut w = Workload::start_exe(&[], &exe, &["2"]);
+    let pid = w.pid.to_string();
+    let flare = Flare::start(&["profile", "-F", "499", "-U", "-f", "-p", &pid], 1);
+    w.go();
+    w.wait_done();
+    let (out, err) = flare.stop();
+    let (mut samples, mut complete) = (0u64, 0u64);
+    for (frames, n) in parse_folded(&out) {
+        samples += n;
+        let names: Vec<&str> = frames[1..].iter().map(String::as_str).collect();
+        // Tables down to run, the JIT frame by its frame pointer (named
+        // from the perf map), tables again in back_in_c.
+        let Some(i) = names.iter().position(|&f| f == "run") else {
+            continue;
+        };
+        if main_root(&names[..i])
+            && names.get(i + 1) == Some(&"jit_trampoline")
+            && names.get(i + 2) == Some(&"back_in_c")
+        {
+            complete += n;
+        }
+    }
+    assert!(samples > 300, "too few samples ({samples}): {err}");
+    assert!(
+        complete as f64 >= 0.99 * samples as f64,
+        "{complete} of {samples} samples complete:\n{out}"
+    );
+}
+
+#[test]
+fn an_object_without_unwind_tables_falls_back_to_frame_pointers_with_one_warning() {
+    if !require_bpf() {
+        return;
+    }
+    let _g = serial();
+    // Frame pointers everywhere in the program, but no .eh_frame.
+    let with_fp = c_build("nofp-fp", &["-O2", "-fno-omit-frame-pointer"]);
+    let exe = with_fp.with_file_name("workload-nofp-stripped");
+    let status = std::process::Command::new("objcopy")
+        .args([
+            "--remove-section",
+            ".eh_frame",
+            "--remove-section",
+            ".eh_frame_hdr",
+        ])
+        .arg(&with_fp)
+        .arg(&exe)
+        .status()
+        .expect("running objcopy");
+    assert!(status.success());
+    let mut w = Workload::start_exe(&[], &exe, &["3", "25"]);
+    let pid = w.pid.to_string();
+    let flare = Flare::start(&["profile", "-F", "499", "-U", "-f", "-p", &pid], 1);
+    w.go();
+    w.wait_done();
+    let (out, err) = flare.stop();
+    let warnings: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("workload-nofp-stripped") && l.contains("frame pointers"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "one warning for the object:\n{err}");
+    assert!(
+        warnings[0].contains("no .eh_frame or .debug_frame"),
+        "{err}"
+    );
+    let (mut samples, mut complete) = (0, 0);
+    for (frames, n) in parse_folded(&out) {
+        samples += n;
+        if fp_complete(&frames[1..]) {
+            complete += n;
+        }
+    }
+    assert!(
+        complete as f64 >= 0.99 * samples as f64,
+        "{complete} of {samples} samples complete:\n{out}"
+    );
+}
+
+/// Complete as far as frame pointers go: from the thread's start through
+/// run (gcc 12 gives the leaf spin no frame even with
+/// -fno-omit-frame-pointer, so frame pointers lose its caller).
+fn fp_complete(frames: &[String]) -> bool {
+    let names: Vec<&str> = frames.iter().map(String::as_str).collect();
+    names
+        .iter()
+        .position(|&f| f == "run")
+        .is_some_and(|i| thread_root(&names[..i]) && names.len() > i + 1)
 }
