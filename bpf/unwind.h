@@ -24,6 +24,7 @@ const volatile __u32 unwind_mode = UNWIND_MODE_FP;
 
 struct unwind_stats unwind_stats = {};
 
+
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__type(key, __u32);
@@ -116,28 +117,78 @@ static __always_inline void unwind_report(__u32 pid, __u32 kind, __u64 pc)
 	bpf_ringbuf_submit(e, 0);
 }
 
+/* A binary search in progress, one bpf_loop step at a time (so that the
+ * verifier checks one step, not every unrolled one). */
+struct unwind_search {
+	__u64 key;
+	__u32 lo, hi;
+	__u32 first;		/* mappings: the process's first index */
+	__u32 table;		/* rows: the object's table */
+};
+
+/* One step over the process's mappings: lo ends one past the last start
+ * at or below the key. */
+static long unwind_map_step(__u64 i, void *ctx)
+{
+	struct unwind_search *s = ctx;
+	struct unwind_mapping *m;
+	__u32 mid, idx;
+
+	if (s->lo >= s->hi)
+		return 1;
+	mid = (s->lo + s->hi) / 2;
+	idx = s->first + mid;
+	m = bpf_map_lookup_elem(&unwind_mappings, &idx);
+	if (!m) {
+		s->lo = 0;
+		return 1;
+	}
+	if (m->start <= s->key)
+		s->lo = mid + 1;
+	else
+		s->hi = mid;
+	return 0;
+}
+
+/* One step over an object's rows, as above. */
+static long unwind_row_step(__u64 i, void *ctx)
+{
+	struct unwind_search *s = ctx;
+	struct unwind_row *r;
+	void *inner;
+	__u32 mid;
+
+	if (s->lo >= s->hi)
+		return 1;
+	inner = bpf_map_lookup_elem(&unwind_tables, &s->table);
+	if (!inner) {
+		s->lo = 0;
+		return 1;
+	}
+	mid = (s->lo + s->hi) / 2;
+	r = bpf_map_lookup_elem(inner, &mid);
+	if (!r) {
+		s->lo = 0;
+		return 1;
+	}
+	if (r->pc <= (__u32)s->key)
+		s->lo = mid + 1;
+	else
+		s->hi = mid;
+	return 0;
+}
+
 /* The process's mapping holding `pc`, or NULL. */
 static __always_inline struct unwind_mapping *unwind_find_mapping(struct unwind_walk *w, __u64 pc)
 {
-	__u32 lo = 0, hi = w->nr, mid, idx;
+	struct unwind_search s = { .key = pc, .hi = w->nr, .first = w->first };
 	struct unwind_mapping *m;
+	__u32 idx;
 
-	for (int i = 0; i <= UNWIND_MAX_MAPS_LOG2; i++) {
-		if (lo >= hi)
-			break;
-		mid = (lo + hi) / 2;
-		idx = w->first + mid;
-		m = bpf_map_lookup_elem(&unwind_mappings, &idx);
-		if (!m)
-			return NULL;
-		if (m->start <= pc)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	if (lo == 0)
+	bpf_loop(UNWIND_MAX_MAPS_LOG2 + 1, unwind_map_step, &s, 0);
+	if (s.lo == 0)
 		return NULL;
-	idx = w->first + lo - 1;
+	idx = w->first + s.lo - 1;
 	m = bpf_map_lookup_elem(&unwind_mappings, &idx);
 	if (!m || pc >= m->end)
 		return NULL;
@@ -147,33 +198,22 @@ static __always_inline struct unwind_mapping *unwind_find_mapping(struct unwind_
 /* The row of `m`'s table covering `pc`, or NULL. */
 static __always_inline struct unwind_row *unwind_find_row(struct unwind_mapping *m, __u64 pc)
 {
-	__u32 table = m->table, rows = m->rows, lo = 0, hi, mid;
+	struct unwind_search s = { .hi = m->rows, .table = m->table };
 	__u64 rel = pc - m->bias;
-	struct unwind_row *r;
 	void *inner;
+	__u32 idx;
 
-	if (table == UNWIND_NO_TABLE || pc < m->bias || rel > 0xffffffffULL)
+	if (s.table == UNWIND_NO_TABLE || pc < m->bias || rel > 0xffffffffULL)
 		return NULL;
-	inner = bpf_map_lookup_elem(&unwind_tables, &table);
+	s.key = rel;
+	bpf_loop(UNWIND_MAX_ROWS_LOG2 + 1, unwind_row_step, &s, 0);
+	if (s.lo == 0)
+		return NULL;
+	inner = bpf_map_lookup_elem(&unwind_tables, &s.table);
 	if (!inner)
 		return NULL;
-	hi = rows;
-	for (int i = 0; i <= UNWIND_MAX_ROWS_LOG2; i++) {
-		if (lo >= hi)
-			break;
-		mid = (lo + hi) / 2;
-		r = bpf_map_lookup_elem(inner, &mid);
-		if (!r)
-			return NULL;
-		if (r->pc <= (__u32)rel)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	if (lo == 0)
-		return NULL;
-	mid = lo - 1;
-	return bpf_map_lookup_elem(inner, &mid);
+	idx = s.lo - 1;
+	return bpf_map_lookup_elem(inner, &idx);
 }
 
 static __always_inline bool unwind_read(__u64 *dst, __u64 addr)
