@@ -16,6 +16,10 @@ const volatile bool use_pidns = false;
 const volatile __u64 pidns_dev = 0;
 const volatile __u64 pidns_ino = 0;
 
+/* flare's own process as its PID namespace sees it: left out of every
+ * profile unless 0 (--include-self). Set before load. */
+const volatile __u32 self_tgid = 0;
+
 /* Which stacks to capture (-U / -K), set before load. */
 const volatile bool user_stacks = true;
 const volatile bool kernel_stacks = true;
@@ -48,6 +52,12 @@ static __always_inline bool flare_current_ids(__u32 *tgid, __u32 *tid)
 	*tgid = id >> 32;
 	*tid = (__u32)id;
 	return true;
+}
+
+/* True for flare's own process (tgid as flare's PID namespace sees it). */
+static __always_inline bool flare_is_self(__u32 tgid)
+{
+	return self_tgid && tgid == self_tgid;
 }
 
 /*

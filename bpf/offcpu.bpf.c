@@ -97,6 +97,8 @@ static __always_inline bool thread_allowed(struct task_struct *t)
 {
 	__u32 id;
 
+	if (flare_is_self(BPF_CORE_READ(t, tgid)))
+		return false;
 	switch (thread_filter) {
 	case OFFCPU_THREADS_PIDS:
 		id = BPF_CORE_READ(t, tgid);

@@ -99,6 +99,8 @@ int flare_profile_sample(struct bpf_perf_event_data *ctx)
 		return 0;
 	}
 
+	if (flare_is_self(tgid))
+		return 0;
 	if (filter_pid && !bpf_map_lookup_elem(&targets, &tgid))
 		return 0;
 	if (filter_tid && !bpf_map_lookup_elem(&targets, &tid))

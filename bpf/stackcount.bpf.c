@@ -46,6 +46,8 @@ static __always_inline int count_stack(void *ctx)
 		__sync_fetch_and_add(&stats.pidns_miss, 1);
 		return 0;
 	}
+	if (flare_is_self(tgid))
+		return 0;
 	if (filter_pid && tgid != target_pid)
 		return 0;
 

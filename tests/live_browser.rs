@@ -103,8 +103,7 @@ fn live_page_in_headless_chromium() {
     );
 
     // Click-zoom into func_b: it spans the width; the breadcrumb leads back.
-    let func_b = b.find("#graph g.frame[data-name=\"func_b\"] rect");
-    b.click(&func_b);
+    b.click_css("#graph g.frame[data-name=\"func_b\"] rect");
     let crumbs = b.exec(
         "return [...document.querySelectorAll('#crumbs button')].map(x => x.textContent);",
         json!([]),
@@ -122,8 +121,7 @@ fn live_page_in_headless_chromium() {
     );
     let (w, full) = (widths[0].as_f64().unwrap(), widths[1].as_f64().unwrap());
     assert!(w > full * 0.99, "zoomed frame {w} of {full}");
-    let root = b.find("#crumbs button");
-    b.click(&root);
+    b.click_css("#crumbs button");
     let crumbs = page_number(
         &b,
         "return document.querySelectorAll('#crumbs button').length;",
@@ -184,4 +182,37 @@ fn live_page_in_headless_chromium() {
     let path = tmp.parent().unwrap_or(&tmp).join("live-flamegraph.png");
     fs::write(&path, png).expect("saving the screenshot");
     eprintln!("screenshot: {}", path.display());
+}
+
+/// stackcount's live page: the callers of a probed function appear as
+/// frames, with their exact counts as the frames' values.
+#[test]
+fn stackcount_live_page_in_headless_chromium() {
+    if !require_bpf() || !require_browser() {
+        return;
+    }
+    let _g = serial();
+    const CALLS: u64 = serve::LEAF_CALLS;
+    let (_work, served) = serve::leafcalls_counted(&[]);
+    let b = Browser::start();
+    b.goto(&served.url);
+    let values = wait_for("caller_a and caller_b frames", LONG, || {
+        let v = b.exec(
+            "return ['caller_a', 'caller_b'].map(n => {\
+               const g = document.querySelector('#graph g.frame[data-name=\"' + n + '\"]');\
+               return g ? Number(g.dataset.value) : 0; });",
+            json!([]),
+        );
+        let v: Vec<u64> = v
+            .as_array()
+            .map(|a| a.iter().filter_map(Value::as_u64).collect())
+            .unwrap_or_default();
+        (v == [CALLS / 2, CALLS / 2]).then_some(v)
+    });
+    assert_eq!(values, [CALLS / 2, CALLS / 2]);
+    let unit = b.exec(
+        "return document.getElementById('total-label').textContent;",
+        json!([]),
+    );
+    assert_eq!(unit, json!("events"));
 }

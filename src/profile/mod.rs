@@ -28,6 +28,47 @@ pub enum ValueUnit {
     Count,
 }
 
+/// What kind of profile this is: the layout bcc's text and folded writers
+/// use, the sample types of pprof, the palette of flame graphs. Writers
+/// match on it exhaustively, so a new kind cannot fall into another's
+/// layout unnoticed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Kind {
+    /// Timed samples of on-CPU stacks (`flare profile`).
+    Cpu,
+    /// Blocked time by the blocked task's stacks (`offcputime`).
+    OffCpu,
+    /// Blocked time by the waker's stacks (`wakeuptime`).
+    Wakeup,
+    /// Blocked time by the blocked task's and its waker's stacks
+    /// (`offwaketime`).
+    OffWake,
+    /// Event counts by stack (`stackcount`).
+    Count,
+}
+
+impl Kind {
+    /// The unit sample values of this kind are in.
+    pub fn unit(self) -> ValueUnit {
+        match self {
+            Kind::Cpu => ValueUnit::Samples,
+            Kind::OffCpu | Kind::Wakeup | Kind::OffWake => ValueUnit::Microseconds,
+            Kind::Count => ValueUnit::Count,
+        }
+    }
+
+    /// The name of the tool that makes profiles of this kind.
+    pub fn tool(self) -> &'static str {
+        match self {
+            Kind::Cpu => "profile",
+            Kind::OffCpu => "offcputime",
+            Kind::Wakeup => "wakeuptime",
+            Kind::OffWake => "offwaketime",
+            Kind::Count => "stackcount",
+        }
+    }
+}
+
 /// Where a frame's code runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum FrameKind {
@@ -35,9 +76,46 @@ pub enum FrameKind {
     User,
 }
 
-/// One symbolized frame. Strings are shared (`Arc<str>`): one function
-/// appears in many stacks, and a profile of 10,000 stacks would otherwise
-/// hold hundreds of thousands of copies of the same names and paths.
+/// A binary or library that user frames lie in, shared by all of them.
+///
+/// With the build id, a frame's [`Frame::file_offset`] can be symbolized
+/// anywhere the same file is found: after the process has exited, on
+/// another machine, or by a profiling server (pprof mappings carry both).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ObjectRef {
+    /// The file's path as the process saw it (inside its own mount
+    /// namespace for a process in a container).
+    pub path: Arc<str>,
+    /// The GNU build id (`NT_GNU_BUILD_ID` note), when the file has one.
+    pub build_id: Option<Arc<[u8]>>,
+}
+
+impl ObjectRef {
+    /// An object known by its path only.
+    pub fn path(path: impl Into<Arc<str>>) -> Arc<Self> {
+        Arc::new(ObjectRef {
+            path: path.into(),
+            build_id: None,
+        })
+    }
+
+    /// The build id in lowercase hexadecimal, as `.build-id` directories,
+    /// debuginfod and pprof spell it.
+    pub fn build_id_hex(&self) -> Option<String> {
+        use std::fmt::Write as _;
+        let id = self.build_id.as_ref()?;
+        let mut s = String::with_capacity(id.len() * 2);
+        for b in id.iter() {
+            let _ = write!(s, "{b:02x}");
+        }
+        Some(s)
+    }
+}
+
+/// One symbolized frame. Strings and objects are shared (`Arc`): one
+/// function appears in many stacks, and a profile of 10,000 stacks would
+/// otherwise hold hundreds of thousands of copies of the same names and
+/// paths. A frame is 56 bytes.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Frame {
     /// Function name, or `[unknown]`.
@@ -45,8 +123,12 @@ pub struct Frame {
     pub kind: FrameKind,
     /// The instruction address the frame was resolved from (0 if none).
     pub addr: u64,
-    /// Path of the binary or library (`None` for the kernel or when unknown).
-    pub module: Option<Arc<str>>,
+    /// The binary or library `addr` lies in (`None` for the kernel, JIT
+    /// code, or when unknown).
+    pub object: Option<Arc<ObjectRef>>,
+    /// Where `addr` lies in [`Frame::object`]'s file, or 0 when that is
+    /// not known (no code lies at offset 0, where the ELF header is).
+    pub file_offset: u64,
     /// Source file and line, where debug information said so (boxed: most
     /// frames have none, and frames are many).
     pub source: Option<Box<SourceLine>>,
@@ -61,7 +143,8 @@ impl Frame {
             name: name.into(),
             kind,
             addr: 0,
-            module: None,
+            object: None,
+            file_offset: 0,
             source: None,
             inlined: false,
         }
@@ -77,6 +160,16 @@ impl Frame {
 }
 
 impl Frame {
+    /// Path of the binary or library, where known.
+    pub fn module(&self) -> Option<&str> {
+        self.object.as_deref().map(|o| &*o.path)
+    }
+
+    /// The file offset of the frame's address in its object, where known.
+    pub fn offset_in_object(&self) -> Option<u64> {
+        (self.object.is_some() && self.file_offset != 0).then_some(self.file_offset)
+    }
+
     /// The source file, where known.
     pub fn file(&self) -> Option<&str> {
         self.source.as_ref().map(|s| &*s.file)
@@ -135,8 +228,10 @@ impl Trace {
 /// A task and its stacks at the moment of a sample.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct TaskStack {
-    /// Process id (thread group id), as flare's PID namespace sees it.
-    pub pid: u32,
+    /// Process id (thread group id), as flare's PID namespace sees it;
+    /// `None` for stacks of all processes counted together (stackcount's
+    /// kernel stacks without `-P`, wakeuptime's targets).
+    pub pid: Option<u32>,
     /// Thread id, where the tool tells threads apart.
     pub tid: Option<u32>,
     /// The task's command name (at most 15 bytes, as the kernel keeps it).
@@ -152,6 +247,31 @@ pub struct Sample {
     /// The waking task, for tools that record who woke the target.
     pub waker: Option<TaskStack>,
     pub value: u64,
+    /// The values of [`Meta::extra_values`], in that order (empty for
+    /// profiles with one value per sample).
+    pub extra: Box<[u64]>,
+}
+
+impl Sample {
+    /// A sample with one value.
+    pub fn new(task: TaskStack, waker: Option<TaskStack>, value: u64) -> Self {
+        Sample {
+            task,
+            waker,
+            value,
+            extra: Box::default(),
+        }
+    }
+}
+
+/// A value a profile carries beside each sample's main one (a wall-clock
+/// profile's CPU time beside its wall time).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExtraValue {
+    /// What it measures, as pprof names sample types (`cpu`).
+    pub name: String,
+    /// Its unit, as pprof names units (`nanoseconds`).
+    pub unit: String,
 }
 
 /// Counts of what the kernel could not record during a run.
@@ -164,12 +284,36 @@ pub struct Lost {
     pub stacks_enomem: bool,
     /// Events dropped because the counts map was full.
     pub hash_full: u64,
+    /// Blocked periods not tracked because too many threads were blocked
+    /// at once (the off-CPU tools' map of blocked threads was full).
+    pub untracked: u64,
+    /// Events the kernel did not run the program for (another BPF program
+    /// was running on the same CPU).
+    pub missed_events: u64,
+}
+
+impl Lost {
+    /// Adds another read's losses to these.
+    pub fn add(&mut self, other: &Lost) {
+        self.stacks += other.stacks;
+        self.stacks_enomem |= other.stacks_enomem;
+        self.hash_full += other.hash_full;
+        self.untracked += other.untracked;
+        self.missed_events += other.missed_events;
+    }
+
+    /// True when nothing was lost.
+    pub fn is_empty(&self) -> bool {
+        *self == Lost::default()
+    }
 }
 
 /// What a profile is of, for titles, headers and file metadata.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Meta {
-    /// The tool that made it: `profile`, `offcputime`, `stackcount`, ...
+    /// What kind of profile it is: the layout writers use.
+    pub kind: Kind,
+    /// The tool that made it, for titles: `profile`, `offcputime`, ...
     pub tool: String,
     /// The event sampled or traced: `cpu-clock`, `sched_switch`, a probe.
     pub event: String,
@@ -182,19 +326,24 @@ pub struct Meta {
     /// Who was profiled, in words (`all threads`, `PID [185]`).
     pub target: String,
     pub lost: Lost,
+    /// Values each sample carries beside its main one ([`Sample::extra`]).
+    pub extra_values: Vec<ExtraValue>,
 }
 
 impl Meta {
-    /// Metadata with the given tool, event and unit and nothing else known.
-    pub fn new(tool: &str, event: &str, unit: ValueUnit) -> Self {
+    /// Metadata of a profile of `kind` made by tracing or sampling `event`,
+    /// with nothing else known yet.
+    pub fn new(kind: Kind, event: &str) -> Self {
         Meta {
-            tool: tool.to_string(),
+            kind,
+            tool: kind.tool().to_string(),
             event: event.to_string(),
-            unit,
+            unit: kind.unit(),
             period_ns: None,
             duration: Duration::ZERO,
             target: String::new(),
             lost: Lost::default(),
+            extra_values: Vec::new(),
         }
     }
 }
@@ -289,7 +438,13 @@ impl Profile {
         for sample in self.samples.drain(..) {
             let slot = index.entry(key_hash(&sample)).or_default();
             match slot.iter().find(|&&i| same_key(&merged[i], &sample)) {
-                Some(&i) => merged[i].value += sample.value,
+                Some(&i) => {
+                    let m = &mut merged[i];
+                    m.value += sample.value;
+                    for (a, b) in m.extra.iter_mut().zip(sample.extra.iter()) {
+                        *a += b;
+                    }
+                }
                 None => {
                     slot.push(merged.len());
                     merged.push(sample);

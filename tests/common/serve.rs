@@ -17,6 +17,34 @@ pub fn twofuncs(seconds: &str, share_a: &str) -> Workload {
     w
 }
 
+/// Calls leafcalls makes on its signal: half through caller_a, half
+/// through caller_b.
+#[allow(dead_code)] // Not every test binary counts calls.
+pub const LEAF_CALLS: u64 = 20_000;
+
+/// Starts leafcalls and `flare stackcount -p PID EXTRA.. LEAF --serve`
+/// counting its leaf(), then lets it make its calls.
+#[allow(dead_code)] // Not every test binary counts calls.
+pub fn leafcalls_counted(extra: &[&str]) -> (Workload, Served) {
+    let work = Workload::start("leafcalls", &[&LEAF_CALLS.to_string()]);
+    let pattern = format!("{}:leaf", super::bpf::workload("leafcalls").display());
+    let pid = work.pid.to_string();
+    let mut args = vec!["-p", &pid];
+    args.extend_from_slice(extra);
+    args.extend([pattern.as_str(), "--serve"]);
+    let served = serve_tool("stackcount", &args);
+    // leafcalls makes its calls on SIGUSR1.
+    // SAFETY: kill has no memory-safety preconditions.
+    unsafe { kill(work.pid as i32, SIGUSR1) };
+    (work, served)
+}
+
+const SIGUSR1: i32 = 10;
+
+extern "C" {
+    fn kill(pid: i32, sig: i32) -> i32;
+}
+
 /// A running `flare profile ... --serve`.
 pub struct Served {
     pub flare: Reaper,
@@ -24,7 +52,17 @@ pub struct Served {
     pub port: u16,
     /// The profile printed at the end of the run.
     pub stdout: Option<ChildStdout>,
-    _err: BufReader<ChildStderr>,
+    err: BufReader<ChildStderr>,
+}
+
+impl Served {
+    /// Everything flare printed on stderr after its URL, up to its exit.
+    #[allow(dead_code)] // Not every test binary reads it.
+    pub fn stderr_rest(&mut self) -> String {
+        let mut rest = String::new();
+        std::io::Read::read_to_string(&mut self.err, &mut rest).expect("flare stderr");
+        rest
+    }
 }
 
 /// Runs `flare profile ARGS` (which must include `--serve` on loopback)
@@ -62,6 +100,6 @@ pub fn serve_tool(tool: &str, args: &[&str]) -> Served {
         url,
         port,
         stdout,
-        _err: err,
+        err,
     }
 }

@@ -5,7 +5,7 @@
 //! summed per waker name, as bcc keys them.
 
 use super::Tool;
-use crate::profile::{Profile, Sample, TaskStack, Trace};
+use crate::profile::{Sample, TaskStack, Trace};
 
 /// True for frames of the BPF tracing machinery: programs
 /// (`bpf_prog_<tag>_<name>`), trampolines, and the tracepoint glue that
@@ -42,22 +42,15 @@ fn strip(task: &mut TaskStack) {
     }
 }
 
-/// Strips tracing frames, merges what became identical and sorts by
-/// value, smallest first (bcc's order).
-pub fn tidy(profile: &mut Profile, tool: Tool) {
-    tidy_samples(&mut profile.samples, tool);
-    profile.merge_identical();
-    profile.sort_ascending();
-}
-
-/// The per-sample part of [`tidy`], for views that merge later.
+/// Strips tracing frames (and keys wakeuptime's wakers by name only); the
+/// pipeline then merges what became identical.
 pub fn tidy_samples(samples: &mut [Sample], tool: Tool) {
     for s in samples {
         strip(&mut s.task);
         if let Some(w) = &mut s.waker {
             strip(w);
             if tool == Tool::Wakeup {
-                w.pid = 0;
+                w.pid = None;
                 w.tid = None;
             }
         }
@@ -67,7 +60,7 @@ pub fn tidy_samples(samples: &mut [Sample], tool: Tool) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::profile::{Frame, FrameKind, Meta, Sample, ValueUnit};
+    use crate::profile::{Frame, FrameKind, Kind, Meta, Profile, Sample};
 
     fn kernel(names: &[&str]) -> Trace {
         Trace::Frames(
@@ -81,7 +74,7 @@ mod tests {
     fn sample(k: &[&str], value: u64) -> Sample {
         Sample {
             task: TaskStack {
-                pid: 1,
+                pid: Some(1),
                 tid: Some(1),
                 comm: "a".into(),
                 user: Trace::NotCollected,
@@ -89,6 +82,7 @@ mod tests {
             },
             waker: None,
             value,
+            extra: Default::default(),
         }
     }
 
@@ -108,11 +102,7 @@ mod tests {
 
     #[test]
     fn tracing_frames_and_what_is_above_them_leave_the_top() {
-        let mut p = Profile::new(Meta::new(
-            "offcputime",
-            "sched_switch",
-            ValueUnit::Microseconds,
-        ));
+        let mut p = Profile::new(Meta::new(Kind::OffCpu, "sched_switch"));
         p.samples = vec![
             sample(
                 &[
@@ -138,7 +128,9 @@ mod tests {
             // 6.x kernels: the tracepoint's iterator sits on __schedule.
             sample(&["__traceiter_sched_switch", "__schedule", "schedule"], 5),
         ];
-        tidy(&mut p, Tool::OffCpu);
+        tidy_samples(&mut p.samples, Tool::OffCpu);
+        p.merge_identical();
+        p.sort_ascending();
         let names: Vec<Vec<&str>> = p
             .samples
             .iter()

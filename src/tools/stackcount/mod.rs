@@ -9,6 +9,7 @@
 //! first line.
 
 mod attach;
+mod kallsyms;
 pub mod offsets;
 pub mod pattern;
 pub mod resolve;
@@ -16,29 +17,25 @@ pub mod usdt;
 
 use std::mem::MaybeUninit;
 use std::os::fd::AsFd;
-use std::time::Duration;
 
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{Link, Object, OpenObject};
 
+use crate::bpf::loader::{self, CommonKnobs, Targets as Checked};
 use crate::bpf::skel::stackcount::{types, StackcountSkel, StackcountSkelBuilder};
-use crate::bpf::{comm_str, probe, read_counts, system, Periodic, PlainKey};
+use crate::bpf::{comm_str, probe, read_counts, Periodic, PlainKey};
+use crate::collect::{Collection, Collector, RawSample, RawTask, WarmUp};
 use crate::error::{Error, Result};
-use crate::profile::{Lost, Meta, ValueUnit};
-use crate::symbolize::{RawSample, RawTask};
+use crate::profile::{Kind, Meta, Sample};
+
+pub use crate::collect::Stacks;
 use crate::unwind::{self, Unwinder};
 
 pub use pattern::{Pattern, ProbeKind};
 
-/// Mirrors `FLARE_SC_ALL_PIDS` in `stackcount.h`.
-pub const ALL_PIDS: u32 = u32::MAX;
-
-/// Which stacks to record.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Stacks {
-    pub user: bool,
-    pub kernel: bool,
-}
+/// Mirrors `FLARE_SC_ALL_PIDS` in `stackcount.h`: the kernel's mark for
+/// stacks of all processes counted together (`None` in the model).
+const ALL_PIDS: u32 = u32::MAX;
 
 /// Everything `flare stackcount` was asked to do.
 #[derive(Clone, Debug)]
@@ -59,6 +56,13 @@ pub struct Config {
     pub hash_storage_size: u32,
     /// How user stacks are walked.
     pub unwind: unwind::Mode,
+    /// `-s`: frame names with the offset into their function.
+    pub offsets: bool,
+    /// Count flare's own process too (`--include-self`).
+    pub include_self: bool,
+    /// How to attach kernel functions; `None` chooses (multi-kprobes,
+    /// kprobes, fentry: the first this kernel has).
+    pub attach: Option<KernelAttach>,
 }
 
 impl Default for Config {
@@ -69,13 +73,13 @@ impl Default for Config {
             pid: None,
             cpu: None,
             per_process: false,
-            stacks: Stacks {
-                user: true,
-                kernel: true,
-            },
+            stacks: Stacks::default(),
             stack_storage_size: 16384,
             hash_storage_size: 40960,
             unwind: unwind::Mode::default(),
+            offsets: false,
+            include_self: false,
+            attach: None,
         }
     }
 }
@@ -94,22 +98,23 @@ pub fn header(pattern: &str, matched: usize) -> String {
     format!("Tracing {matched} functions for \"{pattern}\"... Hit Ctrl-C to end.")
 }
 
-/// What one read of the kernel maps returned.
-#[derive(Debug, Default)]
-pub struct Collection {
-    pub samples: Vec<RawSample>,
-    pub lost: Lost,
-    /// Events the kernel did not run the program for (another BPF program
-    /// was running on that CPU), since the last cleared read.
-    pub missed_events: u64,
-}
-
 /// How kernel functions are attached.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum KernelAttach {
     KprobeMulti,
     Kprobe,
     Fentry,
+}
+
+impl KernelAttach {
+    /// The name `--attach` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            KernelAttach::KprobeMulti => "kprobe-multi",
+            KernelAttach::Kprobe => "kprobe",
+            KernelAttach::Fentry => "fentry",
+        }
+    }
 }
 
 /// What a pattern resolved to.
@@ -147,11 +152,14 @@ unsafe impl PlainKey for types::stackcount_key {}
 
 /// A loaded and attached stack counter.
 pub struct Session<'obj> {
-    skel: StackcountSkel<'obj>,
+    /// Dropped first (fields drop in order): a USDT link's detach uses
+    /// libbpf's USDT manager, which the object owns and frees on close.
+    /// Dropped after the object, it crashed flare on 5.10 (scripts/vmtest).
+    _links: Vec<Link>,
     /// With fentry, one more object per kernel function after the first,
     /// sharing the first one's maps.
     _extra: Vec<Object>,
-    _links: Vec<Link>,
+    skel: StackcountSkel<'obj>,
     config: Config,
     pattern: Pattern,
     matched: usize,
@@ -163,7 +171,14 @@ pub struct Session<'obj> {
 
 /// Finds what the pattern matches; fails with the pattern named when it
 /// matches nothing.
-fn resolve_targets(pattern: &Pattern, pid: Option<u32>) -> Result<Targets> {
+fn resolve_targets(pattern: &Pattern, config: &Config) -> Result<Targets> {
+    let pid = config.pid;
+    if config.attach.is_some() && pattern.kind != ProbeKind::Kernel {
+        return Err(Error::Unsupported(format!(
+            "--attach applies to kernel functions only, not to \"{}\"",
+            pattern.text
+        )));
+    }
     let targets = match pattern.kind {
         ProbeKind::User => {
             let binary = resolve::binary(&pattern.library, pid)?;
@@ -178,14 +193,16 @@ fn resolve_targets(pattern: &Pattern, pid: Option<u32>) -> Result<Targets> {
         ProbeKind::Tracepoint => Targets::Tracepoints(resolve::tracepoints(pattern)?),
         ProbeKind::Kernel => {
             let functions = resolve::kernel_functions(pattern)?;
-            let how = if probe::kprobes() {
-                if probe::may_have_kprobe_multi() && functions.len() > 1 {
-                    KernelAttach::KprobeMulti
-                } else {
-                    KernelAttach::Kprobe
+            let how = match config.attach {
+                Some(how) => {
+                    attach::check_kernel_attach(how)?;
+                    how
                 }
-            } else {
-                KernelAttach::Fentry
+                None if !probe::kprobes() => KernelAttach::Fentry,
+                None if probe::may_have_kprobe_multi() && functions.len() > 1 => {
+                    KernelAttach::KprobeMulti
+                }
+                None => KernelAttach::Kprobe,
             };
             Targets::Kernel { functions, how }
         }
@@ -206,21 +223,14 @@ impl<'obj> Session<'obj> {
     /// Validates the config, resolves the pattern, loads the BPF program
     /// and attaches it to everything the pattern matches.
     pub fn start(config: Config, object: &'obj mut MaybeUninit<OpenObject>) -> Result<Self> {
-        system::check_environment()?;
-        if let Some(pid) = config.pid {
-            system::check_process(pid)?;
-        }
-        if let Some(cpu) = config.cpu {
-            system::check_cpu(cpu)?;
-        }
+        loader::prepare(Checked {
+            pids: config.pid.as_slice(),
+            tids: &[],
+            cpu: config.cpu,
+        })?;
         let pattern = Pattern::parse(&config.pattern, config.regex)?;
-        let targets = resolve_targets(&pattern, config.pid)?;
-        system::raise_memlock();
-
-        let load_err = |source| Error::Load {
-            prog: "stackcount",
-            source,
-        };
+        let targets = resolve_targets(&pattern, &config)?;
+        let load_err = loader::load_error("stackcount");
         let mut open = StackcountSkelBuilder::default()
             .open(object)
             .map_err(load_err)?;
@@ -236,14 +246,8 @@ impl<'obj> Session<'obj> {
             ro.filter_cpu = config.cpu.is_some();
             ro.target_cpu = config.cpu.unwrap_or(0);
             ro.per_process = config.keys_processes(pattern.kind);
-            ro.user_stacks = config.stacks.user;
-            ro.kernel_stacks = config.stacks.kernel;
+            crate::set_common_knobs!(ro, CommonKnobs::new(config.stacks, config.include_self));
             ro.unwind_mode = mode.bpf_value();
-            if let Some((dev, ino)) = system::pid_namespace() {
-                ro.use_pidns = true;
-                ro.pidns_dev = dev;
-                ro.pidns_ino = ino;
-            }
         }
         open.maps
             .counts
@@ -254,7 +258,7 @@ impl<'obj> Session<'obj> {
             .set_max_entries(config.stack_storage_size)
             .map_err(load_err)?;
         crate::unwind_size_maps!(open.maps, mode, config.stack_storage_size).map_err(load_err)?;
-        attach::choose_programs(&mut open.progs, &targets)?;
+        attach::choose_programs(&mut open.progs, &pattern, &targets)?;
         // Loading fentry is itself the probe: keep libbpf's complaints
         // out of the way of the one-line error that explains a refusal.
         let probing = matches!(
@@ -314,17 +318,6 @@ impl<'obj> Session<'obj> {
         self.config.keys_processes(self.pattern.kind)
     }
 
-    /// Metadata for a profile made by this session.
-    pub fn meta(&self, duration: Duration) -> Meta {
-        let mut meta = Meta::new("stackcount", &self.pattern.text, ValueUnit::Count);
-        meta.duration = duration;
-        meta.target = match self.config.pid {
-            Some(p) => format!("PID {p}"),
-            None => "all processes".into(),
-        };
-        meta
-    }
-
     /// Program runs the kernel skipped, summed over the loaded programs.
     fn recursion_misses(&self) -> u64 {
         use libbpf_rs::skel::Skel;
@@ -338,11 +331,39 @@ impl<'obj> Session<'obj> {
         }
         total
     }
+}
+
+impl Collector for Session<'_> {
+    fn meta(&self) -> Meta {
+        let mut meta = Meta::new(Kind::Count, &self.pattern.text);
+        meta.target = match self.config.pid {
+            Some(p) => format!("PID {p}"),
+            None => "all processes".into(),
+        };
+        meta
+    }
+
+    fn header(&self) -> String {
+        header(&self.config.pattern, self.matched)
+    }
+
+    fn tidy(&self, samples: &mut [Sample]) {
+        if self.config.offsets {
+            offsets::add_offsets(samples);
+        }
+    }
+
+    fn warm_up(&self) -> WarmUp {
+        WarmUp {
+            kernel: self.config.stacks.kernel,
+            pids: self.config.pid.into_iter().collect(),
+        }
+    }
 
     /// Reads every counted stack. With `clear`, counts are removed as they
     /// are read, so the next call returns only what came after (stack map
     /// entries are kept: their ids may still be in use).
-    pub fn collect(&mut self, clear: bool) -> Result<Collection> {
+    fn collect(&mut self, clear: bool) -> Result<Collection> {
         let mut stacks = self
             .periodic
             .reader(&self.skel.maps.stacks, clear)
@@ -361,7 +382,7 @@ impl<'obj> Session<'obj> {
             };
             samples.push(RawSample {
                 task: RawTask {
-                    pid: k.pid,
+                    pid: (k.pid != ALL_PIDS).then_some(k.pid),
                     tid: None,
                     comm,
                     user,
@@ -378,13 +399,9 @@ impl<'obj> Session<'obj> {
             .as_deref()
             .map_or(0, |b| b.stats.hash_full);
         let misses = self.recursion_misses();
-        let lost = stacks.lost(self.periodic.delta("hash_full", hash_full, clear));
-        let missed_events = self.periodic.delta("recursion_misses", misses, clear);
+        let mut lost = stacks.lost(self.periodic.delta("hash_full", hash_full, clear));
+        lost.missed_events = self.periodic.delta("recursion_misses", misses, clear);
         self.periodic.done(stacks, clear);
-        Ok(Collection {
-            samples,
-            lost,
-            missed_events,
-        })
+        Ok(Collection { samples, lost })
     }
 }
