@@ -176,8 +176,20 @@ impl Loader {
         &self.objects.stats
     }
 
+    /// Loads `pid` if every table it needs is in the disk cache already
+    /// (a background scan must not hold up the processes BPF reports
+    /// while it builds tables for others).
+    pub fn load_cached(&mut self, pid: u32) -> bool {
+        self.objects.cache_only = true;
+        self.objects.missed = false;
+        let loaded = self.load(pid);
+        self.objects.cache_only = false;
+        loaded
+    }
+
     /// Reads process `pid`'s mappings and puts them in BPF. False when
-    /// the process is gone or there is no room.
+    /// the process is gone or there is no room (or, while loading from
+    /// the cache only, a table is not there).
     pub fn load(&mut self, pid: u32) -> bool {
         let Ok(maps) = exec_mappings(pid) else {
             return false;
@@ -193,6 +205,9 @@ impl Loader {
                 Backing::Other => None,
             };
             entries.push(entry(m, object.as_deref()));
+        }
+        if self.objects.cache_only && self.objects.missed {
+            return false;
         }
         let Some(slice) = self.slices.alloc(entries.len() as u32) else {
             return false;
@@ -354,7 +369,7 @@ fn serve(mut loader: Loader, stop: Arc<AtomicBool>, scan_all: bool) -> Stats {
             let _ = ring.consume();
             handle(&mut loader);
             if !loader.procs.contains_key(&pid) {
-                loader.load(pid);
+                loader.load_cached(pid);
             }
         }
     }

@@ -61,6 +61,10 @@ pub struct Objects {
     next_id: u32,
     warned: HashSet<String>,
     pub stats: Stats,
+    /// Use tables from the disk cache only: an object that would have to
+    /// be built sets `missed` and is left for later.
+    pub cache_only: bool,
+    pub missed: bool,
 }
 
 impl Objects {
@@ -74,6 +78,8 @@ impl Objects {
             next_id: 0,
             warned: HashSet::new(),
             stats: Stats::default(),
+            cache_only: false,
+            missed: false,
         }
     }
 
@@ -92,12 +98,15 @@ impl Objects {
         let data = unsafe { memmap2::Mmap::map(&file) }.ok()?;
         let elf = Elf::parse(&data)?;
         let key = cache::key(elf.build_id.as_deref(), &meta);
+        let missed = self.missed;
         let table = self.table(&key, name, &data, &elf);
         let object = Arc::new(Object {
             segments: elf.segments,
             table,
         });
-        self.by_file.insert(id, object.clone());
+        if self.missed == missed {
+            self.by_file.insert(id, object.clone());
+        }
         Some(object)
     }
 
@@ -117,12 +126,15 @@ impl Objects {
                 .trim()
                 .to_string(),
         };
+        let missed = self.missed;
         let table = self.table(&format!("vdso-{name}"), "[vdso]", data, &elf);
         let object = Arc::new(Object {
             segments: elf.segments,
             table,
         });
-        self.by_file.insert(key, object.clone());
+        if self.missed == missed {
+            self.by_file.insert(key, object.clone());
+        }
         Some(object)
     }
 
@@ -137,6 +149,10 @@ impl Objects {
                 self.stats.from_cache += 1;
                 self.stats.cache_time += t0.elapsed();
                 Ok(t)
+            }
+            None if self.cache_only => {
+                self.missed = true;
+                return None;
             }
             None => {
                 let built = Table::from_parsed(data, elf);
