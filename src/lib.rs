@@ -4,10 +4,13 @@
 //! opens perf events (collect), [`symbolize`] names addresses, [`profile`]
 //! is the model every tool produces, and [`output`] writes it. [`tools`]
 //! ties these together per command; the binary only parses arguments.
+//! [`export`] pushes profiles to continuous-profiling servers, and
+//! [`agent`] runs the profiler without end, window after window, for it.
 
 pub mod analysis;
 pub mod bpf;
 pub mod error;
+pub mod export;
 pub mod live;
 pub mod output;
 pub mod profile;
