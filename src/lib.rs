@@ -7,6 +7,7 @@
 //! [`export`] pushes profiles to continuous-profiling servers, and
 //! [`agent`] runs the profiler without end, window after window, for it.
 
+pub mod agent;
 pub mod analysis;
 pub mod bpf;
 pub mod error;

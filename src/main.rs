@@ -20,6 +20,7 @@ fn main() -> ExitCode {
         cli::Command::Offcputime(args) => run::offcpu::offcputime(&args),
         cli::Command::Wakeuptime(args) => run::offcpu::wakeuptime(&args),
         cli::Command::Offwaketime(args) => run::offcpu::offwaketime(&args),
+        cli::Command::Agent(args) => cli::agent::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

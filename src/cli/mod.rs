@@ -1,6 +1,7 @@
 //! The command line: one clap struct per tool, each converted into the
 //! library's plain config. Nothing below this module sees clap.
 
+pub mod agent;
 pub mod analyze;
 pub mod offcpu;
 pub mod output;
@@ -42,6 +43,9 @@ pub enum Command {
     /// Summarize blocked time by kernel stack trace + waker stack
     #[command(after_help = offcpu::OFFWAKETIME_EXAMPLES)]
     Offwaketime(offcpu::OffwaketimeArgs),
+    /// Profile continuously and push each window to Pyroscope, Parca, OTLP or a directory
+    #[command(after_help = agent::EXAMPLES)]
+    Agent(agent::AgentArgs),
 }
 
 /// A comma-separated list of process or thread ids (`185,186`).

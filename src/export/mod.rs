@@ -14,12 +14,14 @@
 //! ([`crate::profile`]) and the pprof writer only.
 
 pub mod auth;
+pub mod buildid;
 pub mod dir;
 pub mod otlp;
 pub mod otlp_proto;
 pub mod parca;
 pub mod parca_proto;
 pub mod pprof;
+pub mod push;
 pub mod pyroscope;
 pub mod sender;
 pub mod spool;

@@ -135,11 +135,7 @@ impl Encoder {
         if self.build_ids.len() >= MAX_BUILD_IDS {
             self.build_ids.clear();
         }
-        let read = |path: &str| -> Option<Arc<str>> {
-            let id = blazesym::helper::read_elf_build_id(path).ok()??;
-            let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
-            Some(hex.into())
-        };
+        let read = |path: &str| super::buildid::read(std::path::Path::new(path)).map(Arc::from);
         let id = read(file).or_else(|| pid.and_then(|p| read(&format!("/proc/{p}/root{file}"))));
         self.build_ids.insert(file.to_string(), id.clone());
         id
