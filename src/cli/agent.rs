@@ -54,8 +54,8 @@ pub struct PushArgs {
     pub spool_dir: Option<PathBuf>,
 
     /// Bound of each destination's queue, in MiB
-    #[arg(long, value_name = "MB", default_value_t = 32, value_parser = nonzero)]
-    pub spool_max_mb: u64,
+    #[arg(long, value_name = "MB", default_value_t = 32.0, value_parser = megabytes)]
+    pub spool_max_mb: f64,
 
     /// Timeout of one push, in seconds
     #[arg(long, value_name = "SECONDS", default_value_t = 10, value_parser = nonzero)]
@@ -72,7 +72,7 @@ impl PushArgs {
             dir,
             app_name: self.app_name.clone(),
             spool_dir: self.spool_dir.clone(),
-            spool_max_bytes: self.spool_max_mb.saturating_mul(1 << 20),
+            spool_max_bytes: (self.spool_max_mb * (1u64 << 20) as f64) as u64,
             credentials: Credentials::load(self.credentials.as_deref())
                 .map_err(anyhow::Error::msg)?,
             connection: Connection {
@@ -132,6 +132,14 @@ pub struct AgentArgs {
 
     #[command(flatten)]
     pub push: PushArgs,
+}
+
+/// A size in MiB, fractions allowed, greater than zero.
+fn megabytes(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
+        _ => Err(format!("'{s}' is not a size in MiB greater than zero")),
+    }
 }
 
 /// A window length: seconds, at least 0.1.

@@ -61,6 +61,8 @@ impl Encoder {
     /// The window as a `profile.proto` message.
     pub fn build(&mut self, window: &Window) -> proto::Profile {
         let mut p = writer::build(&window.profile, unix_nanos(window.start) as i64);
+        // Exactly the window's span, so that consecutive windows tile.
+        p.duration_nanos = unix_nanos(window.end).saturating_sub(unix_nanos(window.start)) as i64;
         let mut strings = Strings::new(&mut p.string_table);
         let pid_key = strings.get("pid");
         let keys = [
