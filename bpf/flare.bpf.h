@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
 /*
- * BPF-side helpers shared by every flare program: the stack-trace map,
- * task ids as flare's PID namespace sees them, and counting into a hash
- * map. Included once by each tool.bpf.c, after vmlinux.h and libbpf's
- * headers.
+ * BPF-side helpers shared by every flare program: the stack-trace map and
+ * the one place stacks are captured (flare_capture_stacks), task ids as
+ * flare's PID namespace sees them, and counting into a hash map. Included
+ * once by each tool.bpf.c, after vmlinux.h and libbpf's headers.
  */
 #ifndef FLARE_BPF_H
 #define FLARE_BPF_H
@@ -15,6 +15,14 @@ const volatile bool use_pidns = false;
 const volatile __u64 pidns_dev = 0;
 const volatile __u64 pidns_ino = 0;
 
+/* flare's own process as its PID namespace sees it: left out of every
+ * profile unless 0 (--include-self). Set before load. */
+const volatile __u32 self_tgid = 0;
+
+/* Which stacks to capture (-U / -K), set before load. */
+const volatile bool user_stacks = true;
+const volatile bool kernel_stacks = true;
+
 /* Stack traces, shared by all keys of a program; sized before load. */
 struct {
 	__uint(type, BPF_MAP_TYPE_STACK_TRACE);
@@ -22,6 +30,31 @@ struct {
 	__uint(value_size, FLARE_MAX_STACK_DEPTH * sizeof(__u64));
 	__uint(max_entries, 16384);
 } stacks SEC(".maps");
+
+/*
+ * The current task's user stack: its id in `stacks`, or a negative errno.
+ * The one place user stacks are walked, so that every tool gets the same
+ * unwinding (frame pointers today).
+ *
+ * No BPF_F_REUSE_STACKID: a colliding stack must not overwrite one that
+ * earlier keys still point to; it is reported as missed instead.
+ */
+static __always_inline __s32 flare_user_stack(void *ctx)
+{
+	return bpf_get_stackid(ctx, &stacks, BPF_F_USER_STACK);
+}
+
+/*
+ * Captures the current task's stacks as the run asked for them: ids in
+ * `stacks`, a negative errno when one could not be stored, or
+ * FLARE_STACK_SKIPPED when it was not asked for. `ctx` is the program's
+ * context (perf event, tracepoint, probe registers).
+ */
+static __always_inline void flare_capture_stacks(void *ctx, __s32 *user_id, __s32 *kernel_id)
+{
+	*user_id = user_stacks ? flare_user_stack(ctx) : FLARE_STACK_SKIPPED;
+	*kernel_id = kernel_stacks ? bpf_get_stackid(ctx, &stacks, 0) : FLARE_STACK_SKIPPED;
+}
 
 /*
  * The current task's process and thread ids as flare's PID namespace sees
@@ -43,6 +76,12 @@ static __always_inline bool flare_current_ids(__u32 *tgid, __u32 *tid)
 	*tgid = id >> 32;
 	*tid = (__u32)id;
 	return true;
+}
+
+/* True for flare's own process (tgid as flare's PID namespace sees it). */
+static __always_inline bool flare_is_self(__u32 tgid)
+{
+	return self_tgid && tgid == self_tgid;
 }
 
 /*

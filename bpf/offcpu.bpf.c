@@ -32,8 +32,6 @@ const volatile __u32 mode = OFFCPU_MODE_OFFCPU;
 const volatile __u32 thread_filter = OFFCPU_THREADS_ALL;
 const volatile bool filter_state = false;	/* --state given */
 const volatile __u64 state = 0;			/* --state value */
-const volatile bool user_stacks = true;
-const volatile bool kernel_stacks = true;
 const volatile __u64 min_us = 1;
 const volatile __u64 max_us = (__u64)-1;
 const volatile bool stacks_at_switch_in = false;
@@ -99,6 +97,8 @@ static __always_inline bool thread_allowed(struct task_struct *t)
 {
 	__u32 id;
 
+	if (flare_is_self(BPF_CORE_READ(t, tgid)))
+		return false;
 	switch (thread_filter) {
 	case OFFCPU_THREADS_PIDS:
 		id = BPF_CORE_READ(t, tgid);
@@ -133,10 +133,7 @@ static __always_inline void fill_current(void *ctx, struct offcpu_task *out)
 	out->pid = id >> 32;
 	out->tid = (__u32)id;
 	bpf_get_current_comm(&out->comm, sizeof(out->comm));
-	out->user_stack_id = user_stacks ?
-		bpf_get_stackid(ctx, &stacks, BPF_F_USER_STACK) : FLARE_STACK_SKIPPED;
-	out->kernel_stack_id = kernel_stacks ?
-		bpf_get_stackid(ctx, &stacks, 0) : FLARE_STACK_SKIPPED;
+	flare_capture_stacks(ctx, &out->user_stack_id, &out->kernel_stack_id);
 }
 
 static __always_inline void add(struct offcpu_key *key, __u64 us)

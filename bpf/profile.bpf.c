@@ -19,8 +19,6 @@ const volatile bool filter_pid = false;	/* tgid must be in `targets` */
 const volatile bool filter_tid = false;	/* tid must be in `targets` */
 const volatile bool per_thread = false;	/* keep tids apart in keys */
 const volatile bool include_idle = false;
-const volatile bool user_stacks = true;
-const volatile bool kernel_stacks = true;
 const volatile bool filter_cgroup = false;
 const volatile bool filter_mntns = false;
 
@@ -101,6 +99,8 @@ int flare_profile_sample(struct bpf_perf_event_data *ctx)
 		return 0;
 	}
 
+	if (flare_is_self(tgid))
+		return 0;
 	if (filter_pid && !bpf_map_lookup_elem(&targets, &tgid))
 		return 0;
 	if (filter_tid && !bpf_map_lookup_elem(&targets, &tid))
@@ -115,10 +115,7 @@ int flare_profile_sample(struct bpf_perf_event_data *ctx)
 	key.pid = tgid;
 	key.tid = per_thread ? tid : 0;
 	bpf_get_current_comm(&key.comm, sizeof(key.comm));
-	key.user_stack_id = user_stacks ?
-		bpf_get_stackid(ctx, &stacks, BPF_F_USER_STACK) : FLARE_STACK_SKIPPED;
-	key.kernel_stack_id = kernel_stacks ?
-		bpf_get_stackid(ctx, &stacks, 0) : FLARE_STACK_SKIPPED;
+	flare_capture_stacks(ctx, &key.user_stack_id, &key.kernel_stack_id);
 
 	if (!flare_count(&counts, &key, 1))
 		__sync_fetch_and_add(&stats.hash_full, 1);

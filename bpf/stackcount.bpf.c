@@ -23,8 +23,6 @@ const volatile __u32 target_pid = 0;
 const volatile bool filter_cpu = false;	/* event must be on target_cpu (-c) */
 const volatile __u32 target_cpu = 0;
 const volatile bool per_process = true;	/* keep processes apart in keys */
-const volatile bool user_stacks = true;
-const volatile bool kernel_stacks = true;
 
 struct stackcount_stats stats = {};
 /* Present so that the skeleton generates the key type for Rust. */
@@ -48,6 +46,8 @@ static __always_inline int count_stack(void *ctx)
 		__sync_fetch_and_add(&stats.pidns_miss, 1);
 		return 0;
 	}
+	if (flare_is_self(tgid))
+		return 0;
 	if (filter_pid && tgid != target_pid)
 		return 0;
 
@@ -59,12 +59,7 @@ static __always_inline int count_stack(void *ctx)
 	} else {
 		key.pid = FLARE_SC_ALL_PIDS;
 	}
-	/* No BPF_F_REUSE_STACKID: a colliding stack must not overwrite one
-	 * that earlier keys still point to; it is counted as missed instead. */
-	key.user_stack_id = user_stacks ?
-		bpf_get_stackid(ctx, &stacks, BPF_F_USER_STACK) : FLARE_STACK_SKIPPED;
-	key.kernel_stack_id = kernel_stacks ?
-		bpf_get_stackid(ctx, &stacks, 0) : FLARE_STACK_SKIPPED;
+	flare_capture_stacks(ctx, &key.user_stack_id, &key.kernel_stack_id);
 
 	if (!flare_count(&counts, &key, 1))
 		__sync_fetch_and_add(&stats.hash_full, 1);

@@ -58,6 +58,9 @@ pub enum Error {
     },
     #[error("{what}: {source}")]
     Io { what: String, source: io::Error },
+    /// Output files that could not be written, one line each.
+    #[error("{0}")]
+    Output(String),
 }
 
 /// Results of the library.

@@ -1,20 +1,28 @@
 //! flare: an eBPF CPU profiler toolkit.
 //!
-//! The crate is layered the way data flows: [`bpf`] loads programs and
-//! opens perf events (collect), [`symbolize`] names addresses, [`profile`]
-//! is the model every tool produces, and [`output`] writes it. [`tools`]
-//! ties these together per command; the binary only parses arguments.
-//! [`export`] pushes profiles to continuous-profiling servers, and
-//! [`agent`] runs the profiler without end, window after window, for it.
+//! The crate is layered the way data flows: collect → symbolize → model →
+//! sinks. [`tools`] are the collectors (each implements the contract in
+//! [`collect`], using [`bpf`] to load programs and open perf events),
+//! [`symbolize`] names addresses, [`profile`] is the model every tool
+//! produces, and sinks consume it: [`sinks`] (bcc's printer, files,
+//! warnings, written by [`output`]) and the live view ([`live`]).
+//! [`pipeline`] runs any collector into any sinks; the binary only parses
+//! arguments into configs and sinks. `docs/ARCHITECTURE.md` has the map.
+//! [`export`] holds the push exporters (Pyroscope, Parca, OTLP, a
+//! directory) and their sink; [`agent`] runs the profile collector without
+//! end, window after window, into them.
 
 pub mod agent;
 pub mod analysis;
 pub mod bpf;
+pub mod collect;
 pub mod error;
 pub mod export;
 pub mod live;
 pub mod output;
+pub mod pipeline;
 pub mod profile;
+pub mod sinks;
 pub mod symbolize;
 pub mod tools;
 

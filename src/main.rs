@@ -12,14 +12,14 @@ use clap::Parser;
 fn main() -> ExitCode {
     let cli = cli::Cli::parse();
     let result = match cli.command {
-        cli::Command::Profile(args) => run::profile::run(&args),
+        cli::Command::Profile(args) => args.request().and_then(run::run),
+        cli::Command::Stackcount(args) => args.request().and_then(run::run),
+        cli::Command::Offcputime(args) => args.request().and_then(run::run),
+        cli::Command::Wakeuptime(args) => args.request().and_then(run::run),
+        cli::Command::Offwaketime(args) => args.request().and_then(run::run),
         cli::Command::Flamegraph(args) => run::analyze::flamegraph(&args),
         cli::Command::Diff(args) => run::analyze::diff(&args),
         cli::Command::Top(args) => run::analyze::top(&args),
-        cli::Command::Stackcount(args) => run::stackcount::run(&args),
-        cli::Command::Offcputime(args) => run::offcpu::offcputime(&args),
-        cli::Command::Wakeuptime(args) => run::offcpu::wakeuptime(&args),
-        cli::Command::Offwaketime(args) => run::offcpu::offwaketime(&args),
         cli::Command::Agent(args) => cli::agent::run(&args),
     };
     match result {

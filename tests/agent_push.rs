@@ -436,3 +436,37 @@ fn perf_events(pid: u32) -> bool {
         .filter_map(|e| fs::read_link(e.ok()?.path()).ok())
         .any(|l| Path::new(&l).to_string_lossy().contains("perf_event"))
 }
+
+#[test]
+fn flare_profile_pushes_its_one_profile() {
+    if !require_bpf() {
+        return;
+    }
+    let _serial = serial();
+    let mut w = Workload::start("twofuncs", &["30", "25", "1"]);
+    let exe = fs::canonicalize(common::bpf::workload("twofuncs")).unwrap();
+    w.go();
+    let server = HttpReceiver::start(0);
+    let pid = w.pid.to_string();
+    let out = Command::new(env!("CARGO_BIN_EXE_flare"))
+        .args([
+            "profile",
+            "-p",
+            &pid,
+            "-F",
+            "99",
+            "--pyroscope",
+            &server.url(),
+            "2",
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .expect("running flare profile");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("1 window(s) delivered"), "{err}");
+    let got = server.requests();
+    assert_eq!(got.len(), 1);
+    let p = decode_pprof(&got[0].body);
+    check_window("flare profile", hot_counts(&p, &w, exe.to_str().unwrap()));
+}

@@ -58,6 +58,7 @@ fn offwake() -> Vec<Sample> {
             ),
             waker: None,
             value: 3,
+            extra: Default::default(),
         },
         Sample {
             task: with_tid(
@@ -79,6 +80,7 @@ fn offwake() -> Vec<Sample> {
                 102,
             )),
             value: 17,
+            extra: Default::default(),
         },
         Sample {
             task: with_tid(
@@ -111,6 +113,7 @@ fn offwake() -> Vec<Sample> {
                 0,
             )),
             value: 250,
+            extra: Default::default(),
         },
         Sample {
             task: with_tid(
@@ -132,6 +135,7 @@ fn offwake() -> Vec<Sample> {
                 102,
             )),
             value: 500123,
+            extra: Default::default(),
         },
     ]
 }
@@ -182,7 +186,7 @@ fn wakeup(user: bool) -> Vec<Sample> {
     };
     let target = |comm: &str| task(comm, 0, Trace::NotCollected, Trace::NotCollected);
     let waker = |comm: &str, ku: (Trace, Trace)| TaskStack {
-        pid: 0,
+        pid: None,
         tid: None,
         comm: comm.into(),
         user: if user {
@@ -200,6 +204,7 @@ fn wakeup(user: bool) -> Vec<Sample> {
                 (k(&["try_to_wake_up", "hrtimer_wakeup", "do_idle"]), u(&[])),
             )),
             value: 9,
+            extra: Default::default(),
         },
         Sample {
             task: target("blocker"),
@@ -208,6 +213,7 @@ fn wakeup(user: bool) -> Vec<Sample> {
                 (Trace::Missed { enomem: true }, u(&["write", "waker"])),
             )),
             value: 40,
+            extra: Default::default(),
         },
         Sample {
             task: target("blocker"),
@@ -216,6 +222,7 @@ fn wakeup(user: bool) -> Vec<Sample> {
                 (waker_kernel(), u(&["write", "wake_by_write", "waker"])),
             )),
             value: 500123,
+            extra: Default::default(),
         },
     ]
 }

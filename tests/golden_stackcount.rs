@@ -76,7 +76,7 @@ fn stackcount_folded_formats() {
     let mut all = fixtures::stack_counts();
     for s in &mut all.samples {
         s.task.user = Trace::NotCollected;
-        s.task.pid = flare::tools::stackcount::ALL_PIDS;
+        s.task.pid = None;
         s.task.comm = "t:syscalls:sys_enter_read".into();
     }
     let out = fold(&all, false);

@@ -185,3 +185,46 @@ fn live_page_in_headless_chromium() {
     fs::write(&path, png).expect("saving the screenshot");
     eprintln!("screenshot: {}", path.display());
 }
+
+/// stackcount's live page: the callers of a probed function appear as
+/// frames, with their exact counts as the frames' values.
+#[test]
+fn stackcount_live_page_in_headless_chromium() {
+    if !require_bpf() || !require_browser() {
+        return;
+    }
+    let _g = serial();
+    const CALLS: u64 = 20_000;
+    let work = common::session::Workload::start("leafcalls", &[&CALLS.to_string()]);
+    let pattern = format!("{}:leaf", common::bpf::workload("leafcalls").display());
+    let pid = work.pid.to_string();
+    let served = serve::serve_tool("stackcount", &["-p", &pid, &pattern, "--serve"]);
+    // leafcalls makes its calls on SIGUSR1.
+    // SAFETY: kill has no memory-safety preconditions.
+    unsafe { kill(work.pid as i32, 10) };
+    let b = Browser::start();
+    b.goto(&served.url);
+    let values = wait_for("caller_a and caller_b frames", LONG, || {
+        let v = b.exec(
+            "return ['caller_a', 'caller_b'].map(n => {\
+               const g = document.querySelector('#graph g.frame[data-name=\"' + n + '\"]');\
+               return g ? Number(g.dataset.value) : 0; });",
+            json!([]),
+        );
+        let v: Vec<u64> = v
+            .as_array()
+            .map(|a| a.iter().filter_map(Value::as_u64).collect())
+            .unwrap_or_default();
+        (v == [CALLS / 2, CALLS / 2]).then_some(v)
+    });
+    assert_eq!(values, [CALLS / 2, CALLS / 2]);
+    let unit = b.exec(
+        "return document.getElementById('total-label').textContent;",
+        json!([]),
+    );
+    assert_eq!(unit, json!("events"));
+}
+
+extern "C" {
+    fn kill(pid: i32, sig: i32) -> i32;
+}

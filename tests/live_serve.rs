@@ -191,3 +191,79 @@ fn offcputime_serves_blocked_time_live() {
     }
     drop(served);
 }
+
+#[test]
+fn stackcount_serves_exact_counts_live() {
+    if !require_bpf() {
+        return;
+    }
+    let _g = serial();
+    const CALLS: u64 = 20_000;
+    let work = common::session::Workload::start("leafcalls", &[&CALLS.to_string()]);
+    let pattern = format!("{}:leaf", common::bpf::workload("leafcalls").display());
+    let pid = work.pid.to_string();
+    let mut served = serve::serve_tool(
+        "stackcount",
+        &["-p", &pid, "--serve", "--serve-interval", "0.5", &pattern],
+    );
+    let mut stdout = served.stdout.take().expect("flare stdout");
+    // leafcalls makes its calls on SIGUSR1.
+    // SAFETY: kill has no memory-safety preconditions.
+    unsafe { libc_kill(work.pid as i32, SIGUSR1) };
+    // Every call through each caller arrives, exactly.
+    let v = wait_for("all calls counted", Duration::from_secs(30), || {
+        let v = snapshot(served.port, "");
+        (v["total"].as_u64() == Some(CALLS)).then_some(v)
+    });
+    assert_eq!(v["unit"], "events", "{v}");
+    assert_eq!(v["tool"], "stackcount", "{v}");
+    assert_eq!(value_of(&v, "caller_a"), CALLS / 2, "{v}");
+    assert_eq!(value_of(&v, "caller_b"), CALLS / 2, "{v}");
+    // Ctrl-C: the usual text report of the whole run comes at the end.
+    // SAFETY: kill has no memory-safety preconditions.
+    unsafe { libc_kill(served.flare.0.id() as i32, SIGINT) };
+    let mut out = String::new();
+    stdout.read_to_string(&mut out).expect("flare stdout");
+    assert!(out.ends_with("Detaching...\n"), "{out}");
+    let total: u64 = out
+        .lines()
+        .filter_map(|l| l.trim().parse::<u64>().ok())
+        .sum();
+    assert_eq!(total, CALLS, "{out}");
+}
+
+#[test]
+fn offcputime_serve_reports_untracked_threads() {
+    if !require_bpf() {
+        return;
+    }
+    let _g = serial();
+    // Room for two blocked threads: on any machine more than two block at
+    // once, and the periods that find the map full are not tracked.
+    let mut served = serve::serve_tool(
+        "offcputime",
+        &["--blocked-storage-size", "2", "3", "--serve"],
+    );
+    let v = wait_for("untracked periods", Duration::from_secs(20), || {
+        let v = snapshot(served.port, "");
+        (v["lost"]["untracked"].as_u64().unwrap_or(0) > 0).then_some(v)
+    });
+    assert!(v["lost"]["untracked"].as_u64() > Some(0), "{v}");
+    // The end of the run says so too, with the option that avoids it.
+    let mut stdout = served.stdout.take().expect("flare stdout");
+    let mut out = String::new();
+    stdout.read_to_string(&mut out).expect("flare stdout");
+    let err = served.stderr_rest();
+    assert!(
+        err.contains("off-CPU periods were not tracked") && err.contains("--blocked-storage-size"),
+        "{err}"
+    );
+}
+
+const SIGINT: i32 = 2;
+const SIGUSR1: i32 = 10;
+
+extern "C" {
+    #[link_name = "kill"]
+    fn libc_kill(pid: i32, sig: i32) -> i32;
+}

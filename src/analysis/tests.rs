@@ -1,7 +1,7 @@
 //! Unit tests of the folded parser, the top table and the differential join.
 
 use super::*;
-use crate::profile::{Frame, FrameKind, Meta, Profile, Sample, TaskStack, Trace, ValueUnit};
+use crate::profile::{Frame, FrameKind, Kind, Meta, Profile, Sample, TaskStack, Trace};
 
 fn stacks(text: &str) -> Stacks {
     parse(text.as_bytes(), "t.folded").expect("valid folded input")
@@ -84,21 +84,18 @@ fn profile_paths_are_annotated_for_flame_graphs() {
     let mut inl = Frame::named("inner", FrameKind::User);
     inl.inlined = true;
     let task = |comm: &str| TaskStack {
-        pid: 1,
+        pid: Some(1),
         tid: None,
         comm: comm.into(),
         user: Trace::Frames(vec![inl.clone(), Frame::named("main;x", FrameKind::User)]),
         kernel: Trace::Frames(vec![Frame::named("schedule", FrameKind::Kernel)]),
     };
-    let mut p = Profile::new(Meta::new(
-        "offwaketime",
-        "sched_switch",
-        ValueUnit::Microseconds,
-    ));
+    let mut p = Profile::new(Meta::new(Kind::OffWake, "sched_switch"));
     p.samples.push(Sample {
         task: task("app"),
         waker: Some(task("waker")),
         value: 9,
+        extra: Default::default(),
     });
     let s = Stacks::from_profile(&p);
     assert_eq!(

@@ -148,6 +148,7 @@ impl<'m, M: MapCore> StackReader<'m, M> {
             stacks: self.missed,
             stacks_enomem: self.map_full,
             hash_full,
+            ..Lost::default()
         }
     }
 }

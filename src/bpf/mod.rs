@@ -2,6 +2,7 @@
 //! (privilege and BTF checks, memlock, CPU lists, PID namespaces, reading
 //! stack-trace maps).
 
+pub mod loader;
 pub mod maps;
 pub mod perf;
 pub mod probe;

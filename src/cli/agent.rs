@@ -7,9 +7,13 @@ use anyhow::Result;
 use clap::Args;
 use flare::agent;
 use flare::bpf::perf::Sampling;
+use flare::collect::Stacks;
 use flare::export::auth::{Connection, Credentials};
+use flare::export::labels;
 use flare::export::push::PushConfig;
-use flare::tools::profile::{Config, Stacks, Target};
+use flare::export::sender::Report;
+use flare::export::sink::PushSink;
+use flare::tools::profile::{Config, Target};
 
 use super::{id_list, nonzero, nonzero_u32, IdList};
 
@@ -63,6 +67,12 @@ pub struct PushArgs {
 }
 
 impl PushArgs {
+    /// The push configuration, when a destination is given.
+    pub fn config_if_any(&self) -> Result<Option<PushConfig>> {
+        let c = self.config(None)?;
+        Ok((!c.is_empty()).then_some(c))
+    }
+
     /// The library's push configuration (`dir`: `-o DIR` of the agent).
     pub fn config(&self, dir: Option<(PathBuf, usize)>) -> Result<PushConfig> {
         Ok(PushConfig {
@@ -182,7 +192,8 @@ pub fn run(args: &AgentArgs) -> Result<()> {
             "nothing to push to: give --pyroscope URL, --otlp URL, --parca ADDR or -o DIR"
         );
     }
-    let senders = push.senders(&config.host).map_err(anyhow::Error::msg)?;
+    let host = labels::hostname();
+    let mut sink = PushSink::new(push.senders(&host).map_err(anyhow::Error::msg)?, &host);
     let stop = crate::run::stop_signal()?;
     eprintln!(
         "flare agent: sampling {} at {} Hz, pushing every {} s to {}",
@@ -192,18 +203,22 @@ pub fn run(args: &AgentArgs) -> Result<()> {
         },
         args.frequency,
         args.interval,
-        senders
-            .iter()
-            .map(|s| s.name())
-            .collect::<Vec<_>>()
-            .join(", ")
+        sink.names().join(", ")
     );
-    let summary = agent::run(&config, senders, &stop)?;
-    for r in &summary.reports {
+    let result = agent::run(&config, &mut sink, stop);
+    report(sink.finish(FLUSH_TIMEOUT));
+    Ok(result?)
+}
+
+/// How long queued windows are tried at exit.
+const FLUSH_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// One line per destination on stderr: what became of the windows.
+pub fn report(reports: Vec<Report>) {
+    for r in &reports {
         eprintln!(
-            "flare agent: {}: {} window(s) delivered, {} dropped (spool full), {} refused, {} left queued",
+            "flare: {}: {} window(s) delivered, {} dropped (spool full), {} refused, {} left queued",
             r.name, r.delivered, r.dropped, r.rejected, r.left
         );
     }
-    Ok(())
 }

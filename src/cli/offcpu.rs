@@ -4,9 +4,10 @@
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
+use flare::collect::Stacks;
 use flare::output::StackStyle;
 use flare::tools::offcpu::{Attach, Config, Threads, Tool};
-use flare::tools::profile::Stacks;
+use flare::tools::ToolConfig;
 
 use super::{id_list, nonzero, nonzero_u32, IdList};
 
@@ -79,6 +80,15 @@ pub struct CommonArgs {
     #[arg(long, value_enum, default_value_t = AttachArg::Auto)]
     pub attach: AttachArg,
 
+    /// The number of threads that can be blocked at once and still be
+    /// tracked
+    #[arg(long, value_name = "BLOCKED_STORAGE_SIZE", default_value_t = 16384, value_parser = nonzero_u32)]
+    pub blocked_storage_size: u32,
+
+    /// Trace flare's own threads too (left out by default)
+    #[arg(long)]
+    pub include_self: bool,
+
     #[command(flatten)]
     pub output: super::output::OutputArgs,
 
@@ -142,10 +152,7 @@ pub struct StackArgs {
 
 impl StackArgs {
     fn stacks(&self) -> Stacks {
-        Stacks {
-            user: !self.kernel_stacks_only,
-            kernel: !self.user_stacks_only,
-        }
+        Stacks::only(self.user_stacks_only, self.kernel_stacks_only)
     }
 
     /// How stacks are printed.
@@ -228,10 +235,36 @@ impl CommonArgs {
             AttachArg::Kprobe => Attach::Kprobe,
         };
         c.duration = self.duration.map(Duration::from_secs);
+        c.blocked_storage_size = self.blocked_storage_size;
+        c.include_self = self.include_self;
+    }
+
+    /// What to run: `config` into bcc's printer (with the tool's closing
+    /// line), the files and the live view asked for.
+    fn request(
+        &self,
+        config: Config,
+        style: StackStyle,
+        trailer: Option<&str>,
+    ) -> anyhow::Result<crate::run::Request> {
+        let printer = super::output::bcc_printer(&self.output, self.folded, style, trailer);
+        super::output::request(
+            ToolConfig::OffCpu(config.clone()),
+            config.duration,
+            &self.output,
+            self.serve.options(),
+            printer,
+            style,
+        )
     }
 }
 
 impl OffcputimeArgs {
+    pub fn request(&self) -> anyhow::Result<crate::run::Request> {
+        self.common
+            .request(self.config(), self.stacks.style(), None)
+    }
+
     pub fn config(&self) -> Config {
         let mut c = Config::new(Tool::OffCpu);
         c.threads = self.threads.threads();
@@ -244,6 +277,12 @@ impl OffcputimeArgs {
 }
 
 impl WakeuptimeArgs {
+    pub fn request(&self) -> anyhow::Result<crate::run::Request> {
+        // bcc's wakeuptime says so when it is done.
+        self.common
+            .request(self.config(), StackStyle::default(), Some("Detaching..."))
+    }
+
     pub fn config(&self) -> Config {
         let mut c = Config::new(Tool::Wakeup);
         c.threads = match (self.pid, self.user_threads_only) {
@@ -259,6 +298,11 @@ impl WakeuptimeArgs {
 }
 
 impl OffwaketimeArgs {
+    pub fn request(&self) -> anyhow::Result<crate::run::Request> {
+        self.common
+            .request(self.config(), self.stacks.style(), None)
+    }
+
     pub fn config(&self) -> Config {
         let mut c = Config::new(Tool::OffWake);
         c.threads = self.threads.threads();

@@ -5,8 +5,17 @@
 use std::path::PathBuf;
 
 use clap::Args;
+use flare::live::Options as LiveOptions;
 use flare::output::format::{EXTENSIONS, FORMAT_NAMES};
-use flare::output::Format;
+use flare::output::{Format, StackStyle};
+use flare::pipeline::{Mode, Plan};
+use flare::sinks::print::HeaderTo;
+use flare::sinks::PrinterOptions;
+use flare::tools::ToolConfig;
+
+pub use flare::sinks::Destination;
+
+use crate::run::Request;
 
 /// Where a tool's result goes besides bcc's text on standard output.
 #[derive(Clone, Debug, Default, Args)]
@@ -24,13 +33,6 @@ pub struct OutputArgs {
 
 fn format(s: &str) -> Result<Format, String> {
     Format::from_name(s).ok_or_else(|| format!("unknown format '{s}' (known: {FORMAT_NAMES})"))
-}
-
-/// One place to write to.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Destination {
-    File(PathBuf, Format),
-    Stdout(Format),
 }
 
 impl OutputArgs {
@@ -83,4 +85,63 @@ impl OutputArgs {
             })
             .collect()
     }
+}
+
+/// The printer for profile and the off-CPU tools: bcc's header and, when
+/// standard output carries bcc's stacks, a blank line, the stacks and the
+/// tool's closing line (`trailer`).
+pub fn bcc_printer(
+    output: &OutputArgs,
+    folded: bool,
+    style: StackStyle,
+    trailer: Option<&str>,
+) -> PrinterOptions {
+    let stacks = output.bcc_stdout(folded);
+    PrinterOptions {
+        header: if output.bcc_header(folded) {
+            HeaderTo::Stdout
+        } else {
+            HeaderTo::Nowhere
+        },
+        stacks,
+        folded,
+        blank_line: stacks && !folded,
+        trailer: trailer.filter(|_| stacks && !folded).map(str::to_string),
+        style,
+        ..PrinterOptions::default()
+    }
+}
+
+/// A request to run `tool` once (or live, with `--serve`) into bcc's
+/// printer and the files asked for.
+pub fn request(
+    tool: ToolConfig,
+    duration: Option<std::time::Duration>,
+    output: &OutputArgs,
+    live: Option<LiveOptions>,
+    printer: PrinterOptions,
+    style: StackStyle,
+) -> anyhow::Result<Request> {
+    // Check where the result goes before spending the profiling time.
+    let destinations = output.destinations().map_err(anyhow::Error::msg)?;
+    let mode = match &live {
+        Some(l) => Mode::Periodic {
+            interval: l.interval,
+            report_each: false,
+        },
+        None => Mode::Once,
+    };
+    Ok(Request {
+        tool,
+        plan: Plan {
+            duration,
+            mode,
+            symbolize: Default::default(),
+        },
+        printer,
+        destinations,
+        style,
+        live,
+        push: None,
+    })
 }

@@ -7,6 +7,7 @@ use clap::Args;
 use flare::bpf::perf::Sampling;
 use flare::output::StackStyle;
 use flare::tools::profile::{Config, Stacks, Target};
+use flare::tools::ToolConfig;
 
 use super::output::OutputArgs;
 use super::{id_list, nonzero, nonzero_u32, IdList};
@@ -90,6 +91,10 @@ pub struct ProfileArgs {
     #[arg(long, value_name = "MNTNSMAP")]
     pub mntnsmap: Option<PathBuf>,
 
+    /// Profile flare's own process too (left out by default)
+    #[arg(long)]
+    pub include_self: bool,
+
     #[command(flatten)]
     pub serve: super::serve::ServeArgs,
 
@@ -99,6 +104,9 @@ pub struct ProfileArgs {
 
     #[command(flatten)]
     pub output: OutputArgs,
+
+    #[command(flatten)]
+    pub push: super::agent::PushArgs,
 }
 
 impl ProfileArgs {
@@ -116,10 +124,7 @@ impl ProfileArgs {
         };
         Config {
             target,
-            stacks: Stacks {
-                user: !self.kernel_stacks_only,
-                kernel: !self.user_stacks_only,
-            },
+            stacks: Stacks::only(self.user_stacks_only, self.kernel_stacks_only),
             sampling,
             include_idle: self.include_idle,
             cpu: self.cpu,
@@ -129,7 +134,24 @@ impl ProfileArgs {
             mntns_map: self.mntnsmap.clone(),
             per_thread: false,
             duration: self.duration.map(Duration::from_secs),
+            include_self: self.include_self,
         }
+    }
+
+    /// What to run: the tool, bcc's printer, files, the live view.
+    pub fn request(&self) -> anyhow::Result<crate::run::Request> {
+        let config = self.config();
+        let printer = super::output::bcc_printer(&self.output, self.folded, self.style(), None);
+        let mut request = super::output::request(
+            ToolConfig::Profile(config.clone()),
+            config.duration,
+            &self.output,
+            self.serve.options(),
+            printer,
+            self.style(),
+        )?;
+        request.push = self.push.config_if_any()?;
+        Ok(request)
     }
 
     /// How stacks are printed.

@@ -5,10 +5,16 @@ use std::time::Duration;
 
 use clap::Args;
 use flare::output::stackcount::Style;
-use flare::tools::stackcount::{Config, Stacks};
+use flare::output::StackStyle;
+use flare::pipeline::{Mode, Plan};
+use flare::sinks::print::HeaderTo;
+use flare::sinks::PrinterOptions;
+use flare::tools::stackcount::{Config, Pattern, Stacks};
+use flare::tools::ToolConfig;
 
 use super::output::OutputArgs;
 use super::{nonzero, nonzero_u32};
+use crate::run::Request;
 
 pub const EXAMPLES: &str = "\
 Examples:
@@ -26,7 +32,8 @@ Examples:
     flare stackcount -K t:sched:sched_switch   # kernel stacks only
     flare stackcount -U t:sched:sched_switch   # user stacks only
     flare stackcount -f -D 5 c:malloc > out.folded   # folded, for flame graphs
-    flare stackcount -D 5 -o malloc.svg c:malloc     # a flame graph of the callers";
+    flare stackcount -D 5 -o malloc.svg c:malloc     # a flame graph of the callers
+    flare stackcount c:malloc --serve  # a live flame graph of the callers (URL on stderr)";
 
 #[derive(Debug, Args)]
 pub struct StackcountArgs {
@@ -39,7 +46,7 @@ pub struct StackcountArgs {
     pub cpu: Option<u32>,
 
     /// Summary interval, seconds
-    #[arg(short = 'i', long, value_name = "INTERVAL", value_parser = nonzero)]
+    #[arg(short = 'i', long, value_name = "INTERVAL", value_parser = nonzero, conflicts_with = "serve")]
     pub interval: Option<u64>,
 
     /// Total duration of trace, seconds
@@ -86,6 +93,13 @@ pub struct StackcountArgs {
     #[arg(long, value_name = "STACK_STORAGE_SIZE", default_value_t = 16384, value_parser = nonzero_u32)]
     pub stack_storage_size: u32,
 
+    /// Count flare's own process too (left out by default)
+    #[arg(long)]
+    pub include_self: bool,
+
+    #[command(flatten)]
+    pub serve: super::serve::ServeArgs,
+
     /// Search expression for events
     #[arg(value_name = "PATTERN")]
     pub pattern: String,
@@ -105,13 +119,69 @@ impl StackcountArgs {
             pid: self.pid,
             cpu: self.cpu,
             per_process: self.perpid,
-            stacks: Stacks {
-                user: !self.kernel_stacks_only,
-                kernel: !self.user_stacks_only,
-            },
+            stacks: Stacks::only(self.user_stacks_only, self.kernel_stacks_only),
             stack_storage_size: self.stack_storage_size,
+            offsets: self.offset,
+            include_self: self.include_self,
             ..Config::default()
         }
+    }
+
+    /// What to run: bcc's printer (a report every interval, `-T`
+    /// timestamps, `Detaching...`), the files and the live view.
+    pub fn request(&self) -> anyhow::Result<Request> {
+        let destinations = self.output.destinations().map_err(anyhow::Error::msg)?;
+        let config = self.config();
+        let kind = Pattern::parse(&config.pattern, config.regex)?.kind;
+        let style = self.style(config.keys_processes(kind));
+        let fstyle = StackStyle {
+            delimited: style.delimited,
+            annotate_kernel: false,
+        };
+        // bcc's blank lines, timestamps and closing line, unless standard
+        // output carries a file's format.
+        let decorate = !self.output.format_on_stdout();
+        let printer = PrinterOptions {
+            header: if self.output.bcc_header(self.folded) {
+                HeaderTo::Stdout
+            } else {
+                // Keep folded output (or another format) clean for the
+                // tools that read it.
+                HeaderTo::Stderr
+            },
+            stacks: self.output.bcc_stdout(self.folded),
+            folded: self.folded,
+            blank_line: !self.folded && decorate,
+            timestamp: self.timestamp && decorate,
+            trailer: (!self.folded && decorate).then(|| "Detaching...".to_string()),
+            style: fstyle,
+            counts: Some(style),
+        };
+        let live = self.serve.options();
+        let mode = match (&live, self.interval()) {
+            (Some(l), _) => Mode::Periodic {
+                interval: l.interval,
+                report_each: false,
+            },
+            (None, Some(interval)) => Mode::Periodic {
+                interval,
+                report_each: true,
+            },
+            (None, None) => Mode::Once,
+        };
+        Ok(Request {
+            tool: ToolConfig::Stackcount(config),
+            plan: Plan {
+                duration: self.duration(),
+                mode,
+                symbolize: Default::default(),
+            },
+            printer,
+            destinations,
+            style: fstyle,
+            live,
+            push: None,
+        })
     }
 
     /// How often to print: bcc's `-i`, else `-D`, else only at the end.

@@ -16,6 +16,7 @@
 pub mod auth;
 pub mod buildid;
 pub mod dir;
+pub mod labels;
 pub mod otlp;
 pub mod otlp_proto;
 pub mod parca;
@@ -24,6 +25,7 @@ pub mod pprof;
 pub mod push;
 pub mod pyroscope;
 pub mod sender;
+pub mod sink;
 pub mod spool;
 
 use std::collections::HashMap;

@@ -7,7 +7,7 @@ use prost::Message;
 use super::sender::{Options, Sender};
 use super::spool::Spool;
 use super::*;
-use crate::profile::{Frame, FrameKind, Meta, Sample, TaskStack, Trace, ValueUnit};
+use crate::profile::{Frame, FrameKind, Kind, Meta, Sample, TaskStack, Trace};
 
 fn payload(n: u64, size: usize) -> Payload {
     Payload {
@@ -100,7 +100,7 @@ impl Destination for Fake {
 fn window(n: u64) -> Arc<Window> {
     let t = SystemTime::UNIX_EPOCH + Duration::from_secs(n);
     Arc::new(Window {
-        profile: Profile::new(Meta::new("profile", "cpu-clock", ValueUnit::Samples)),
+        profile: Profile::new(Meta::new(Kind::Cpu, "cpu-clock")),
         start: t,
         end: t + Duration::from_secs(1),
         host: "h".into(),
@@ -159,11 +159,11 @@ fn sample_window() -> Window {
         module: (kind == FrameKind::User).then(|| Arc::from("/bin/true")),
         ..Frame::named(name, kind)
     };
-    let mut profile = Profile::new(Meta::new("profile", "cpu-clock", ValueUnit::Samples));
+    let mut profile = Profile::new(Meta::new(Kind::Cpu, "cpu-clock"));
     profile.meta.period_ns = Some(1_000_000_000 / 19);
-    profile.samples.push(Sample {
-        task: TaskStack {
-            pid: 42,
+    profile.samples.push(Sample::new(
+        TaskStack {
+            pid: Some(42),
             tid: None,
             comm: "work".into(),
             user: Trace::Frames(vec![
@@ -172,9 +172,9 @@ fn sample_window() -> Window {
             ]),
             kernel: Trace::Frames(Vec::new()),
         },
-        waker: None,
-        value: 7,
-    });
+        None,
+        7,
+    ));
     let mut processes = HashMap::new();
     processes.insert(
         42,

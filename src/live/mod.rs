@@ -1,135 +1,28 @@
 //! The live view: a flame graph in the browser, redrawn as samples arrive.
 //!
-//! A tool that can hand over what it counted since its last read (a
-//! [`Source`]) is read every interval through the same collection path its
-//! one-shot run uses; a [`Feeder`] symbolizes what is new in each delta
-//! with one long-lived [`Symbolizer`] (its caches persist across
-//! intervals) and adds it to the windowed [`Store`]. [`server`] serves the page and a JSON snapshot of any
-//! window and process from that store; [`snapshot_json`] and [`download`]
-//! are what it answers with.
+//! The pipeline reads any collector every interval and hands each
+//! interval's symbolized profile to the live sink ([`sink::LiveSink`]),
+//! which adds it to the windowed [`Store`]. [`server`] serves the page and
+//! a JSON snapshot of any window and process from that store;
+//! [`snapshot_json`] and [`download`] are what it answers with. Nothing
+//! here knows which tool made the profile.
 
 mod fxhash;
 pub mod server;
+pub mod sink;
 pub mod tree;
 pub mod window;
 
 use std::fmt::Write as _;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs};
-use std::sync::Mutex;
 use std::time::Duration;
 
 pub use window::{Limits, Selection, Store, View};
 
 use crate::error::{Error, Result};
 use crate::output::StackStyle;
-use crate::profile::{Lost, Sample, ValueUnit};
-use crate::symbolize::{RawSample, RawTask, Symbolizer};
+use crate::profile::ValueUnit;
 use tree::{json_str, Tree};
-
-/// A tool that can be read periodically: each call returns what was
-/// counted since the previous one.
-pub trait Source {
-    fn delta(&mut self) -> Result<(Vec<RawSample>, Lost)>;
-
-    /// Tool-specific clean-up of freshly symbolized samples (the off-CPU
-    /// tools drop tracing frames from kernel stacks).
-    fn tidy(&self, _samples: &mut [Sample]) {}
-}
-
-impl Source for crate::tools::profile::Session<'_> {
-    fn delta(&mut self) -> Result<(Vec<RawSample>, Lost)> {
-        let c = self.collect(true)?;
-        Ok((c.samples, c.lost))
-    }
-}
-
-impl Source for crate::tools::offcpu::Session<'_> {
-    fn delta(&mut self) -> Result<(Vec<RawSample>, Lost)> {
-        let c = self.collect(true)?;
-        Ok((c.samples, c.lost))
-    }
-
-    fn tidy(&self, samples: &mut [Sample]) {
-        crate::tools::offcpu::tidy_samples(samples, self.tool());
-    }
-}
-
-/// Turns each interval's raw samples into the store's stack ids through
-/// one long-lived [`Symbolizer`], symbolizing only stacks not seen before:
-/// the kernel keeps a stack's id and addresses for the whole run, so a
-/// stack seen in one interval means the same in the next.
-pub struct Feeder {
-    symbolizer: Symbolizer,
-    known: fxhash::FxMap<RawKey, u32>,
-    batches: u64,
-}
-
-#[derive(Clone, PartialEq, Eq, Hash)]
-struct RawKey {
-    task: RawTask,
-    waker: Option<RawTask>,
-}
-
-/// Known raw stacks are forgotten this often (in intervals), so that a
-/// process that reuses a PID (and the same addresses) is named afresh,
-/// and so that the map stays small.
-const FORGET_EVERY: u64 = 60;
-const MAX_KNOWN: usize = 1 << 20;
-
-impl Feeder {
-    pub fn new(symbolizer: Symbolizer) -> Self {
-        Feeder {
-            symbolizer,
-            known: Default::default(),
-            batches: 0,
-        }
-    }
-
-    /// Reads one interval from `source`, symbolizes what is new and adds
-    /// it all to `store`, `length` being the time since the previous read.
-    pub fn step<S: Source + ?Sized>(
-        &mut self,
-        source: &mut S,
-        store: &Mutex<Store>,
-        length: Duration,
-    ) -> Result<()> {
-        let (raw, lost) = source.delta()?;
-        self.batches += 1;
-        if self.batches % FORGET_EVERY == 0 || self.known.len() > MAX_KNOWN {
-            self.known.clear();
-        }
-        let mut known = Vec::with_capacity(raw.len());
-        let mut new_keys = Vec::new();
-        let mut new = Vec::new();
-        for s in raw {
-            let key = RawKey {
-                task: s.task,
-                waker: s.waker,
-            };
-            match self.known.get(&key) {
-                Some(&id) => known.push((id, s.value)),
-                None => {
-                    new.push(RawSample {
-                        task: key.task.clone(),
-                        waker: key.waker.clone(),
-                        value: s.value,
-                    });
-                    new_keys.push(key);
-                }
-            }
-        }
-        let mut samples = self.symbolizer.resolve(new);
-        source.tidy(&mut samples);
-        // A panic elsewhere while holding the lock cannot leave the store
-        // half-updated for readers: they only see whole intervals.
-        let ids = {
-            let mut store = store.lock().unwrap_or_else(|e| e.into_inner());
-            store.push_interval(known, samples, lost, length)
-        };
-        self.known.extend(new_keys.into_iter().zip(ids));
-        Ok(())
-    }
-}
 
 /// How to run the live view.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -155,7 +48,7 @@ impl Default for Options {
 /// free port.
 pub fn parse_bind(s: &str) -> std::result::Result<SocketAddr, String> {
     let bad = || {
-        format!("'{s}' is not ADDR:PORT: give e.g. 127.0.0.1:8080, :8080 (loopback) or 0.0.0.0:8080 (a duration goes before --serve)")
+        format!("'{s}' is not ADDR:PORT: give e.g. 127.0.0.1:8080, :8080 (loopback) or 0.0.0.0:8080 (a duration goes before --serve, as does stackcount's pattern)")
     };
     if !s.contains(':') {
         return Err(bad());
@@ -206,7 +99,7 @@ pub fn snapshot_json(store: &Store, sel: Selection, min_share: f64) -> String {
     let _ = write!(
         out,
         ",\"unit\":\"{}\",\"seq\":{},\"elapsed\":{:.3},\"span\":{span:.3},\"total\":{total},\
-         \"rate\":{rate:.2},\"stacks\":{},\"processes\":{},\"lost\":{{\"stacks\":{},\"hash_full\":{}}},\
+         \"rate\":{rate:.2},\"stacks\":{},\"processes\":{},\"lost\":{{\"stacks\":{},\"hash_full\":{},\"untracked\":{},\"missed_events\":{}}},\
          \"pid\":{},\"last\":{},\"procs\":[",
         unit_name(meta.unit),
         store.seq(),
@@ -215,6 +108,8 @@ pub fn snapshot_json(store: &Store, sel: Selection, min_share: f64) -> String {
         view.processes.len(),
         view.lost.stacks,
         view.lost.hash_full,
+        view.lost.untracked,
+        view.lost.missed_events,
         sel.pid.map_or("null".to_string(), |p| p.to_string()),
         sel.last.map_or("null".to_string(), |l| l.as_secs().to_string()),
     );
@@ -222,7 +117,12 @@ pub fn snapshot_json(store: &Store, sel: Selection, min_share: f64) -> String {
         if i > 0 {
             out.push(',');
         }
-        let _ = write!(out, "[{pid},");
+        match pid {
+            Some(pid) => {
+                let _ = write!(out, "[{pid},");
+            }
+            None => out.push_str("[null,"),
+        }
         json_str(&mut out, store.string(comm));
         let _ = write!(out, ",{value}]");
     }

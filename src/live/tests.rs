@@ -5,12 +5,12 @@ use std::time::Duration;
 use super::tree::Tree;
 use super::window::{Limits, Selection, Store, TOO_MANY};
 use super::{download, snapshot_json, Format};
-use crate::profile::{Frame, FrameKind, Lost, Meta, Sample, TaskStack, Trace, ValueUnit};
+use crate::profile::{Frame, FrameKind, Kind, Lost, Meta, Sample, TaskStack, Trace};
 
 fn sample(pid: u32, comm: &str, user: &[&str], value: u64) -> Sample {
     Sample {
         task: TaskStack {
-            pid,
+            pid: Some(pid),
             tid: None,
             comm: comm.into(),
             user: Trace::Frames(
@@ -22,12 +22,13 @@ fn sample(pid: u32, comm: &str, user: &[&str], value: u64) -> Sample {
         },
         waker: None,
         value,
+        extra: Default::default(),
     }
 }
 
 fn store(keep: u64) -> Store {
     Store::new(
-        Meta::new("profile", "cpu-clock", ValueUnit::Samples),
+        Meta::new(Kind::Cpu, "cpu-clock"),
         Limits {
             keep: Duration::from_secs(keep),
             max_stacks: 1000,
@@ -135,12 +136,12 @@ fn process_filter_and_list() {
     assert_eq!(v.total(), 6);
     // The list is of every process, largest first, so that the filter can
     // be changed.
-    let procs: Vec<(u32, &str, u64)> = v
+    let procs: Vec<(Option<u32>, &str, u64)> = v
         .processes
         .iter()
         .map(|&(p, c, n)| (p, s.string(c), n))
         .collect();
-    assert_eq!(procs, vec![(2, "two", 6), (1, "one", 3)]);
+    assert_eq!(procs, vec![(Some(2), "two", 6), (Some(1), "one", 3)]);
 }
 
 #[test]
@@ -162,7 +163,7 @@ fn addresses_in_one_function_merge() {
 #[test]
 fn too_many_stacks_are_counted_not_dropped() {
     let mut s = Store::new(
-        Meta::new("profile", "cpu-clock", ValueUnit::Samples),
+        Meta::new(Kind::Cpu, "cpu-clock"),
         Limits {
             keep: Duration::from_secs(10),
             max_stacks: 2,
@@ -276,46 +277,4 @@ fn bind_addresses() {
     assert!(parse_bind("localhost:7").unwrap().ip().is_loopback());
     assert!(parse_bind("10").is_err(), "a bare number is a duration");
     assert!(parse_bind(":x").is_err());
-}
-
-/// A source that replays fixed intervals.
-struct Replay(Vec<Vec<crate::symbolize::RawSample>>);
-
-impl super::Source for Replay {
-    fn delta(&mut self) -> crate::Result<(Vec<crate::symbolize::RawSample>, Lost)> {
-        Ok((self.0.remove(0), Lost::default()))
-    }
-}
-
-#[test]
-fn feeder_reuses_stacks_across_intervals() {
-    use crate::symbolize::{Options, RawSample, RawTask, RawTrace, Symbolizer};
-    let raw = |value| RawSample {
-        task: RawTask {
-            // No such process: its frames resolve to [unknown].
-            pid: u32::MAX - 1,
-            tid: None,
-            comm: "gone".into(),
-            user: RawTrace::Addrs(vec![0x1000, 0x2000].into()),
-            kernel: RawTrace::NotCollected,
-        },
-        waker: None,
-        value,
-    };
-    let mut source = Replay(vec![vec![raw(3)], vec![raw(4)], vec![]]);
-    let store = std::sync::Mutex::new(store(10));
-    let mut feeder = super::Feeder::new(Symbolizer::new(Options::default()));
-    for _ in 0..3 {
-        feeder.step(&mut source, &store, SEC).unwrap();
-    }
-    let s = store.lock().unwrap();
-    assert_eq!(s.seq(), 3);
-    assert_eq!(s.distinct_stacks(), 1);
-    assert_eq!(s.view(Selection::default()).total(), 7);
-    assert_eq!(s.view(last(2)).total(), 4);
-    let folded = download(&s, Selection::default(), Format::Folded).unwrap();
-    assert_eq!(
-        String::from_utf8(folded.body).unwrap(),
-        "gone;[unknown];[unknown] 7\n"
-    );
 }

@@ -67,7 +67,7 @@ enum TraceRef {
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 struct TaskRef {
-    pid: u32,
+    pid: Option<u32>,
     tid: Option<u32>,
     comm: u32,
     user: TraceRef,
@@ -85,7 +85,7 @@ struct StackKey {
 #[derive(Debug)]
 pub(crate) struct Stack {
     key: Option<StackKey>,
-    pub(crate) pid: u32,
+    pub(crate) pid: Option<u32>,
     pub(crate) comm: u32,
     pub(crate) nodes: Box<[u32]>,
 }
@@ -186,7 +186,7 @@ pub struct View {
     pub lost: Lost,
     /// Processes seen in the selection (before the PID filter): pid, comm
     /// id, value; largest first.
-    pub(crate) processes: Vec<(u32, u32, u64)>,
+    pub(crate) processes: Vec<(Option<u32>, u32, u64)>,
 }
 
 impl View {
@@ -217,12 +217,6 @@ pub struct Store {
     total_lost: Lost,
     elapsed: Duration,
     seq: u64,
-}
-
-fn add_lost(a: &mut Lost, b: &Lost) {
-    a.stacks += b.stacks;
-    a.stacks_enomem |= b.stacks_enomem;
-    a.hash_full += b.hash_full;
 }
 
 impl Store {
@@ -340,7 +334,7 @@ impl Store {
         let nodes = self.trie.nodes(&[label]);
         let id = self.push_stack(Stack {
             key: None,
-            pid: 0,
+            pid: None,
             comm,
             nodes,
         });
@@ -391,7 +385,7 @@ impl Store {
         for &(id, v) in &counts {
             self.totals[id as usize] += v;
         }
-        add_lost(&mut self.total_lost, &lost);
+        self.total_lost.add(&lost);
         let start = self.elapsed;
         self.elapsed += length;
         self.seq += 1;
@@ -445,7 +439,7 @@ impl Store {
                     for &(id, v) in &iv.counts {
                         *sums.entry(id).or_default() += v;
                     }
-                    add_lost(&mut lost, &iv.lost);
+                    lost.add(&iv.lost);
                     start = iv.start;
                 }
                 let mut counts: Vec<(u32, u64)> = sums.into_iter().collect();
@@ -453,20 +447,20 @@ impl Store {
                 (counts, self.elapsed - start)
             }
         };
-        let mut procs: FxMap<u32, (u32, u64)> = FxMap::default();
+        let mut procs: FxMap<Option<u32>, (u32, u64)> = FxMap::default();
         for &(id, v) in &all {
             let s = &self.stacks[id as usize];
             let e = procs.entry(s.pid).or_insert((s.comm, 0));
             e.1 += v;
         }
-        let mut processes: Vec<(u32, u32, u64)> =
+        let mut processes: Vec<(Option<u32>, u32, u64)> =
             procs.into_iter().map(|(p, (c, v))| (p, c, v)).collect();
         processes.sort_unstable_by(|a, b| b.2.cmp(&a.2).then(a.0.cmp(&b.0)));
         let counts = match sel.pid {
             None => all,
             Some(pid) => all
                 .into_iter()
-                .filter(|&(id, _)| self.stacks[id as usize].pid == pid)
+                .filter(|&(id, _)| self.stacks[id as usize].pid == Some(pid))
                 .collect(),
         };
         View {
@@ -509,22 +503,22 @@ impl Store {
         for &(id, value) in &view.counts {
             let stack = &self.stacks[id as usize];
             let sample = match &stack.key {
-                Some(k) => Sample {
-                    task: self.task(&k.task),
-                    waker: k.waker.as_ref().map(|w| self.task(w)),
+                Some(k) => Sample::new(
+                    self.task(&k.task),
+                    k.waker.as_ref().map(|w| self.task(w)),
                     value,
-                },
-                None => Sample {
-                    task: TaskStack {
-                        pid: 0,
+                ),
+                None => Sample::new(
+                    TaskStack {
+                        pid: None,
                         tid: None,
                         comm: TOO_MANY.into(),
                         user: Trace::NotCollected,
                         kernel: Trace::NotCollected,
                     },
-                    waker: None,
+                    None,
                     value,
-                },
+                ),
             };
             profile.samples.push(sample);
         }

@@ -6,7 +6,7 @@ use std::io::{self, Write};
 use std::path::Path;
 
 use super::{folded, offcpu, pprof, speedscope, stackcount, svg, text, StackStyle};
-use crate::profile::Profile;
+use crate::profile::{Kind, Profile};
 
 /// An output format.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -82,22 +82,20 @@ impl Format {
 /// bcc's multi-line text in the layout of the tool that made the profile.
 pub fn write_text<W: Write>(w: &mut W, profile: &Profile, style: StackStyle) -> io::Result<()> {
     let samples = &profile.samples;
-    match profile.meta.tool.as_str() {
-        "offcputime" => offcpu::offcputime_text(w, samples, style),
-        "wakeuptime" => offcpu::wakeuptime_text(w, samples),
-        "offwaketime" => offcpu::offwaketime_text(w, samples, style),
-        "stackcount" => {
+    match profile.meta.kind {
+        Kind::OffCpu => offcpu::offcputime_text(w, samples, style),
+        Kind::Wakeup => offcpu::wakeuptime_text(w, samples),
+        Kind::OffWake => offcpu::offwaketime_text(w, samples, style),
+        Kind::Count => {
             let sc = stackcount::Style {
                 delimited: style.delimited,
                 addresses: false,
                 // Stacks of all processes counted together carry no process.
-                tasks: samples
-                    .iter()
-                    .any(|s| s.task.pid != crate::tools::stackcount::ALL_PIDS),
+                tasks: samples.iter().any(|s| s.task.pid.is_some()),
             };
             stackcount::write(w, samples, sc)
         }
-        _ => text::write(w, samples, style),
+        Kind::Cpu => text::write(w, samples, style),
     }
 }
 
@@ -105,10 +103,10 @@ pub fn write_text<W: Write>(w: &mut W, profile: &Profile, style: StackStyle) -> 
 /// off-CPU family appends the waker's side as bcc does).
 pub fn write_folded<W: Write>(w: &mut W, profile: &Profile, style: StackStyle) -> io::Result<()> {
     let samples = &profile.samples;
-    match profile.meta.tool.as_str() {
-        "wakeuptime" => offcpu::wakeuptime_folded(w, samples),
-        "offwaketime" => offcpu::offwaketime_folded(w, samples, style),
-        _ => folded::write(w, samples, style),
+    match profile.meta.kind {
+        Kind::Wakeup => offcpu::wakeuptime_folded(w, samples),
+        Kind::OffWake => offcpu::offwaketime_folded(w, samples, style),
+        Kind::Cpu | Kind::OffCpu | Kind::Count => folded::write(w, samples, style),
     }
 }
 

@@ -22,7 +22,7 @@ const MISSED_KERNEL: &str = "[Missed Kernel Stack]";
 /// was seen (bcc prints the zeroed key fields).
 fn nobody() -> TaskStack {
     TaskStack {
-        pid: 0,
+        pid: None,
         tid: None,
         comm: String::new(),
         user: Trace::Frames(Vec::new()),
@@ -40,7 +40,13 @@ pub fn offcputime_text<'a, W: Write>(
     for s in samples {
         let t = &s.task;
         text::write_stacks(w, t, style)?;
-        writeln!(w, "    {:<16} {} ({})", "-", t.comm, t.tid.unwrap_or(t.pid))?;
+        writeln!(
+            w,
+            "    {:<16} {} ({})",
+            "-",
+            t.comm,
+            t.tid.or(t.pid).unwrap_or(0)
+        )?;
         writeln!(w, "        {}\n", s.value)?;
     }
     Ok(())
@@ -120,7 +126,12 @@ pub fn wakeuptime_folded<'a, W: Write>(
 
 /// offwaketime's `waker:` / `target:` line: label, name, thread id.
 fn task_line<W: Write>(w: &mut W, label: &str, t: &TaskStack) -> io::Result<()> {
-    writeln!(w, "    {label:<16} {} {}", t.comm, t.tid.unwrap_or(t.pid))
+    writeln!(
+        w,
+        "    {label:<16} {} {}",
+        t.comm,
+        t.tid.or(t.pid).unwrap_or(0)
+    )
 }
 
 /// offwaketime's multi-line output: `waker:`, its user then kernel frames

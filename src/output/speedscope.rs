@@ -70,15 +70,18 @@ pub fn write<W: Write>(mut w: W, profile: &Profile) -> io::Result<()> {
     let mut frames: Vec<FrameOut> = Vec::new();
     let mut frame_index: HashMap<FrameOut, usize> = HashMap::new();
     // Processes in order of first appearance, keyed by pid and name.
-    let mut order: Vec<(u32, String)> = Vec::new();
-    let mut by_process: HashMap<(u32, String), Sampled> = HashMap::new();
+    let mut order: Vec<(Option<u32>, String)> = Vec::new();
+    let mut by_process: HashMap<(Option<u32>, String), Sampled> = HashMap::new();
     for s in &profile.samples {
         let key = (s.task.pid, s.task.comm.clone());
         let sampled = by_process.entry(key.clone()).or_insert_with(|| {
             order.push(key.clone());
             Sampled {
                 kind: "sampled",
-                name: format!("{} ({})", key.1, key.0),
+                name: match key.0 {
+                    Some(pid) => format!("{} ({pid})", key.1),
+                    None => key.1.clone(),
+                },
                 unit,
                 start_value: 0,
                 end_value: 0,

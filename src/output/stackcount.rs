@@ -45,8 +45,8 @@ pub fn write_sample<W: Write>(w: &mut W, s: &Sample, style: Style) -> io::Result
         writeln!(w, "    --")?;
     }
     trace(w, &t.user, "[Missed User Stack]", style)?;
-    if style.tasks {
-        writeln!(w, "    {} [{}]", t.comm, t.pid)?;
+    if let (true, Some(pid)) = (style.tasks, t.pid) {
+        writeln!(w, "    {} [{pid}]", t.comm)?;
     }
     writeln!(w, "    {}\n", s.value)
 }

@@ -239,6 +239,7 @@ fn colour(name: &str, depth: usize, palette: Palette) -> Color {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::profile::Kind;
 
     #[test]
     fn kernel_and_user_frames_differ_in_each_palette() {
@@ -260,7 +261,7 @@ mod tests {
 
     #[test]
     fn titles_say_tool_event_duration_and_target() {
-        let mut m = Meta::new("profile", "cpu-clock", ValueUnit::Samples);
+        let mut m = Meta::new(Kind::Cpu, "cpu-clock");
         m.duration = Duration::from_millis(5020);
         m.target = "PID [185]".into();
         m.period_ns = Some(10_101_010);
@@ -268,7 +269,7 @@ mod tests {
         assert_eq!(o.title, "flare profile: cpu-clock, 5.0 s, PID [185]");
         assert_eq!(o.count_name, "samples");
         assert!(o.subtitle.unwrap().contains("10.1 ms"));
-        let m = Meta::new("offcputime", "sched_switch", ValueUnit::Microseconds);
+        let m = Meta::new(Kind::OffCpu, "sched_switch");
         let o = SvgOptions::for_profile(&m);
         assert_eq!((o.count_name.as_str(), o.palette), ("us", Palette::OffCpu));
     }

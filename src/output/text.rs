@@ -13,7 +13,7 @@ use crate::profile::{Sample, TaskStack, Trace};
 pub fn write_sample<W: Write>(w: &mut W, s: &Sample, style: StackStyle) -> io::Result<()> {
     let t = &s.task;
     write_stacks(w, t, style)?;
-    writeln!(w, "    {:<16} {} ({})", "-", t.comm, t.pid)?;
+    writeln!(w, "    {:<16} {} ({})", "-", t.comm, t.pid.unwrap_or(0))?;
     writeln!(w, "        {}\n", s.value)
 }
 

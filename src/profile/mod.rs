@@ -28,6 +28,47 @@ pub enum ValueUnit {
     Count,
 }
 
+/// What kind of profile this is: the layout bcc's text and folded writers
+/// use, the sample types of pprof, the palette of flame graphs. Writers
+/// match on it exhaustively, so a new kind cannot fall into another's
+/// layout unnoticed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Kind {
+    /// Timed samples of on-CPU stacks (`flare profile`).
+    Cpu,
+    /// Blocked time by the blocked task's stacks (`offcputime`).
+    OffCpu,
+    /// Blocked time by the waker's stacks (`wakeuptime`).
+    Wakeup,
+    /// Blocked time by the blocked task's and its waker's stacks
+    /// (`offwaketime`).
+    OffWake,
+    /// Event counts by stack (`stackcount`).
+    Count,
+}
+
+impl Kind {
+    /// The unit sample values of this kind are in.
+    pub fn unit(self) -> ValueUnit {
+        match self {
+            Kind::Cpu => ValueUnit::Samples,
+            Kind::OffCpu | Kind::Wakeup | Kind::OffWake => ValueUnit::Microseconds,
+            Kind::Count => ValueUnit::Count,
+        }
+    }
+
+    /// The name of the tool that makes profiles of this kind.
+    pub fn tool(self) -> &'static str {
+        match self {
+            Kind::Cpu => "profile",
+            Kind::OffCpu => "offcputime",
+            Kind::Wakeup => "wakeuptime",
+            Kind::OffWake => "offwaketime",
+            Kind::Count => "stackcount",
+        }
+    }
+}
+
 /// Where a frame's code runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum FrameKind {
@@ -135,8 +176,10 @@ impl Trace {
 /// A task and its stacks at the moment of a sample.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct TaskStack {
-    /// Process id (thread group id), as flare's PID namespace sees it.
-    pub pid: u32,
+    /// Process id (thread group id), as flare's PID namespace sees it;
+    /// `None` for stacks of all processes counted together (stackcount's
+    /// kernel stacks without `-P`, wakeuptime's targets).
+    pub pid: Option<u32>,
     /// Thread id, where the tool tells threads apart.
     pub tid: Option<u32>,
     /// The task's command name (at most 15 bytes, as the kernel keeps it).
@@ -152,6 +195,31 @@ pub struct Sample {
     /// The waking task, for tools that record who woke the target.
     pub waker: Option<TaskStack>,
     pub value: u64,
+    /// The values of [`Meta::extra_values`], in that order (empty for
+    /// profiles with one value per sample).
+    pub extra: Box<[u64]>,
+}
+
+impl Sample {
+    /// A sample with one value.
+    pub fn new(task: TaskStack, waker: Option<TaskStack>, value: u64) -> Self {
+        Sample {
+            task,
+            waker,
+            value,
+            extra: Box::default(),
+        }
+    }
+}
+
+/// A value a profile carries beside each sample's main one (a wall-clock
+/// profile's CPU time beside its wall time).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExtraValue {
+    /// What it measures, as pprof names sample types (`cpu`).
+    pub name: String,
+    /// Its unit, as pprof names units (`nanoseconds`).
+    pub unit: String,
 }
 
 /// Counts of what the kernel could not record during a run.
@@ -164,12 +232,36 @@ pub struct Lost {
     pub stacks_enomem: bool,
     /// Events dropped because the counts map was full.
     pub hash_full: u64,
+    /// Blocked periods not tracked because too many threads were blocked
+    /// at once (the off-CPU tools' map of blocked threads was full).
+    pub untracked: u64,
+    /// Events the kernel did not run the program for (another BPF program
+    /// was running on the same CPU).
+    pub missed_events: u64,
+}
+
+impl Lost {
+    /// Adds another read's losses to these.
+    pub fn add(&mut self, other: &Lost) {
+        self.stacks += other.stacks;
+        self.stacks_enomem |= other.stacks_enomem;
+        self.hash_full += other.hash_full;
+        self.untracked += other.untracked;
+        self.missed_events += other.missed_events;
+    }
+
+    /// True when nothing was lost.
+    pub fn is_empty(&self) -> bool {
+        *self == Lost::default()
+    }
 }
 
 /// What a profile is of, for titles, headers and file metadata.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Meta {
-    /// The tool that made it: `profile`, `offcputime`, `stackcount`, ...
+    /// What kind of profile it is: the layout writers use.
+    pub kind: Kind,
+    /// The tool that made it, for titles: `profile`, `offcputime`, ...
     pub tool: String,
     /// The event sampled or traced: `cpu-clock`, `sched_switch`, a probe.
     pub event: String,
@@ -182,19 +274,24 @@ pub struct Meta {
     /// Who was profiled, in words (`all threads`, `PID [185]`).
     pub target: String,
     pub lost: Lost,
+    /// Values each sample carries beside its main one ([`Sample::extra`]).
+    pub extra_values: Vec<ExtraValue>,
 }
 
 impl Meta {
-    /// Metadata with the given tool, event and unit and nothing else known.
-    pub fn new(tool: &str, event: &str, unit: ValueUnit) -> Self {
+    /// Metadata of a profile of `kind` made by tracing or sampling `event`,
+    /// with nothing else known yet.
+    pub fn new(kind: Kind, event: &str) -> Self {
         Meta {
-            tool: tool.to_string(),
+            kind,
+            tool: kind.tool().to_string(),
             event: event.to_string(),
-            unit,
+            unit: kind.unit(),
             period_ns: None,
             duration: Duration::ZERO,
             target: String::new(),
             lost: Lost::default(),
+            extra_values: Vec::new(),
         }
     }
 }
@@ -289,7 +386,13 @@ impl Profile {
         for sample in self.samples.drain(..) {
             let slot = index.entry(key_hash(&sample)).or_default();
             match slot.iter().find(|&&i| same_key(&merged[i], &sample)) {
-                Some(&i) => merged[i].value += sample.value,
+                Some(&i) => {
+                    let m = &mut merged[i];
+                    m.value += sample.value;
+                    for (a, b) in m.extra.iter_mut().zip(sample.extra.iter()) {
+                        *a += b;
+                    }
+                }
                 None => {
                     slot.push(merged.len());
                     merged.push(sample);

@@ -7,7 +7,7 @@ fn frames(names: &[&str], kind: FrameKind) -> Trace {
 fn sample(comm: &str, pid: u32, user: &[&str], kernel: &[&str], value: u64) -> Sample {
     Sample {
         task: TaskStack {
-            pid,
+            pid: Some(pid),
             tid: None,
             comm: comm.into(),
             user: frames(user, FrameKind::User),
@@ -15,12 +15,13 @@ fn sample(comm: &str, pid: u32, user: &[&str], kernel: &[&str], value: u64) -> S
         },
         waker: None,
         value,
+        extra: Default::default(),
     }
 }
 
 fn profile(samples: Vec<Sample>) -> Profile {
     Profile {
-        meta: Meta::new("profile", "cpu-clock", ValueUnit::Samples),
+        meta: Meta::new(Kind::Cpu, "cpu-clock"),
         samples,
     }
 }
@@ -78,7 +79,7 @@ fn path_is_root_first_with_waker_leaf_first() {
     let names: Vec<&str> = s.path().iter().map(|f| f.name).collect();
     assert_eq!(names, ["app", "main", "leaf", "entry", "kfunc"]);
     s.waker = Some(TaskStack {
-        pid: 2,
+        pid: Some(2),
         tid: None,
         comm: "waker".into(),
         user: frames(&["write", "wmain"], FrameKind::User),

@@ -8,8 +8,8 @@ use anyhow::{Context, Result};
 use flare::analysis::{self, TopEntry};
 use flare::output::svg::{self, SvgOptions};
 
-use super::output::write_atomically;
 use crate::cli::analyze::{DiffArgs, FlamegraphArgs, TopArgs};
+use flare::sinks::files::write_atomically;
 
 /// Writes to the file atomically, or to standard output.
 fn emit(output: Option<&Path>, draw: impl FnOnce(&mut dyn Write) -> io::Result<()>) -> Result<()> {

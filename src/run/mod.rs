@@ -1,18 +1,40 @@
-//! Running the tools from the command line: what every tool does around
-//! its own collection (waiting for a stop, reporting losses, writing).
+//! Running a tool from the command line: the arguments become a
+//! [`Request`] (the tool's config, the plan, the sinks asked for), and the
+//! library's pipeline does the rest. Nothing here collects, symbolizes or
+//! formats.
 
 pub mod analyze;
-pub mod offcpu;
-pub mod output;
-pub mod profile;
-pub mod serve;
-pub mod stackcount;
 
 use std::sync::mpsc;
-use std::time::Duration;
 
 use anyhow::{Context, Result};
-use flare::profile::Lost;
+use flare::export::push::PushConfig;
+use flare::export::sink::PushSink;
+use flare::live::sink::LiveSink;
+use flare::live::Options as LiveOptions;
+use flare::output::StackStyle;
+use flare::pipeline::{self, Plan, Sink};
+use flare::sinks::{Destination, Files, Printer, PrinterOptions, Warnings};
+use flare::tools::{self, ToolConfig};
+
+/// Everything a collecting command asked for.
+pub struct Request {
+    pub tool: ToolConfig,
+    pub plan: Plan,
+    /// bcc's output on standard output.
+    pub printer: PrinterOptions,
+    /// `-o` files and `--format`, checked before the tool starts.
+    pub destinations: Vec<Destination>,
+    /// How files in bcc's layouts print stacks.
+    pub style: StackStyle,
+    /// `--serve`.
+    pub live: Option<LiveOptions>,
+    /// `--pyroscope`, `--otlp`, `--parca`: push the profile too.
+    pub push: Option<PushConfig>,
+}
+
+/// How long a one-shot run tries to deliver its profile at the end.
+const PUSH_FLUSH: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// A channel that receives once per SIGINT/SIGTERM. Installs the handler,
 /// which can be done once per process.
@@ -25,38 +47,33 @@ pub fn stop_signal() -> Result<mpsc::Receiver<()>> {
     Ok(rx)
 }
 
-/// Blocks until `duration` has passed or SIGINT/SIGTERM arrives. Later
-/// signals are swallowed so that output is never cut short.
-pub fn wait_for_stop(duration: Option<Duration>) -> Result<()> {
-    let rx = stop_signal()?;
-    match duration {
-        Some(d) => {
-            let _ = rx.recv_timeout(d);
+/// Starts the tool and runs it through the pipeline into the sinks the
+/// request names.
+pub fn run(request: Request) -> Result<()> {
+    let stop = stop_signal()?;
+    let collector = tools::start(request.tool)?;
+    let mut printer = Printer::new(request.printer);
+    let mut warnings = Warnings;
+    let mut files = Files::new(request.destinations, request.style);
+    let mut live = request.live.map(LiveSink::new);
+    let mut push = match request.push {
+        Some(p) => {
+            let host = flare::export::labels::hostname();
+            let senders = p.senders(&host).map_err(anyhow::Error::msg)?;
+            Some(PushSink::new(senders, &host))
         }
-        None => {
-            let _ = rx.recv();
-        }
+        None => None,
+    };
+    let mut sinks: Vec<&mut dyn Sink> = vec![&mut printer, &mut warnings, &mut files];
+    if let Some(l) = live.as_mut() {
+        sinks.push(l);
     }
-    Ok(())
-}
-
-/// Prints bcc's warnings about what the kernel could not record.
-pub fn warn_lost(lost: &Lost) {
-    if lost.stacks > 0 {
-        let hint = if lost.stacks_enomem {
-            " Consider increasing --stack-storage-size."
-        } else {
-            ""
-        };
-        eprintln!(
-            "WARNING: {} stack traces could not be displayed.{hint}",
-            lost.stacks
-        );
+    if let Some(p) = push.as_mut() {
+        sinks.push(p);
     }
-    if lost.hash_full > 0 {
-        eprintln!(
-            "WARNING: {} samples were dropped because the hash table was full. Consider increasing --hash-storage-size.",
-            lost.hash_full
-        );
+    let result = pipeline::run(collector, &mut sinks, &request.plan, &stop);
+    if let Some(p) = push {
+        crate::cli::agent::report(p.finish(PUSH_FLUSH));
     }
+    Ok(result?)
 }

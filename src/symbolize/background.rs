@@ -1,8 +1,14 @@
 //! A symbolizer on its own thread, so that the slow part of symbolizing —
 //! parsing kallsyms and the target's binaries — happens while samples are
 //! still being collected, not after the user pressed Ctrl-C.
+//!
+//! The warm-up runs at idle priority (`SCHED_IDLE`): it only takes CPU the
+//! profiled workload leaves free, so flare does not slow down what it
+//! measures. Once results are wanted, the thread is put back to normal
+//! priority so that stop-to-output does not wait on a busy machine.
 
 use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
 
 use super::{Options, RawSample, Symbolizer};
@@ -13,6 +19,27 @@ pub struct Background {
     requests: Option<Sender<Vec<RawSample>>>,
     results: Receiver<Vec<Sample>>,
     thread: Option<JoinHandle<()>>,
+    priority: Arc<Mutex<Priority>>,
+}
+
+/// Whether the thread may still idle: shared so that lowering and raising
+/// its priority cannot cross.
+#[derive(Default)]
+struct Priority {
+    /// The thread's kernel id, once it runs at idle priority.
+    idle_tid: Option<i32>,
+    /// Results are wanted: no more idling.
+    wanted: bool,
+}
+
+/// Sets the scheduling policy of thread `tid` (0: the calling thread).
+/// Failure only means the warm-up competes with the workload as before.
+fn set_policy(tid: i32, policy: libc::c_int) {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: sched_setscheduler reads the parameter struct we pass and
+    // acts on a thread of this process (or the caller); it has no other
+    // effect on memory.
+    let _ = unsafe { libc::sched_setscheduler(tid, policy, &param) };
 }
 
 impl Background {
@@ -21,11 +48,27 @@ impl Background {
     pub fn start(options: Options, kernel: bool, pids: Vec<u32>) -> Self {
         let (req_tx, req_rx) = mpsc::channel::<Vec<RawSample>>();
         let (res_tx, res_rx) = mpsc::channel();
+        let priority = Arc::new(Mutex::new(Priority::default()));
+        let own = Arc::clone(&priority);
         let thread = thread::Builder::new()
             .name("flare-symbolize".into())
             .spawn(move || {
+                {
+                    let mut p = own.lock().unwrap_or_else(|e| e.into_inner());
+                    if !p.wanted {
+                        set_policy(0, libc::SCHED_IDLE);
+                        // SAFETY: gettid has no preconditions.
+                        p.idle_tid = Some(unsafe { libc::gettid() });
+                    }
+                }
                 let mut symbolizer = Symbolizer::new(options);
                 symbolizer.warm(kernel, &pids);
+                {
+                    let mut p = own.lock().unwrap_or_else(|e| e.into_inner());
+                    if p.idle_tid.take().is_some() {
+                        set_policy(0, libc::SCHED_OTHER);
+                    }
+                }
                 for raw in req_rx {
                     if res_tx.send(symbolizer.resolve(raw)).is_err() {
                         break;
@@ -37,6 +80,7 @@ impl Background {
             requests: Some(req_tx),
             results: res_rx,
             thread,
+            priority,
         }
     }
 
@@ -46,6 +90,14 @@ impl Background {
         let Some(tx) = &self.requests else {
             return Symbolizer::new(Options::default()).resolve(raw);
         };
+        // The rest of the warm-up, if any, is now on the way to output.
+        {
+            let mut p = self.priority.lock().unwrap_or_else(|e| e.into_inner());
+            p.wanted = true;
+            if let Some(tid) = p.idle_tid.take() {
+                set_policy(tid, libc::SCHED_OTHER);
+            }
+        }
         match tx.send(raw) {
             Ok(()) => self.results.recv().unwrap_or_default(),
             Err(mpsc::SendError(raw)) => Symbolizer::new(Options::default()).resolve(raw),

@@ -35,7 +35,8 @@ pub enum RawTrace {
 /// A task with unresolved stacks.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct RawTask {
-    pub pid: u32,
+    /// The process, `None` for stacks of all processes counted together.
+    pub pid: Option<u32>,
     pub tid: Option<u32>,
     pub comm: String,
     pub user: RawTrace,
@@ -234,8 +235,8 @@ impl Symbolizer {
             if let RawTrace::Addrs(a) = &t.kernel {
                 kernel.extend(a.iter().enumerate().map(|(i, &x)| lookup_addr(i, x)));
             }
-            if let RawTrace::Addrs(a) = &t.user {
-                user.entry(t.pid)
+            if let (RawTrace::Addrs(a), Some(pid)) = (&t.user, t.pid) {
+                user.entry(pid)
                     .or_default()
                     .extend(a.iter().enumerate().map(|(i, &x)| lookup_addr(i, x)));
             }
@@ -254,7 +255,7 @@ impl Symbolizer {
             .collect();
         let empty = HashMap::new();
         let build = |t: RawTask| -> TaskStack {
-            let ures = user.get(&t.pid).unwrap_or(&empty);
+            let ures = t.pid.and_then(|p| user.get(&p)).unwrap_or(&empty);
             TaskStack {
                 pid: t.pid,
                 tid: t.tid,
@@ -264,11 +265,7 @@ impl Symbolizer {
             }
         };
         raw.into_iter()
-            .map(|s| Sample {
-                task: build(s.task),
-                waker: s.waker.map(build),
-                value: s.value,
-            })
+            .map(|s| Sample::new(build(s.task), s.waker.map(build), s.value))
             .collect()
     }
 }

@@ -13,12 +13,15 @@ use std::time::Duration;
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapFlags, MapHandle, MapType, OpenObject};
 
+use crate::bpf::loader::{self, CommonKnobs, Targets};
 use crate::bpf::perf::{self, Sampling, Scope};
 use crate::bpf::skel::profile::{types, ProfileSkel, ProfileSkelBuilder};
 use crate::bpf::{comm_str, read_counts, system, Periodic, PlainKey};
+use crate::collect::{Collection, Collector, RawSample, RawTask, WarmUp};
 use crate::error::{Error, Result};
-use crate::profile::{Lost, Meta, ValueUnit};
-use crate::symbolize::{RawSample, RawTask};
+use crate::profile::{Kind, Meta};
+
+pub use crate::collect::Stacks;
 
 /// Which threads to sample.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -30,13 +33,6 @@ pub enum Target {
     Pids(Vec<u32>),
     /// These threads only.
     Tids(Vec<u32>),
-}
-
-/// Which stacks to record.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Stacks {
-    pub user: bool,
-    pub kernel: bool,
 }
 
 /// Everything `flare profile` was asked to do.
@@ -55,16 +51,15 @@ pub struct Config {
     pub per_thread: bool,
     /// `None`: until stopped.
     pub duration: Option<Duration>,
+    /// Profile flare's own process too (`--include-self`).
+    pub include_self: bool,
 }
 
 impl Default for Config {
     fn default() -> Self {
         Config {
             target: Target::All,
-            stacks: Stacks {
-                user: true,
-                kernel: true,
-            },
+            stacks: Stacks::default(),
             sampling: Sampling::Frequency(49),
             include_idle: false,
             cpu: None,
@@ -74,6 +69,7 @@ impl Default for Config {
             mntns_map: None,
             per_thread: false,
             duration: None,
+            include_self: false,
         }
     }
 }
@@ -109,13 +105,6 @@ pub fn header(c: &Config) -> String {
 fn py_list(v: &[u32]) -> String {
     let items: Vec<String> = v.iter().map(u32::to_string).collect();
     format!("[{}]", items.join(", "))
-}
-
-/// What one read of the kernel maps returned.
-#[derive(Debug, Default)]
-pub struct Collection {
-    pub samples: Vec<RawSample>,
-    pub lost: Lost,
 }
 
 // SAFETY: profile_key is the skeleton's copy of a C struct of integers and
@@ -160,15 +149,16 @@ impl<'obj> Session<'obj> {
     /// Validates the config against the system, loads the BPF program and
     /// starts sampling.
     pub fn start(config: Config, object: &'obj mut MaybeUninit<OpenObject>) -> Result<Self> {
-        system::check_environment()?;
-        match &config.target {
-            Target::All => {}
-            Target::Pids(p) => p.iter().try_for_each(|&p| system::check_process(p))?,
-            Target::Tids(t) => t.iter().try_for_each(|&t| system::check_thread(t))?,
-        }
-        if let Some(cpu) = config.cpu {
-            system::check_cpu(cpu)?;
-        }
+        let (pids, tids): (&[u32], &[u32]) = match &config.target {
+            Target::All => (&[], &[]),
+            Target::Pids(p) => (p, &[]),
+            Target::Tids(t) => (&[], t),
+        };
+        loader::prepare(Targets {
+            pids,
+            tids,
+            cpu: config.cpu,
+        })?;
         let cgroup = config
             .cgroup_map
             .as_ref()
@@ -179,13 +169,7 @@ impl<'obj> Session<'obj> {
             .as_ref()
             .map(|p| pinned_filter_map("--mntnsmap", p))
             .transpose()?;
-        system::raise_memlock();
-        system::raise_nofile();
-
-        let load_err = |source| Error::Load {
-            prog: "profile",
-            source,
-        };
+        let load_err = loader::load_error("profile");
         let mut open = ProfileSkelBuilder::default()
             .open(object)
             .map_err(load_err)?;
@@ -205,15 +189,9 @@ impl<'obj> Session<'obj> {
             ro.filter_tid = matches!(config.target, Target::Tids(_));
             ro.per_thread = per_thread;
             ro.include_idle = config.include_idle;
-            ro.user_stacks = config.stacks.user;
-            ro.kernel_stacks = config.stacks.kernel;
             ro.filter_cgroup = cgroup.is_some();
             ro.filter_mntns = mntns.is_some();
-            if let Some((dev, ino)) = system::pid_namespace() {
-                ro.use_pidns = true;
-                ro.pidns_dev = dev;
-                ro.pidns_ino = ino;
-            }
+            crate::set_common_knobs!(ro, CommonKnobs::new(config.stacks, config.include_self));
         }
         let maps = &mut open.maps;
         maps.counts
@@ -247,12 +225,7 @@ impl<'obj> Session<'obj> {
                     .map_err(load_err)?;
             }
         }
-        for id in ids {
-            skel.maps
-                .targets
-                .update(&id.to_ne_bytes(), &[1u8], MapFlags::ANY)
-                .map_err(load_err)?;
-        }
+        loader::fill_targets(&skel.maps.targets, ids, "profile")?;
 
         let mut session = Session {
             skel,
@@ -361,16 +334,16 @@ impl<'obj> Session<'obj> {
         }
         Ok(())
     }
+}
 
-    /// Metadata for a profile made by this session.
-    pub fn meta(&self, duration: Duration) -> Meta {
-        let mut meta = Meta::new("profile", "cpu-clock", ValueUnit::Samples);
+impl Collector for Session<'_> {
+    fn meta(&self) -> Meta {
+        let mut meta = Meta::new(Kind::Cpu, "cpu-clock");
         meta.period_ns = match self.config.sampling {
             Sampling::Frequency(hz) if hz > 0 => Some(1_000_000_000 / hz),
             Sampling::Period(n) => Some(n),
             _ => None,
         };
-        meta.duration = duration;
         meta.target = match &self.config.target {
             Target::All => "all threads".into(),
             Target::Pids(p) => format!("PID {}", py_list(p)),
@@ -379,10 +352,24 @@ impl<'obj> Session<'obj> {
         meta
     }
 
+    fn header(&self) -> String {
+        header(&self.config)
+    }
+
+    fn warm_up(&self) -> WarmUp {
+        WarmUp {
+            kernel: self.config.stacks.kernel,
+            pids: match &self.config.target {
+                Target::Pids(p) => p.clone(),
+                _ => Vec::new(),
+            },
+        }
+    }
+
     /// Reads every counted stack. With `clear`, the counts are removed as
     /// they are read, so the next call returns only what came after (stack
     /// map entries are kept: their ids may still be in use).
-    pub fn collect(&mut self, clear: bool) -> Result<Collection> {
+    fn collect(&mut self, clear: bool) -> Result<Collection> {
         let mut stacks = self.periodic.reader(&self.skel.maps.stacks, clear);
         let mut samples = Vec::new();
         for (k, count) in read_counts::<types::profile_key, _>(&self.skel.maps.counts, clear)? {
@@ -390,7 +377,7 @@ impl<'obj> Session<'obj> {
             let kernel = stacks.read(k.kernel_stack_id, self.config.stacks.kernel);
             samples.push(RawSample {
                 task: RawTask {
-                    pid: k.pid,
+                    pid: Some(k.pid),
                     tid: (k.tid != 0).then_some(k.tid),
                     comm: comm_str(&k.comm),
                     user,

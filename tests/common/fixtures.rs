@@ -1,6 +1,6 @@
 //! Hand-made profiles with every kind of stack a writer must handle.
 
-use flare::profile::{Frame, FrameKind, Meta, Profile, Sample, TaskStack, Trace, ValueUnit};
+use flare::profile::{Frame, FrameKind, Kind, Meta, Profile, Sample, TaskStack, Trace};
 
 pub fn frames(names: &[&str], kind: FrameKind) -> Trace {
     Trace::Frames(names.iter().map(|n| Frame::named(*n, kind)).collect())
@@ -8,7 +8,7 @@ pub fn frames(names: &[&str], kind: FrameKind) -> Trace {
 
 pub fn task(comm: &str, pid: u32, user: Trace, kernel: Trace) -> TaskStack {
     TaskStack {
-        pid,
+        pid: Some(pid),
         tid: None,
         comm: comm.into(),
         user,
@@ -89,13 +89,14 @@ pub fn cpu_profile() -> Profile {
         ),
     ];
     Profile {
-        meta: Meta::new("profile", "cpu-clock", ValueUnit::Samples),
+        meta: Meta::new(Kind::Cpu, "cpu-clock"),
         samples: samples
             .into_iter()
             .map(|(task, value)| Sample {
                 task,
                 waker: None,
                 value,
+                extra: Default::default(),
             })
             .collect(),
     }
@@ -190,13 +191,14 @@ pub fn stack_counts() -> Profile {
         ),
     ];
     Profile {
-        meta: Meta::new("stackcount", "leafcalls:leaf", ValueUnit::Count),
+        meta: Meta::new(Kind::Count, "leafcalls:leaf"),
         samples: samples
             .into_iter()
             .map(|(task, value)| Sample {
                 task,
                 waker: None,
                 value,
+                extra: Default::default(),
             })
             .collect(),
     }

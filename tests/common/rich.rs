@@ -3,9 +3,7 @@
 
 use std::time::Duration;
 
-use flare::profile::{
-    Frame, FrameKind, Meta, Profile, Sample, SourceLine, TaskStack, Trace, ValueUnit,
-};
+use flare::profile::{Frame, FrameKind, Kind, Meta, Profile, Sample, SourceLine, TaskStack, Trace};
 
 use super::fixtures::{self, frames, task};
 
@@ -50,6 +48,7 @@ pub fn cpu() -> Profile {
         task: t,
         waker: None,
         value: 11,
+        extra: Default::default(),
     });
     p
 }
@@ -57,7 +56,7 @@ pub fn cpu() -> Profile {
 /// An `offwaketime` result in microseconds, with wakers.
 pub fn offcpu() -> Profile {
     use FrameKind::*;
-    let mut meta = Meta::new("offwaketime", "sched_switch", ValueUnit::Microseconds);
+    let mut meta = Meta::new(Kind::OffWake, "sched_switch");
     meta.duration = Duration::from_secs(3);
     meta.target = "all threads".into();
     let blocked = |comm: &str, pid: u32, user: &[&str], kernel: &[&str]| TaskStack {
@@ -79,6 +78,7 @@ pub fn offcpu() -> Profile {
                 &["hrtimer_wakeup", "__hrtimer_run_queues"],
             )),
             value: 1_000_000,
+            extra: Default::default(),
         },
         Sample {
             task: blocked(
@@ -94,6 +94,7 @@ pub fn offcpu() -> Profile {
                 &["try_to_wake_up", "pipe_write"],
             )),
             value: 250_000,
+            extra: Default::default(),
         },
     ];
     Profile { meta, samples }
@@ -101,7 +102,7 @@ pub fn offcpu() -> Profile {
 
 /// A `stackcount` result: kernel stacks with event counts.
 pub fn counts() -> Profile {
-    let mut meta = Meta::new("stackcount", "submit_bio", ValueUnit::Count);
+    let mut meta = Meta::new(Kind::Count, "submit_bio");
     meta.duration = Duration::from_secs(2);
     meta.target = "all threads".into();
     let k = |n: &[&str]| frames(n, FrameKind::Kernel);
@@ -115,6 +116,7 @@ pub fn counts() -> Profile {
             ),
             waker: None,
             value: 40,
+            extra: Default::default(),
         },
         Sample {
             task: task(
@@ -125,6 +127,7 @@ pub fn counts() -> Profile {
             ),
             waker: None,
             value: 160,
+            extra: Default::default(),
         },
     ];
     Profile { meta, samples }

@@ -24,7 +24,17 @@ pub struct Served {
     pub port: u16,
     /// The profile printed at the end of the run.
     pub stdout: Option<ChildStdout>,
-    _err: BufReader<ChildStderr>,
+    err: BufReader<ChildStderr>,
+}
+
+impl Served {
+    /// Everything flare printed on stderr after its URL, up to its exit.
+    #[allow(dead_code)] // Not every test binary reads it.
+    pub fn stderr_rest(&mut self) -> String {
+        let mut rest = String::new();
+        std::io::Read::read_to_string(&mut self.err, &mut rest).expect("flare stderr");
+        rest
+    }
 }
 
 /// Runs `flare profile ARGS` (which must include `--serve` on loopback)
@@ -62,6 +72,6 @@ pub fn serve_tool(tool: &str, args: &[&str]) -> Served {
         url,
         port,
         stdout,
-        _err: err,
+        err,
     }
 }

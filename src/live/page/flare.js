@@ -119,7 +119,11 @@
     $("total").textContent = fmt(d.total);
     $("procs").textContent = fmt(d.processes);
     $("stacks").textContent = fmt(d.stacks);
-    $("lost").textContent = fmt(d.lost.stacks) + (d.lost.hash_full ? " (+" + fmt(d.lost.hash_full) + " dropped)" : "");
+    let lost = fmt(d.lost.stacks);
+    if (d.lost.hash_full) lost += " (+" + fmt(d.lost.hash_full) + " dropped)";
+    if (d.lost.untracked) lost += ", " + fmt(d.lost.untracked) + " untracked";
+    if (d.lost.missed_events) lost += ", " + fmt(d.lost.missed_events) + " missed events";
+    $("lost").textContent = lost;
     $("span").textContent = d.span.toFixed(1) + " s of " + d.elapsed.toFixed(1) + " s";
   }
 
@@ -129,6 +133,8 @@
     const opts = [["", "all processes"]];
     let seen = false;
     for (const [pid, comm, value] of d.procs) {
+      // Stacks of all processes counted together have no process to pick.
+      if (pid === null) continue;
       opts.push([String(pid), comm + " (" + pid + ") " + pct(value, d.total)]);
       if (String(pid) === keep) seen = true;
     }

@@ -17,7 +17,7 @@ use flate2::write::GzEncoder;
 use flate2::Compression;
 use prost::Message;
 
-use crate::profile::{Frame, FrameKind, PathFrame, PathKind, Profile, TaskStack, ValueUnit};
+use crate::profile::{Frame, FrameKind, Kind, PathFrame, PathKind, Profile, TaskStack, ValueUnit};
 
 /// The module name pprof and perf give kernel code.
 const KERNEL_MAPPING: &str = "[kernel.kallsyms]";
@@ -157,7 +157,9 @@ impl Builder {
             num: n as i64,
             ..Default::default()
         };
-        out.push(num(self, "pid", task.pid));
+        if let Some(pid) = task.pid {
+            out.push(num(self, "pid", pid));
+        }
         if let Some(tid) = task.tid {
             out.push(num(self, "tid", tid));
         }
@@ -172,19 +174,17 @@ impl Builder {
 /// The sample types of a profile and each one's multiplier of the raw value.
 fn sample_types(profile: &Profile) -> Vec<(&'static str, &'static str, u64)> {
     let meta = &profile.meta;
-    match meta.unit {
-        ValueUnit::Samples => {
+    match meta.kind {
+        Kind::Cpu => {
             let mut t = vec![("samples", "count", 1)];
             if let Some(ns) = meta.period_ns {
                 t.push(("cpu", "nanoseconds", ns));
             }
             t
         }
-        ValueUnit::Microseconds if meta.tool == "wakeuptime" => {
-            vec![("wakeup", "nanoseconds", 1000)]
-        }
-        ValueUnit::Microseconds => vec![("offcpu", "nanoseconds", 1000)],
-        ValueUnit::Count => vec![("events", "count", 1)],
+        Kind::Wakeup => vec![("wakeup", "nanoseconds", 1000)],
+        Kind::OffCpu | Kind::OffWake => vec![("offcpu", "nanoseconds", 1000)],
+        Kind::Count => vec![("events", "count", 1)],
     }
 }
 

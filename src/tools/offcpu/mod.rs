@@ -12,10 +12,10 @@ mod tidy;
 
 use std::time::Duration;
 
-pub use session::{Collection, Session};
+pub use session::Session;
 pub use tidy::{is_tracing_frame, tidy, tidy_samples};
 
-use super::profile::Stacks;
+use crate::collect::Stacks;
 
 /// Which of the three tools.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -98,9 +98,13 @@ pub struct Config {
     pub stack_storage_size: u32,
     /// Distinct keys the kernel can sum.
     pub hash_storage_size: u32,
+    /// Threads that can be blocked at once and still be tracked.
+    pub blocked_storage_size: u32,
     pub attach: Attach,
     /// `None`: until stopped.
     pub duration: Option<Duration>,
+    /// Trace flare's own threads too (`--include-self`).
+    pub include_self: bool,
 }
 
 impl Config {
@@ -121,8 +125,10 @@ impl Config {
             // collide (-EEXIST) within seconds on a busy host.
             stack_storage_size: 16384,
             hash_storage_size: 10240,
+            blocked_storage_size: 16384,
             attach: Attach::Auto,
             duration: None,
+            include_self: false,
         }
     }
 }

@@ -2,17 +2,18 @@
 //! way this kernel allows, and reading back what it summed.
 
 use std::mem::MaybeUninit;
-use std::time::Duration;
 
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
-use libbpf_rs::{Link, MapCore, MapFlags, OpenObject};
+use libbpf_rs::{Link, OpenObject};
 
+use super::{header, tidy_samples};
 use super::{thread_context, Attach, Config, Threads, Tool};
+use crate::bpf::loader::{self, CommonKnobs, Targets};
 use crate::bpf::skel::offcpu::{types, OffcpuSkel, OffcpuSkelBuilder};
-use crate::bpf::{comm_str, probe, read_counts, system, Periodic, PlainKey};
+use crate::bpf::{comm_str, probe, read_counts, Periodic, PlainKey};
+use crate::collect::{Collection, Collector, RawSample, RawTask, RawTrace, WarmUp};
 use crate::error::{Error, Result};
-use crate::profile::{Lost, Meta, ValueUnit};
-use crate::symbolize::{RawSample, RawTask, RawTrace};
+use crate::profile::{Kind, Meta, Sample};
 
 /// Mirrors the `OFFCPU_*` constants of `offcpu.h`.
 const MODE_OFFCPU: u32 = 0;
@@ -23,16 +24,6 @@ const THREADS_PIDS: u32 = 1;
 const THREADS_TIDS: u32 = 2;
 const THREADS_USER: u32 = 3;
 const THREADS_KERNEL: u32 = 4;
-
-/// What one read of the kernel maps returned.
-#[derive(Debug, Default)]
-pub struct Collection {
-    pub samples: Vec<RawSample>,
-    pub lost: Lost,
-    /// Switch-outs that could not be tracked because the map of blocked
-    /// threads was full.
-    pub untracked: u64,
-}
 
 // SAFETY: offcpu_key is the skeleton's copy of a C struct of integers and
 // char arrays, valid for any bit pattern.
@@ -81,19 +72,18 @@ impl<'obj> Session<'obj> {
     /// Validates the config against the system, loads the BPF program and
     /// starts tracing.
     pub fn start(config: Config, object: &'obj mut MaybeUninit<OpenObject>) -> Result<Self> {
-        system::check_environment()?;
-        match &config.threads {
-            Threads::Pids(p) => p.iter().try_for_each(|&p| system::check_process(p))?,
-            Threads::Tids(t) => t.iter().try_for_each(|&t| system::check_thread(t))?,
-            _ => {}
-        }
-        let attach = choose(config.attach, config.tool)?;
-        system::raise_memlock();
-
-        let load_err = |source| Error::Load {
-            prog: "offcpu",
-            source,
+        let (pids, tids): (&[u32], &[u32]) = match &config.threads {
+            Threads::Pids(p) => (p, &[]),
+            Threads::Tids(t) => (&[], t),
+            _ => (&[], &[]),
         };
+        loader::prepare(Targets {
+            pids,
+            tids,
+            cpu: None,
+        })?;
+        let attach = choose(config.attach, config.tool)?;
+        let load_err = loader::load_error("offcpu");
         let mut open = OffcpuSkelBuilder::default()
             .open(object)
             .map_err(load_err)?;
@@ -122,8 +112,7 @@ impl<'obj> Session<'obj> {
             };
             ro.filter_state = config.state.is_some();
             ro.state = config.state.unwrap_or(0);
-            ro.user_stacks = config.stacks.user;
-            ro.kernel_stacks = config.stacks.kernel;
+            crate::set_common_knobs!(ro, CommonKnobs::new(config.stacks, config.include_self));
             ro.min_us = config.min_us;
             ro.max_us = config.max_us;
             ro.stacks_at_switch_in = attach == Attach::Kprobe;
@@ -160,17 +149,15 @@ impl<'obj> Session<'obj> {
         maps.targets
             .set_max_entries((ids.len() as u32).max(1))
             .map_err(load_err)?;
+        maps.start
+            .set_max_entries(config.blocked_storage_size)
+            .map_err(load_err)?;
         if config.tool != Tool::OffWake {
             // Unused: keep it from taking memory.
             maps.wokeby.set_max_entries(1).map_err(load_err)?;
         }
         let skel = open.load().map_err(load_err)?;
-        for id in ids {
-            skel.maps
-                .targets
-                .update(&id.to_ne_bytes(), &[1u8], MapFlags::ANY)
-                .map_err(load_err)?;
-        }
+        loader::fill_targets(&skel.maps.targets, ids, "offcpu")?;
         let mut session = Session {
             skel,
             config,
@@ -250,28 +237,58 @@ impl<'obj> Session<'obj> {
     pub fn attach(&self) -> Attach {
         self.attach
     }
+}
 
-    /// Metadata for a profile made by this session.
-    pub fn meta(&self, duration: Duration) -> Meta {
-        let event = match self.config.tool {
-            Tool::Wakeup => "sched_waking",
-            _ => "sched_switch",
+impl Collector for Session<'_> {
+    fn meta(&self) -> Meta {
+        let (kind, event) = match self.config.tool {
+            Tool::OffCpu => (Kind::OffCpu, "sched_switch"),
+            Tool::Wakeup => (Kind::Wakeup, "sched_waking"),
+            Tool::OffWake => (Kind::OffWake, "sched_switch"),
         };
-        let mut meta = Meta::new(self.config.tool.name(), event, ValueUnit::Microseconds);
-        meta.duration = duration;
+        let mut meta = Meta::new(kind, event);
         meta.target = thread_context(&self.config.threads);
         meta
+    }
+
+    fn header(&self) -> String {
+        header(&self.config)
+    }
+
+    fn notes(&self) -> Vec<String> {
+        if self.config.attach == Attach::Auto && self.attach != Attach::TpBtf {
+            vec![format!(
+                "flare: BTF-typed tracepoints are not available here; attached with {}",
+                self.attach.name()
+            )]
+        } else {
+            Vec::new()
+        }
+    }
+
+    fn tidy(&self, samples: &mut [Sample]) {
+        tidy_samples(samples, self.config.tool);
+    }
+
+    fn warm_up(&self) -> WarmUp {
+        WarmUp {
+            kernel: self.config.stacks.kernel,
+            pids: match &self.config.threads {
+                Threads::Pids(p) => p.clone(),
+                _ => Vec::new(),
+            },
+        }
     }
 
     /// Reads every summed key. With `clear`, the sums are removed as they
     /// are read, so the next call returns only what came after (periods
     /// still running are counted when they end).
-    pub fn collect(&mut self, clear: bool) -> Result<Collection> {
+    fn collect(&mut self, clear: bool) -> Result<Collection> {
         let mut stacks = self.periodic.reader(&self.skel.maps.stacks, clear);
         let mut samples = Vec::new();
         let want = self.config.stacks;
         let mut task = |t: &types::offcpu_task| RawTask {
-            pid: t.pid,
+            pid: Some(t.pid),
             tid: (t.tid != 0).then_some(t.tid),
             comm: comm_str(&t.comm),
             user: stacks.read(t.user_stack_id, want.user),
@@ -291,7 +308,7 @@ impl<'obj> Session<'obj> {
                 },
                 Tool::Wakeup => RawSample {
                     task: RawTask {
-                        pid: 0,
+                        pid: None,
                         tid: None,
                         comm: comm_str(&k.target.comm),
                         user: RawTrace::NotCollected,
@@ -310,13 +327,9 @@ impl<'obj> Session<'obj> {
             .as_deref()
             .map(|b| b.stats)
             .unwrap_or_default();
-        let lost = stacks.lost(self.periodic.delta("hash_full", stats.hash_full, clear));
-        let untracked = self.periodic.delta("start_full", stats.start_full, clear);
+        let mut lost = stacks.lost(self.periodic.delta("hash_full", stats.hash_full, clear));
+        lost.untracked = self.periodic.delta("start_full", stats.start_full, clear);
         self.periodic.done(stacks, clear);
-        Ok(Collection {
-            samples,
-            lost,
-            untracked,
-        })
+        Ok(Collection { samples, lost })
     }
 }

@@ -55,7 +55,7 @@ pub fn tidy_samples(samples: &mut [Sample], tool: Tool) {
         if let Some(w) = &mut s.waker {
             strip(w);
             if tool == Tool::Wakeup {
-                w.pid = 0;
+                w.pid = None;
                 w.tid = None;
             }
         }
@@ -65,7 +65,7 @@ pub fn tidy_samples(samples: &mut [Sample], tool: Tool) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::profile::{Frame, FrameKind, Meta, Sample, ValueUnit};
+    use crate::profile::{Frame, FrameKind, Kind, Meta, Sample};
 
     fn kernel(names: &[&str]) -> Trace {
         Trace::Frames(
@@ -79,7 +79,7 @@ mod tests {
     fn sample(k: &[&str], value: u64) -> Sample {
         Sample {
             task: TaskStack {
-                pid: 1,
+                pid: Some(1),
                 tid: Some(1),
                 comm: "a".into(),
                 user: Trace::NotCollected,
@@ -87,6 +87,7 @@ mod tests {
             },
             waker: None,
             value,
+            extra: Default::default(),
         }
     }
 
@@ -106,11 +107,7 @@ mod tests {
 
     #[test]
     fn tracing_frames_and_what_is_above_them_leave_the_top() {
-        let mut p = Profile::new(Meta::new(
-            "offcputime",
-            "sched_switch",
-            ValueUnit::Microseconds,
-        ));
+        let mut p = Profile::new(Meta::new(Kind::OffCpu, "sched_switch"));
         p.samples = vec![
             sample(
                 &[

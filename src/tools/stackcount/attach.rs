@@ -8,9 +8,9 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use libbpf_rs::skel::Skel;
 use libbpf_rs::{KprobeMultiOpts, MapCore, ObjectBuilder, TracepointCategory, UprobeMultiOpts};
 
-use super::{features, KernelAttach, Pattern, Session, Targets};
+use super::{KernelAttach, Pattern, Session, Targets};
 use crate::bpf::skel::stackcount::OpenStackcountProgs;
-use crate::bpf::tracefs;
+use crate::bpf::{probe, tracefs};
 use crate::error::{Error, Result};
 
 /// The compiled program, for the extra objects fentry needs (one per
@@ -27,7 +27,7 @@ pub(super) fn choose_programs(
     match targets {
         Targets::User { functions, .. } => {
             uprobe = true;
-            uprobe_multi = functions.len() > 1 && features::may_have_uprobe_multi();
+            uprobe_multi = functions.len() > 1 && probe::may_have_uprobe_multi();
         }
         Targets::Usdt { .. } => usdt = true,
         Targets::Tracepoints(_) => tp = true,
@@ -81,7 +81,7 @@ fn similar_tracepoints(pattern: &Pattern) -> Vec<String> {
 
 /// The error for kernel functions that can be attached neither way.
 pub(super) fn no_kernel_probes(pattern: &Pattern, fentry: &dyn std::fmt::Display) -> Error {
-    let lockdown = features::lockdown()
+    let lockdown = probe::lockdown()
         .map(|l| format!(", kernel lockdown is '{l}'"))
         .unwrap_or_default();
     let similar = similar_tracepoints(pattern);
@@ -138,7 +138,7 @@ impl Session<'_> {
         match targets {
             Targets::User { binary, functions } => {
                 let offsets: Vec<usize> = functions.iter().map(|f| f.offset as usize).collect();
-                if functions.len() > 1 && features::may_have_uprobe_multi() {
+                if functions.len() > 1 && probe::may_have_uprobe_multi() {
                     let opts = UprobeMultiOpts {
                         offsets: offsets.clone(),
                         ..Default::default()

@@ -9,7 +9,6 @@
 //! first line.
 
 mod attach;
-pub mod features;
 pub mod offsets;
 pub mod pattern;
 pub mod resolve;
@@ -17,28 +16,24 @@ pub mod usdt;
 
 use std::mem::MaybeUninit;
 use std::os::fd::AsFd;
-use std::time::Duration;
 
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{Link, Object, OpenObject};
 
+use crate::bpf::loader::{self, CommonKnobs, Targets as Checked};
 use crate::bpf::skel::stackcount::{types, StackcountSkel, StackcountSkelBuilder};
-use crate::bpf::{comm_str, read_counts, system, Periodic, PlainKey};
+use crate::bpf::{comm_str, probe, read_counts, Periodic, PlainKey};
+use crate::collect::{Collection, Collector, RawSample, RawTask, WarmUp};
 use crate::error::{Error, Result};
-use crate::profile::{Lost, Meta, ValueUnit};
-use crate::symbolize::{RawSample, RawTask};
+use crate::profile::{Kind, Meta, Sample};
+
+pub use crate::collect::Stacks;
 
 pub use pattern::{Pattern, ProbeKind};
 
-/// Mirrors `FLARE_SC_ALL_PIDS` in `stackcount.h`.
-pub const ALL_PIDS: u32 = u32::MAX;
-
-/// Which stacks to record.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Stacks {
-    pub user: bool,
-    pub kernel: bool,
-}
+/// Mirrors `FLARE_SC_ALL_PIDS` in `stackcount.h`: the kernel's mark for
+/// stacks of all processes counted together (`None` in the model).
+const ALL_PIDS: u32 = u32::MAX;
 
 /// Everything `flare stackcount` was asked to do.
 #[derive(Clone, Debug)]
@@ -57,6 +52,10 @@ pub struct Config {
     pub stacks: Stacks,
     pub stack_storage_size: u32,
     pub hash_storage_size: u32,
+    /// `-s`: frame names with the offset into their function.
+    pub offsets: bool,
+    /// Count flare's own process too (`--include-self`).
+    pub include_self: bool,
 }
 
 impl Default for Config {
@@ -67,12 +66,11 @@ impl Default for Config {
             pid: None,
             cpu: None,
             per_process: false,
-            stacks: Stacks {
-                user: true,
-                kernel: true,
-            },
+            stacks: Stacks::default(),
             stack_storage_size: 16384,
             hash_storage_size: 40960,
+            offsets: false,
+            include_self: false,
         }
     }
 }
@@ -89,16 +87,6 @@ impl Config {
 /// bcc's header line (without the trailing newline).
 pub fn header(pattern: &str, matched: usize) -> String {
     format!("Tracing {matched} functions for \"{pattern}\"... Hit Ctrl-C to end.")
-}
-
-/// What one read of the kernel maps returned.
-#[derive(Debug, Default)]
-pub struct Collection {
-    pub samples: Vec<RawSample>,
-    pub lost: Lost,
-    /// Events the kernel did not run the program for (another BPF program
-    /// was running on that CPU), since the last cleared read.
-    pub missed_events: u64,
 }
 
 /// How kernel functions are attached.
@@ -173,8 +161,8 @@ fn resolve_targets(pattern: &Pattern, pid: Option<u32>) -> Result<Targets> {
         ProbeKind::Tracepoint => Targets::Tracepoints(resolve::tracepoints(pattern)?),
         ProbeKind::Kernel => {
             let functions = resolve::kernel_functions(pattern)?;
-            let how = if features::has_kprobes() {
-                if features::may_have_kprobe_multi() && functions.len() > 1 {
+            let how = if probe::kprobes() {
+                if probe::may_have_kprobe_multi() && functions.len() > 1 {
                     KernelAttach::KprobeMulti
                 } else {
                     KernelAttach::Kprobe
@@ -201,21 +189,14 @@ impl<'obj> Session<'obj> {
     /// Validates the config, resolves the pattern, loads the BPF program
     /// and attaches it to everything the pattern matches.
     pub fn start(config: Config, object: &'obj mut MaybeUninit<OpenObject>) -> Result<Self> {
-        system::check_environment()?;
-        if let Some(pid) = config.pid {
-            system::check_process(pid)?;
-        }
-        if let Some(cpu) = config.cpu {
-            system::check_cpu(cpu)?;
-        }
+        loader::prepare(Checked {
+            pids: config.pid.as_slice(),
+            tids: &[],
+            cpu: config.cpu,
+        })?;
         let pattern = Pattern::parse(&config.pattern, config.regex)?;
         let targets = resolve_targets(&pattern, config.pid)?;
-        system::raise_memlock();
-
-        let load_err = |source| Error::Load {
-            prog: "stackcount",
-            source,
-        };
+        let load_err = loader::load_error("stackcount");
         let mut open = StackcountSkelBuilder::default()
             .open(object)
             .map_err(load_err)?;
@@ -230,13 +211,7 @@ impl<'obj> Session<'obj> {
             ro.filter_cpu = config.cpu.is_some();
             ro.target_cpu = config.cpu.unwrap_or(0);
             ro.per_process = config.keys_processes(pattern.kind);
-            ro.user_stacks = config.stacks.user;
-            ro.kernel_stacks = config.stacks.kernel;
-            if let Some((dev, ino)) = system::pid_namespace() {
-                ro.use_pidns = true;
-                ro.pidns_dev = dev;
-                ro.pidns_ino = ino;
-            }
+            crate::set_common_knobs!(ro, CommonKnobs::new(config.stacks, config.include_self));
         }
         open.maps
             .counts
@@ -290,17 +265,6 @@ impl<'obj> Session<'obj> {
         self.config.keys_processes(self.pattern.kind)
     }
 
-    /// Metadata for a profile made by this session.
-    pub fn meta(&self, duration: Duration) -> Meta {
-        let mut meta = Meta::new("stackcount", &self.pattern.text, ValueUnit::Count);
-        meta.duration = duration;
-        meta.target = match self.config.pid {
-            Some(p) => format!("PID {p}"),
-            None => "all processes".into(),
-        };
-        meta
-    }
-
     /// Program runs the kernel skipped, summed over the loaded programs.
     fn recursion_misses(&self) -> u64 {
         use libbpf_rs::skel::Skel;
@@ -314,11 +278,39 @@ impl<'obj> Session<'obj> {
         }
         total
     }
+}
+
+impl Collector for Session<'_> {
+    fn meta(&self) -> Meta {
+        let mut meta = Meta::new(Kind::Count, &self.pattern.text);
+        meta.target = match self.config.pid {
+            Some(p) => format!("PID {p}"),
+            None => "all processes".into(),
+        };
+        meta
+    }
+
+    fn header(&self) -> String {
+        header(&self.config.pattern, self.matched)
+    }
+
+    fn tidy(&self, samples: &mut [Sample]) {
+        if self.config.offsets {
+            offsets::add_offsets(samples);
+        }
+    }
+
+    fn warm_up(&self) -> WarmUp {
+        WarmUp {
+            kernel: self.config.stacks.kernel,
+            pids: self.config.pid.into_iter().collect(),
+        }
+    }
 
     /// Reads every counted stack. With `clear`, counts are removed as they
     /// are read, so the next call returns only what came after (stack map
     /// entries are kept: their ids may still be in use).
-    pub fn collect(&mut self, clear: bool) -> Result<Collection> {
+    fn collect(&mut self, clear: bool) -> Result<Collection> {
         let mut stacks = self.periodic.reader(&self.skel.maps.stacks, clear);
         let mut samples = Vec::new();
         for (k, count) in read_counts::<types::stackcount_key, _>(&self.skel.maps.counts, clear)? {
@@ -334,7 +326,7 @@ impl<'obj> Session<'obj> {
             };
             samples.push(RawSample {
                 task: RawTask {
-                    pid: k.pid,
+                    pid: (k.pid != ALL_PIDS).then_some(k.pid),
                     tid: None,
                     comm,
                     user,
@@ -351,13 +343,9 @@ impl<'obj> Session<'obj> {
             .as_deref()
             .map_or(0, |b| b.stats.hash_full);
         let misses = self.recursion_misses();
-        let lost = stacks.lost(self.periodic.delta("hash_full", hash_full, clear));
-        let missed_events = self.periodic.delta("recursion_misses", misses, clear);
+        let mut lost = stacks.lost(self.periodic.delta("hash_full", hash_full, clear));
+        lost.missed_events = self.periodic.delta("recursion_misses", misses, clear);
         self.periodic.done(stacks, clear);
-        Ok(Collection {
-            samples,
-            lost,
-            missed_events,
-        })
+        Ok(Collection { samples, lost })
     }
 }

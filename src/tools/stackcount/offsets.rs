@@ -34,7 +34,8 @@ fn starts(sym: &Symbolizer, src: &Source<'_>, addrs: &BTreeSet<u64>) -> HashMap<
 
 fn each_frame(samples: &mut [Sample], mut f: impl FnMut(u32, usize, &mut Frame)) {
     for s in samples {
-        let pid = s.task.pid;
+        // Only stacks of one process have user frames.
+        let pid = s.task.pid.unwrap_or(0);
         for t in [&mut s.task.kernel, &mut s.task.user] {
             if let Trace::Frames(frames) = t {
                 for (i, fr) in frames.iter_mut().enumerate() {

@@ -1,0 +1,101 @@
+//! The start-up steps every tool's loader shares: checks that fail early
+//! with a clear message (privileges, BTF, the targets and the CPU exist),
+//! limits raised where the kernel still charges them, the knobs that every
+//! BPF program has in its read-only data (stacks, PID namespace, flare's
+//! own process), and filling a target-id map.
+
+use libbpf_rs::{MapCore, MapFlags};
+
+use super::system;
+use crate::collect::Stacks;
+use crate::error::{Error, Result};
+
+/// What a tool will watch, checked before anything is loaded.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Targets<'a> {
+    /// Processes that must exist.
+    pub pids: &'a [u32],
+    /// Threads that must exist.
+    pub tids: &'a [u32],
+    /// A CPU that must be online.
+    pub cpu: Option<u32>,
+}
+
+/// Checks the environment and the targets, then raises the limits BPF
+/// and per-thread perf events may need (failures to raise are not fatal:
+/// newer kernels charge BPF memory to the cgroup instead).
+pub fn prepare(targets: Targets<'_>) -> Result<()> {
+    system::check_environment()?;
+    targets
+        .pids
+        .iter()
+        .try_for_each(|&p| system::check_process(p))?;
+    targets
+        .tids
+        .iter()
+        .try_for_each(|&t| system::check_thread(t))?;
+    if let Some(cpu) = targets.cpu {
+        system::check_cpu(cpu)?;
+    }
+    system::raise_memlock();
+    system::raise_nofile();
+    Ok(())
+}
+
+/// The knobs every flare BPF program has (`flare.bpf.h`), in the form the
+/// skeletons' read-only data takes them.
+#[derive(Clone, Copy, Debug)]
+pub struct CommonKnobs {
+    pub user_stacks: bool,
+    pub kernel_stacks: bool,
+    /// flare's own process id as its PID namespace sees it, or 0 to
+    /// profile flare too.
+    pub self_tgid: u32,
+    /// flare's PID namespace (device, inode) when it is not the initial
+    /// one.
+    pub pidns: Option<(u64, u64)>,
+}
+
+impl CommonKnobs {
+    /// The knobs for a run recording `stacks`; flare's own process is left
+    /// out unless `include_self`.
+    pub fn new(stacks: Stacks, include_self: bool) -> Self {
+        CommonKnobs {
+            user_stacks: stacks.user,
+            kernel_stacks: stacks.kernel,
+            self_tgid: if include_self { 0 } else { std::process::id() },
+            pidns: system::pid_namespace(),
+        }
+    }
+}
+
+/// Sets [`CommonKnobs`] in a skeleton's read-only data (every program's
+/// rodata has these fields, from `flare.bpf.h`).
+#[macro_export]
+macro_rules! set_common_knobs {
+    ($ro:expr, $knobs:expr) => {{
+        let k: $crate::bpf::loader::CommonKnobs = $knobs;
+        $ro.user_stacks = k.user_stacks;
+        $ro.kernel_stacks = k.kernel_stacks;
+        $ro.self_tgid = k.self_tgid;
+        if let Some((dev, ino)) = k.pidns {
+            $ro.use_pidns = true;
+            $ro.pidns_dev = dev;
+            $ro.pidns_ino = ino;
+        }
+    }};
+}
+
+/// The error for a failure to open or load program `prog`.
+pub fn load_error(prog: &'static str) -> impl Fn(libbpf_rs::Error) -> Error + Copy {
+    move |source| Error::Load { prog, source }
+}
+
+/// Marks each id in a `u32 -> u8` hash map of targets.
+pub fn fill_targets<M: MapCore>(map: &M, ids: &[u32], prog: &'static str) -> Result<()> {
+    for id in ids {
+        map.update(&id.to_ne_bytes(), &[1u8], MapFlags::ANY)
+            .map_err(load_error(prog))?;
+    }
+    Ok(())
+}

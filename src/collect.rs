@@ -1,0 +1,95 @@
+//! The collector contract: the one trait every tool implements, so that
+//! one pipeline ([`crate::pipeline`]) runs any of them the same way.
+//!
+//! A collector is the first layer of the data flow (collect → symbolize →
+//! model → sinks): it loads and attaches its BPF programs when started,
+//! and each read hands over raw samples — addresses, not names — with
+//! every count of what the kernel could not record. It says what it
+//! measures ([`Collector::meta`]) and in bcc's words how it was asked
+//! ([`Collector::header`]); it never prints, symbolizes or writes.
+
+use crate::error::Result;
+use crate::profile::{Lost, Meta, Sample};
+
+pub use crate::symbolize::{RawSample, RawTask, RawTrace};
+
+/// Which of a task's stacks to record (bcc's `-U` and `-K`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stacks {
+    pub user: bool,
+    pub kernel: bool,
+}
+
+impl Default for Stacks {
+    fn default() -> Self {
+        Stacks {
+            user: true,
+            kernel: true,
+        }
+    }
+}
+
+impl Stacks {
+    /// The selection for bcc's `-U` (user stacks only) and `-K` (kernel
+    /// stacks only); neither means both.
+    pub fn only(user_only: bool, kernel_only: bool) -> Self {
+        Stacks {
+            user: !kernel_only,
+            kernel: !user_only,
+        }
+    }
+
+    /// True when both stacks are recorded (a delimiter between them means
+    /// something).
+    pub fn both(self) -> bool {
+        self.user && self.kernel
+    }
+}
+
+/// What one read of a collector returned.
+#[derive(Debug, Default)]
+pub struct Collection {
+    pub samples: Vec<RawSample>,
+    /// Everything that could not be recorded since the previous clearing
+    /// read (or the start).
+    pub lost: Lost,
+}
+
+/// What symbolization can load while a collector runs, so that less is
+/// left for the end: the kernel's symbols, and the binaries of processes
+/// known to be profiled.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WarmUp {
+    pub kernel: bool,
+    pub pids: Vec<u32>,
+}
+
+/// A started tool: attached, counting in the kernel until dropped.
+pub trait Collector {
+    /// What the profiles it makes measure: kind, event, unit, target. The
+    /// duration and losses are left for the pipeline to fill in.
+    fn meta(&self) -> Meta;
+
+    /// bcc's first line for this run ("Sampling at 49 Hertz of ...").
+    fn header(&self) -> String;
+
+    /// Reads what was counted. With `clear`, what is read is removed, so
+    /// that the next read returns only what came after.
+    fn collect(&mut self, clear: bool) -> Result<Collection>;
+
+    /// Notes for the user about how the collector attached (a fallback it
+    /// had to take), printed once on stderr.
+    fn notes(&self) -> Vec<String> {
+        Vec::new()
+    }
+
+    /// Finishes freshly symbolized samples the way only this collector
+    /// knows (the off-CPU tools drop tracing frames from kernel stacks),
+    /// in place: one sample out for each in.
+    fn tidy(&self, _samples: &mut [Sample]) {}
+
+    /// What symbolization may load while collecting.
+    fn warm_up(&self) -> WarmUp {
+        WarmUp::default()
+    }
+}

@@ -1,0 +1,87 @@
+//! The push exporters as one pipeline sink: every report (each interval
+//! of a periodic run, or a one-shot run's whole profile) becomes a
+//! [`Window`] — labelled with each process's executable, cgroup and
+//! container and the host name — handed to every destination's sender.
+//! Reports return at once: the senders encode and deliver on their own
+//! threads.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use super::labels::Labeller;
+use super::sender::{Report, Sender};
+use super::Window;
+use crate::error::Result;
+use crate::pipeline::Sink;
+use crate::profile::Profile;
+
+/// Pushes each report to every sender.
+pub struct PushSink {
+    senders: Vec<Sender>,
+    host: String,
+    labeller: Labeller,
+    /// The end of the previous window, so that consecutive windows of a
+    /// periodic run tile exactly.
+    last_end: Option<SystemTime>,
+    /// Windows and samples handed over.
+    pub windows: u64,
+    pub samples: u64,
+}
+
+impl PushSink {
+    pub fn new(senders: Vec<Sender>, host: &str) -> Self {
+        PushSink {
+            senders,
+            host: host.to_string(),
+            labeller: Labeller::default(),
+            last_end: None,
+            windows: 0,
+            samples: 0,
+        }
+    }
+
+    /// The names of the destinations.
+    pub fn names(&self) -> Vec<String> {
+        self.senders.iter().map(|s| s.name().to_string()).collect()
+    }
+
+    /// Starts a new run: its first window does not continue the last one.
+    pub fn restart(&mut self) {
+        self.last_end = None;
+    }
+
+    /// Delivers what is queued (trying for at most `timeout`) and stops
+    /// the senders.
+    pub fn finish(self, timeout: Duration) -> Vec<Report> {
+        self.senders
+            .into_iter()
+            .map(|s| s.finish(timeout))
+            .collect()
+    }
+}
+
+impl Sink for PushSink {
+    fn report(&mut self, profile: &Profile) -> Result<()> {
+        let end = SystemTime::now();
+        let start = self
+            .last_end
+            .unwrap_or_else(|| end - profile.meta.duration.min(Duration::from_secs(1 << 32)));
+        self.last_end = Some(end);
+        let processes = self
+            .labeller
+            .window(profile.samples.iter().filter_map(|s| s.task.pid));
+        self.windows += 1;
+        self.samples += profile.total();
+        let window = Arc::new(Window {
+            profile: profile.clone(),
+            start,
+            end,
+            host: self.host.clone(),
+            processes,
+        });
+        for s in &self.senders {
+            s.submit(Arc::clone(&window));
+        }
+        Ok(())
+    }
+}

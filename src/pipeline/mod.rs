@@ -1,0 +1,221 @@
+//! The one pipeline every tool runs through: collect → symbolize → model
+//! → sinks.
+//!
+//! [`run`] takes any started [`Collector`] and any set of [`Sink`]s. In
+//! [`Mode::Once`] it waits for the duration or a stop, reads once,
+//! symbolizes (warmed up while collecting), lets the collector tidy,
+//! merges identical stacks and sorts, and hands the profile to every sink.
+//! In [`Mode::Periodic`] it reads what came in every interval (clearing
+//! reads), symbolizes only stacks not seen before ([`resolve`]), gives each
+//! interval to the sinks as an update, and reports either every interval
+//! (stackcount's `-i`) or the whole run at the end. Sinks never learn
+//! which tool made a profile; collectors never learn where it goes.
+
+mod resolve;
+#[cfg(test)]
+mod tests;
+
+use std::sync::mpsc::Receiver;
+use std::time::{Duration, Instant};
+
+use crate::collect::{Collection, Collector};
+use crate::error::Result;
+use crate::profile::{Meta, Profile, Sample};
+use crate::symbolize::{self, Background};
+
+pub use resolve::Resolver;
+
+/// How often the collector is read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Once, at the end.
+    Once,
+    /// Every `interval`. With `report_each`, every interval is a report of
+    /// its own; otherwise the whole run is reported at the end.
+    Periodic {
+        interval: Duration,
+        report_each: bool,
+    },
+}
+
+/// How to run a collector.
+#[derive(Clone, Copy, Debug)]
+pub struct Plan {
+    /// `None`: until a stop arrives.
+    pub duration: Option<Duration>,
+    pub mode: Mode,
+    pub symbolize: symbolize::Options,
+}
+
+/// Where profiles go: a printer, files, the live view, a push exporter.
+/// Every method has a default that does nothing, so a sink implements
+/// only what it needs.
+pub trait Sink {
+    /// Once, when the collector is attached: what is measured, and bcc's
+    /// header line for the run.
+    fn begin(&mut self, _meta: &Meta, _header: &str, _notes: &[String]) -> Result<()> {
+        Ok(())
+    }
+
+    /// What came in one interval of a periodic run (`length` long).
+    fn update(&mut self, _delta: &Profile, _length: Duration) -> Result<()> {
+        Ok(())
+    }
+
+    /// A finished profile: the whole run, or one interval when every
+    /// interval is reported.
+    fn report(&mut self, _profile: &Profile) -> Result<()> {
+        Ok(())
+    }
+
+    /// Once, at the very end.
+    fn end(&mut self) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// Calls `f` on every sink, each even when an earlier one failed; the
+/// first failure is returned.
+fn each(sinks: &mut [&mut dyn Sink], mut f: impl FnMut(&mut dyn Sink) -> Result<()>) -> Result<()> {
+    let mut first = Ok(());
+    for s in sinks.iter_mut() {
+        let r = f(&mut **s);
+        if first.is_ok() {
+            first = r;
+        }
+    }
+    first
+}
+
+/// Tidies, merges and sorts freshly symbolized samples into a profile.
+fn finish(
+    collector: &dyn Collector,
+    mut meta: Meta,
+    mut samples: Vec<Sample>,
+    c_lost: crate::profile::Lost,
+    duration: Duration,
+) -> Profile {
+    collector.tidy(&mut samples);
+    meta.duration = duration;
+    meta.lost = c_lost;
+    let mut profile = Profile { meta, samples };
+    profile.merge_identical();
+    profile.sort_ascending();
+    profile
+}
+
+/// Waits until `deadline` (or forever) unless a stop arrives first; true
+/// when stopped.
+fn wait(stop: &Receiver<()>, deadline: Option<Instant>) -> bool {
+    match deadline {
+        Some(d) => stop
+            .recv_timeout(d.saturating_duration_since(Instant::now()))
+            .is_ok(),
+        // A closed channel means nobody can stop us any more: treat it
+        // as a stop rather than wait forever.
+        None => {
+            let _ = stop.recv();
+            true
+        }
+    }
+}
+
+/// Runs `collector` to the end of `plan` (its duration, or a message on
+/// `stop`), feeding `sinks`. The collector is dropped — detached — as soon
+/// as its last read is done, before the final symbolization.
+pub fn run(
+    collector: Box<dyn Collector + '_>,
+    sinks: &mut [&mut dyn Sink],
+    plan: &Plan,
+    stop: &Receiver<()>,
+) -> Result<()> {
+    match plan.mode {
+        Mode::Once => once(collector, sinks, plan, stop),
+        Mode::Periodic {
+            interval,
+            report_each,
+        } => periodic(collector, sinks, plan, stop, interval, report_each),
+    }
+}
+
+fn once(
+    mut collector: Box<dyn Collector + '_>,
+    sinks: &mut [&mut dyn Sink],
+    plan: &Plan,
+    stop: &Receiver<()>,
+) -> Result<()> {
+    let meta = collector.meta();
+    // Symbolization warms up (kallsyms, the targets' binaries) while the
+    // collector counts.
+    let warm = collector.warm_up();
+    let symbolizer = Background::start(plan.symbolize, warm.kernel, warm.pids);
+    let started = Instant::now();
+    each(sinks, |s| {
+        s.begin(&meta, &collector.header(), &collector.notes())
+    })?;
+    wait(stop, plan.duration.map(|d| started + d));
+    let elapsed = started.elapsed();
+    let Collection { samples, lost } = collector.collect(false)?;
+    let samples = symbolizer.resolve(samples);
+    let profile = finish(&*collector, meta, samples, lost, elapsed);
+    drop(collector);
+    let reported = each(sinks, |s| s.report(&profile));
+    let ended = each(sinks, |s| s.end());
+    reported.and(ended)
+}
+
+fn periodic(
+    mut collector: Box<dyn Collector + '_>,
+    sinks: &mut [&mut dyn Sink],
+    plan: &Plan,
+    stop: &Receiver<()>,
+    interval: Duration,
+    report_each: bool,
+) -> Result<()> {
+    let meta = collector.meta();
+    let mut resolver = Resolver::new(plan.symbolize);
+    let started = Instant::now();
+    let end = plan.duration.map(|d| started + d);
+    each(sinks, |s| {
+        s.begin(&meta, &collector.header(), &collector.notes())
+    })?;
+    let mut whole = Profile::new(meta.clone());
+    let mut last_read = started;
+    let mut next = started + interval;
+    loop {
+        let tick = end.map_or(next, |e| e.min(next));
+        let stopped = wait(stop, Some(tick)) || end.is_some_and(|e| Instant::now() >= e);
+        let now = Instant::now();
+        let length = now - last_read;
+        last_read = now;
+        let Collection { samples, lost } = collector.collect(true)?;
+        let samples = resolver.resolve(&*collector, samples);
+        let delta = finish(&*collector, meta.clone(), samples, lost, length);
+        each(sinks, |s| s.update(&delta, length))?;
+        if report_each {
+            each(sinks, |s| s.report(&delta))?;
+        } else {
+            whole.meta.lost.add(&delta.meta.lost);
+            whole.samples.extend(delta.samples);
+            whole.merge_identical();
+        }
+        if stopped {
+            break;
+        }
+        next += interval;
+        // After a slow read, skip ticks rather than read back to back.
+        while next <= Instant::now() {
+            next += interval;
+        }
+    }
+    drop(collector);
+    let reported = if report_each {
+        Ok(())
+    } else {
+        whole.meta.duration = started.elapsed();
+        whole.sort_ascending();
+        each(sinks, |s| s.report(&whole))
+    };
+    let ended = each(sinks, |s| s.end());
+    reported.and(ended)
+}

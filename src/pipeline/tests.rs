@@ -1,0 +1,317 @@
+//! The pipeline driven by a fake collector that replays fixed reads, into
+//! sinks that record what they were given: the order of calls, what each
+//! mode reads and reports, tidying, merging, losses, and sink failures.
+
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::rc::Rc;
+use std::sync::mpsc::{self, Sender};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use super::*;
+use crate::collect::{RawSample, RawTask, RawTrace};
+use crate::error::Error;
+use crate::live::{Limits, Selection, Store};
+use crate::output::format::write_folded;
+use crate::output::StackStyle;
+use crate::profile::{Kind, Lost};
+
+/// A collector that returns one prepared read per call (then nothing),
+/// logs whether each read cleared, and can send a stop after `n` reads.
+struct Fake {
+    reads: VecDeque<Collection>,
+    log: Rc<RefCell<Vec<bool>>>,
+    stop_after: Option<(usize, Sender<()>)>,
+}
+
+impl Collector for Fake {
+    fn meta(&self) -> Meta {
+        Meta::new(Kind::Count, "fake:event")
+    }
+
+    fn header(&self) -> String {
+        "Tracing a fake event".into()
+    }
+
+    fn notes(&self) -> Vec<String> {
+        vec!["attached the fake way".into()]
+    }
+
+    fn collect(&mut self, clear: bool) -> Result<Collection> {
+        self.log.borrow_mut().push(clear);
+        if let Some((n, tx)) = &self.stop_after {
+            if self.log.borrow().len() == *n {
+                let _ = tx.send(());
+            }
+        }
+        Ok(self.reads.pop_front().unwrap_or_default())
+    }
+
+    /// Upper-cases process names, so that tests see tidying happened.
+    fn tidy(&self, samples: &mut [Sample]) {
+        for s in samples {
+            s.task.comm = s.task.comm.to_uppercase();
+        }
+    }
+}
+
+/// A stack of a process that does not exist: symbolizes to `[unknown]`
+/// frames without touching the system.
+fn raw(comm: &str, addrs: &[u64], value: u64) -> RawSample {
+    RawSample {
+        task: RawTask {
+            pid: Some(u32::MAX - 1),
+            tid: None,
+            comm: comm.into(),
+            user: RawTrace::Addrs(addrs.to_vec().into()),
+            kernel: RawTrace::NotCollected,
+        },
+        waker: None,
+        value,
+    }
+}
+
+fn read(samples: Vec<RawSample>, stacks_lost: u64) -> Collection {
+    Collection {
+        samples,
+        lost: Lost {
+            stacks: stacks_lost,
+            ..Lost::default()
+        },
+    }
+}
+
+/// What a sink saw, as text.
+#[derive(Default)]
+struct Recorder {
+    events: Vec<String>,
+    fail_reports: bool,
+}
+
+fn folded(p: &Profile) -> String {
+    let mut out = Vec::new();
+    write_folded(&mut out, p, StackStyle::default()).unwrap();
+    String::from_utf8(out).unwrap().replace('\n', "|")
+}
+
+impl Sink for Recorder {
+    fn begin(&mut self, meta: &Meta, header: &str, notes: &[String]) -> Result<()> {
+        self.events
+            .push(format!("begin {:?} {header} {notes:?}", meta.kind));
+        Ok(())
+    }
+
+    fn update(&mut self, delta: &Profile, _length: Duration) -> Result<()> {
+        self.events.push(format!("update {}", folded(delta)));
+        Ok(())
+    }
+
+    fn report(&mut self, p: &Profile) -> Result<()> {
+        self.events
+            .push(format!("report {} lost={}", folded(p), p.meta.lost.stacks));
+        if self.fail_reports {
+            return Err(Error::Output("cannot write".into()));
+        }
+        Ok(())
+    }
+
+    fn end(&mut self) -> Result<()> {
+        self.events.push("end".into());
+        Ok(())
+    }
+}
+
+fn plan(duration: Option<Duration>, mode: Mode) -> Plan {
+    Plan {
+        duration,
+        mode,
+        symbolize: Default::default(),
+    }
+}
+
+#[test]
+fn once_reads_once_then_tidies_merges_and_sorts() {
+    let log = Rc::new(RefCell::new(Vec::new()));
+    let fake = Fake {
+        reads: VecDeque::from([read(
+            vec![
+                raw("app", &[0x10, 0x20], 5),
+                raw("app", &[0x30, 0x20], 2),
+                // Same names ([unknown];[unknown]) as the first: merged.
+                raw("app", &[0x11, 0x21], 1),
+            ],
+            3,
+        )]),
+        log: Rc::clone(&log),
+        stop_after: None,
+    };
+    let (tx, stop) = mpsc::channel();
+    tx.send(()).unwrap();
+    let mut a = Recorder::default();
+    let mut b = Recorder::default();
+    run(
+        Box::new(fake),
+        &mut [&mut a, &mut b],
+        &plan(None, Mode::Once),
+        &stop,
+    )
+    .unwrap();
+    assert_eq!(*log.borrow(), vec![false], "one read, not clearing");
+    let expected = vec![
+        "begin Count Tracing a fake event [\"attached the fake way\"]".to_string(),
+        "report APP;[unknown];[unknown] 8| lost=3".to_string(),
+        "end".to_string(),
+    ];
+    assert_eq!(a.events, expected);
+    assert_eq!(b.events, expected, "every sink sees the same");
+}
+
+#[test]
+fn periodic_runs_report_each_interval_or_the_whole_run() {
+    for report_each in [true, false] {
+        let log = Rc::new(RefCell::new(Vec::new()));
+        let (tx, stop) = mpsc::channel();
+        let fake = Fake {
+            reads: VecDeque::from([
+                read(vec![raw("a", &[1], 3)], 1),
+                read(vec![raw("a", &[1], 4), raw("b", &[2, 3], 1)], 0),
+                read(vec![], 2),
+            ]),
+            log: Rc::clone(&log),
+            // The third read is the last: a stop arrives after it.
+            stop_after: Some((2, tx)),
+        };
+        let mut rec = Recorder::default();
+        let mode = Mode::Periodic {
+            interval: Duration::from_millis(1),
+            report_each,
+        };
+        run(Box::new(fake), &mut [&mut rec], &plan(None, mode), &stop).unwrap();
+        assert_eq!(*log.borrow(), vec![true, true, true], "clearing reads");
+        let updates: Vec<&String> = rec
+            .events
+            .iter()
+            .filter(|e| e.starts_with("update"))
+            .collect();
+        assert_eq!(
+            updates,
+            [
+                "update A;[unknown] 3|",
+                "update B;[unknown];[unknown] 1|A;[unknown] 4|",
+                "update ",
+            ]
+        );
+        let reports: Vec<&String> = rec
+            .events
+            .iter()
+            .filter(|e| e.starts_with("report"))
+            .collect();
+        if report_each {
+            assert_eq!(
+                reports,
+                [
+                    "report A;[unknown] 3| lost=1",
+                    "report B;[unknown];[unknown] 1|A;[unknown] 4| lost=0",
+                    "report  lost=2",
+                ]
+            );
+        } else {
+            assert_eq!(
+                reports,
+                ["report B;[unknown];[unknown] 1|A;[unknown] 7| lost=3"]
+            );
+        }
+        assert_eq!(rec.events.last().map(String::as_str), Some("end"));
+    }
+}
+
+/// A sink that feeds the live store, as the live view does.
+struct Feed<'a>(&'a Mutex<Store>);
+
+impl Sink for Feed<'_> {
+    fn update(&mut self, delta: &Profile, length: Duration) -> Result<()> {
+        self.0
+            .lock()
+            .unwrap()
+            .push(&delta.samples, delta.meta.lost, length);
+        Ok(())
+    }
+}
+
+#[test]
+fn periodic_updates_fill_a_live_store_with_one_stack_across_intervals() {
+    let (tx, stop) = mpsc::channel();
+    let fake = Fake {
+        reads: VecDeque::from([
+            read(vec![raw("gone", &[0x1000, 0x2000], 3)], 0),
+            read(vec![raw("gone", &[0x1000, 0x2000], 4)], 0),
+        ]),
+        log: Rc::default(),
+        stop_after: Some((2, tx)),
+    };
+    let store = Mutex::new(Store::new(fake.meta(), Limits::default()));
+    let mode = Mode::Periodic {
+        interval: Duration::from_millis(1),
+        report_each: false,
+    };
+    run(
+        Box::new(fake),
+        &mut [&mut Feed(&store)],
+        &plan(None, mode),
+        &stop,
+    )
+    .unwrap();
+    let s = store.lock().unwrap();
+    assert_eq!(s.seq(), 3);
+    assert_eq!(s.distinct_stacks(), 1);
+    assert_eq!(s.view(Selection::default()).total(), 7);
+}
+
+#[test]
+fn a_failing_sink_does_not_keep_the_others_from_the_report() {
+    let (tx, stop) = mpsc::channel();
+    tx.send(()).unwrap();
+    let fake = Fake {
+        reads: VecDeque::from([read(vec![raw("app", &[1], 1)], 0)]),
+        log: Rc::default(),
+        stop_after: None,
+    };
+    let mut failing = Recorder {
+        fail_reports: true,
+        ..Recorder::default()
+    };
+    let mut after = Recorder::default();
+    let err = run(
+        Box::new(fake),
+        &mut [&mut failing, &mut after],
+        &plan(None, Mode::Once),
+        &stop,
+    )
+    .unwrap_err();
+    assert_eq!(err.to_string(), "cannot write");
+    assert!(after.events.iter().any(|e| e.starts_with("report APP")));
+    assert_eq!(after.events.last().map(String::as_str), Some("end"));
+}
+
+#[test]
+fn a_duration_ends_the_run_without_a_stop() {
+    let (_tx, stop) = mpsc::channel();
+    let fake = Fake {
+        reads: VecDeque::from([read(vec![raw("app", &[1], 2)], 0)]),
+        log: Rc::default(),
+        stop_after: None,
+    };
+    let mut rec = Recorder::default();
+    run(
+        Box::new(fake),
+        &mut [&mut rec],
+        &plan(Some(Duration::from_millis(5)), Mode::Once),
+        &stop,
+    )
+    .unwrap();
+    assert!(rec
+        .events
+        .iter()
+        .any(|e| e == "report APP;[unknown] 2| lost=0"));
+}
