@@ -6,12 +6,13 @@
 //! reported as one window; the senders deliver on their own threads, so
 //! collection never waits for a network. Long runs stay flat: the run is
 //! renewed every [`Config::renew`] (about two minutes, a whole number of
-//! windows) — a fresh BPF session, whose stack map would otherwise fill
-//! with stacks of exited processes (new stacks are then lost), and a
-//! fresh symbolizer: blazesym keeps an entry per process and mapping it
-//! has read, and the soak test saw an agent on a machine starting many
-//! short processes grow by 170 KiB/s without renewal. The few
-//! milliseconds between two runs are not sampled. On stop the last,
+//! windows), or sooner once it has seen [`RENEW_PROCESSES`] processes —
+//! a fresh BPF session, whose stack map would otherwise fill with stacks
+//! of exited processes (new stacks are then lost), and a fresh
+//! symbolizer: blazesym keeps an entry per process and mapping it has
+//! read, and the soak test saw an agent on a machine starting many short
+//! processes grow by 170 KiB/s without renewal. The few milliseconds
+//! between two runs are not sampled. On stop the last,
 //! partial window is sent too.
 
 use std::mem::MaybeUninit;
@@ -25,6 +26,9 @@ use crate::export::sink::PushSink;
 use crate::pipeline::{self, Mode, Plan, Sink};
 use crate::symbolize;
 use crate::tools::profile::{Config as ProfileConfig, Session};
+
+/// Processes a run may see before it is renewed.
+pub const RENEW_PROCESSES: usize = 512;
 
 /// What the agent does.
 #[derive(Clone, Debug)]
@@ -60,6 +64,7 @@ pub fn run(config: &Config, sink: &mut PushSink, stop: Receiver<()>) -> Result<(
     let stopped = Arc::new(AtomicBool::new(false));
     let (tx, rx) = mpsc::channel();
     let flag = Arc::clone(&stopped);
+    sink.renew_after(RENEW_PROCESSES, tx.clone());
     std::thread::Builder::new()
         .name("flare-stop".into())
         .spawn(move || {
@@ -82,7 +87,14 @@ pub fn run(config: &Config, sink: &mut PushSink, stop: Receiver<()>) -> Result<(
     };
     let mut profile = config.profile.clone();
     profile.duration = None;
-    while !stopped.load(Ordering::SeqCst) {
+    loop {
+        // A renewal asked for as the last run ended at its duration is
+        // void; a stop sets the flag before its message, so draining
+        // first and reading the flag after cannot lose one.
+        while rx.try_recv().is_ok() {}
+        if stopped.load(Ordering::SeqCst) {
+            break;
+        }
         let mut object = MaybeUninit::uninit();
         let session = Session::start(profile.clone(), &mut object)?;
         sink.restart();

@@ -5,7 +5,8 @@
 //! Reports return at once: the senders encode and deliver on their own
 //! threads.
 
-use std::sync::Arc;
+use std::collections::HashSet;
+use std::sync::{mpsc, Arc};
 use std::time::{Duration, SystemTime};
 
 use super::labels::Labeller;
@@ -26,6 +27,11 @@ pub struct PushSink {
     /// Windows and samples handed over.
     pub windows: u64,
     pub samples: u64,
+    /// Asks the run to end (and be renewed) once this many processes
+    /// have been seen since [`PushSink::restart`].
+    renew: Option<(mpsc::Sender<()>, usize)>,
+    pids: HashSet<u32>,
+    renew_asked: bool,
 }
 
 impl PushSink {
@@ -37,7 +43,17 @@ impl PushSink {
             last_end: None,
             windows: 0,
             samples: 0,
+            renew: None,
+            pids: HashSet::new(),
+            renew_asked: false,
         }
+    }
+
+    /// Sends on `tx` (once per run) when more than `processes` processes
+    /// have been reported since the run began: the agent then renews the
+    /// run, and with it the symbolizer's per-process caches.
+    pub fn renew_after(&mut self, processes: usize, tx: mpsc::Sender<()>) {
+        self.renew = Some((tx, processes));
     }
 
     /// The names of the destinations.
@@ -48,6 +64,8 @@ impl PushSink {
     /// Starts a new run: its first window does not continue the last one.
     pub fn restart(&mut self) {
         self.last_end = None;
+        self.pids.clear();
+        self.renew_asked = false;
     }
 
     /// Delivers what is queued (trying for at most `timeout`) and stops
@@ -70,6 +88,14 @@ impl Sink for PushSink {
         let processes = self
             .labeller
             .window(profile.samples.iter().filter_map(|s| s.task.pid));
+        if let Some((tx, limit)) = &self.renew {
+            self.pids
+                .extend(profile.samples.iter().filter_map(|s| s.task.pid));
+            if self.pids.len() > *limit && !self.renew_asked {
+                self.renew_asked = true;
+                let _ = tx.send(());
+            }
+        }
         self.windows += 1;
         self.samples += profile.total();
         let window = Arc::new(Window {
