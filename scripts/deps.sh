@@ -8,7 +8,9 @@ packages=(clang llvm libelf-dev zlib1g-dev pkg-config make gcc systemtap-sdt-dev
 # The tests open flare's files in the tools people use: go tool pprof for
 # pprof profiles, headless Chromium for flame graph SVGs.
 if [ "${1:-}" = "--test" ]; then
-    packages+=(golang-go chromium chromium-driver)
+    # libc6-dbg: libc's debug file, whose local functions the symbol
+    # tests expect to see named.
+    packages+=(golang-go chromium chromium-driver libc6-dbg)
 fi
 missing=()
 for p in "${packages[@]}"; do

@@ -21,6 +21,7 @@ pub mod export;
 pub mod live;
 pub mod output;
 pub mod pipeline;
+pub mod procmaps;
 pub mod profile;
 pub mod sinks;
 pub mod symbolize;

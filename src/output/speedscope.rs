@@ -98,7 +98,7 @@ pub fn write<W: Write>(mut w: W, profile: &Profile) -> io::Result<()> {
                 let file = match f {
                     Some(f) if f.source.is_some() => f.file().map(str::to_string),
                     Some(f) if f.kind == FrameKind::Kernel => Some("[kernel.kallsyms]".into()),
-                    Some(f) => f.module.as_deref().map(str::to_string),
+                    Some(f) => f.module().map(str::to_string),
                     None => None,
                 };
                 let out = FrameOut {

@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use crate::collect::{Collection, Collector};
 use crate::error::Result;
+use crate::procmaps::{self, Mappings, Scope};
 use crate::profile::{Meta, Profile, Sample};
 use crate::symbolize::{self, Background};
 
@@ -129,12 +130,27 @@ pub fn run(
     plan: &Plan,
     stop: &Receiver<()>,
 ) -> Result<()> {
+    // Mappings are recorded as they happen, so that processes that exit
+    // before the end are named.
+    let warm = collector.warm_up();
+    let (_tracker, mappings) = procmaps::track(match warm.pids.is_empty() {
+        true => Scope::All,
+        false => Scope::Pids(warm.pids),
+    });
     match plan.mode {
-        Mode::Once => once(collector, sinks, plan, stop),
+        Mode::Once => once(collector, sinks, plan, stop, mappings),
         Mode::Periodic {
             interval,
             report_each,
-        } => periodic(collector, sinks, plan, stop, interval, report_each),
+        } => periodic(
+            collector,
+            sinks,
+            plan,
+            stop,
+            interval,
+            report_each,
+            mappings,
+        ),
     }
 }
 
@@ -143,12 +159,13 @@ fn once(
     sinks: &mut [&mut dyn Sink],
     plan: &Plan,
     stop: &Receiver<()>,
+    mappings: Mappings,
 ) -> Result<()> {
     let meta = collector.meta();
     // Symbolization warms up (kallsyms, the targets' binaries) while the
     // collector counts.
     let warm = collector.warm_up();
-    let symbolizer = Background::start(plan.symbolize, warm.kernel, warm.pids);
+    let symbolizer = Background::with_mappings(plan.symbolize, mappings, warm.kernel, warm.pids);
     let started = Instant::now();
     each(sinks, |s| {
         s.begin(&meta, &collector.header(), &collector.notes())
@@ -171,9 +188,10 @@ fn periodic(
     stop: &Receiver<()>,
     interval: Duration,
     report_each: bool,
+    mappings: Mappings,
 ) -> Result<()> {
     let meta = collector.meta();
-    let mut resolver = Resolver::new(plan.symbolize);
+    let mut resolver = Resolver::new(plan.symbolize, mappings);
     let started = Instant::now();
     let end = plan.duration.map(|d| started + d);
     each(sinks, |s| {

@@ -7,6 +7,7 @@
 use std::collections::HashMap;
 
 use crate::collect::{Collector, RawSample, RawTask};
+use crate::procmaps::Mappings;
 use crate::profile::{Sample, TaskStack};
 use crate::symbolize::{self, Symbolizer};
 
@@ -30,9 +31,9 @@ pub struct Resolver {
 }
 
 impl Resolver {
-    pub fn new(options: symbolize::Options) -> Self {
+    pub fn new(options: symbolize::Options, mappings: Mappings) -> Self {
         Resolver {
-            symbolizer: Symbolizer::new(options),
+            symbolizer: Symbolizer::with_mappings(options, mappings),
             known: HashMap::new(),
             batches: 0,
         }

@@ -76,9 +76,46 @@ pub enum FrameKind {
     User,
 }
 
-/// One symbolized frame. Strings are shared (`Arc<str>`): one function
-/// appears in many stacks, and a profile of 10,000 stacks would otherwise
-/// hold hundreds of thousands of copies of the same names and paths.
+/// A binary or library that user frames lie in, shared by all of them.
+///
+/// With the build id, a frame's [`Frame::file_offset`] can be symbolized
+/// anywhere the same file is found: after the process has exited, on
+/// another machine, or by a profiling server (pprof mappings carry both).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ObjectRef {
+    /// The file's path as the process saw it (inside its own mount
+    /// namespace for a process in a container).
+    pub path: Arc<str>,
+    /// The GNU build id (`NT_GNU_BUILD_ID` note), when the file has one.
+    pub build_id: Option<Arc<[u8]>>,
+}
+
+impl ObjectRef {
+    /// An object known by its path only.
+    pub fn path(path: impl Into<Arc<str>>) -> Arc<Self> {
+        Arc::new(ObjectRef {
+            path: path.into(),
+            build_id: None,
+        })
+    }
+
+    /// The build id in lowercase hexadecimal, as `.build-id` directories,
+    /// debuginfod and pprof spell it.
+    pub fn build_id_hex(&self) -> Option<String> {
+        use std::fmt::Write as _;
+        let id = self.build_id.as_ref()?;
+        let mut s = String::with_capacity(id.len() * 2);
+        for b in id.iter() {
+            let _ = write!(s, "{b:02x}");
+        }
+        Some(s)
+    }
+}
+
+/// One symbolized frame. Strings and objects are shared (`Arc`): one
+/// function appears in many stacks, and a profile of 10,000 stacks would
+/// otherwise hold hundreds of thousands of copies of the same names and
+/// paths. A frame is 56 bytes.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Frame {
     /// Function name, or `[unknown]`.
@@ -86,8 +123,12 @@ pub struct Frame {
     pub kind: FrameKind,
     /// The instruction address the frame was resolved from (0 if none).
     pub addr: u64,
-    /// Path of the binary or library (`None` for the kernel or when unknown).
-    pub module: Option<Arc<str>>,
+    /// The binary or library `addr` lies in (`None` for the kernel, JIT
+    /// code, or when unknown).
+    pub object: Option<Arc<ObjectRef>>,
+    /// Where `addr` lies in [`Frame::object`]'s file, or 0 when that is
+    /// not known (no code lies at offset 0, where the ELF header is).
+    pub file_offset: u64,
     /// Source file and line, where debug information said so (boxed: most
     /// frames have none, and frames are many).
     pub source: Option<Box<SourceLine>>,
@@ -102,7 +143,8 @@ impl Frame {
             name: name.into(),
             kind,
             addr: 0,
-            module: None,
+            object: None,
+            file_offset: 0,
             source: None,
             inlined: false,
         }
@@ -118,6 +160,16 @@ impl Frame {
 }
 
 impl Frame {
+    /// Path of the binary or library, where known.
+    pub fn module(&self) -> Option<&str> {
+        self.object.as_deref().map(|o| &*o.path)
+    }
+
+    /// The file offset of the frame's address in its object, where known.
+    pub fn offset_in_object(&self) -> Option<u64> {
+        (self.object.is_some() && self.file_offset != 0).then_some(self.file_offset)
+    }
+
     /// The source file, where known.
     pub fn file(&self) -> Option<&str> {
         self.source.as_ref().map(|s| &*s.file)

@@ -106,3 +106,16 @@ fn path_is_root_first_with_waker_leaf_first() {
     assert_eq!(path[6].kind, PathKind::WakerUser);
     assert_eq!(path[8].kind, PathKind::WakerProcess);
 }
+
+#[test]
+fn merging_sums_extra_values_too() {
+    let mut a = sample("app", 1, &["f"], &[], 2);
+    a.extra = vec![10, 1].into();
+    let mut b = sample("app", 1, &["f"], &[], 3);
+    b.extra = vec![5, 2].into();
+    let mut p = profile(vec![a, b]);
+    p.merge_identical();
+    assert_eq!(p.samples.len(), 1);
+    assert_eq!(p.samples[0].value, 5);
+    assert_eq!(&*p.samples[0].extra, &[15, 3]);
+}

@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
 
 use super::{Options, RawSample, Symbolizer};
+use crate::procmaps::Mappings;
 use crate::profile::Sample;
 
 /// A symbolizer thread that can resolve any number of batches.
@@ -46,6 +47,17 @@ impl Background {
     /// Starts the thread and has it warm up for the kernel (when `kernel`)
     /// and for the processes in `pids`.
     pub fn start(options: Options, kernel: bool, pids: Vec<u32>) -> Self {
+        Self::with_mappings(options, Mappings::on_demand(), kernel, pids)
+    }
+
+    /// [`Background::start`] with processes' mappings from `mappings`
+    /// (a [`crate::procmaps::Tracker`]'s, which knows exited processes).
+    pub fn with_mappings(
+        options: Options,
+        mappings: Mappings,
+        kernel: bool,
+        pids: Vec<u32>,
+    ) -> Self {
         let (req_tx, req_rx) = mpsc::channel::<Vec<RawSample>>();
         let (res_tx, res_rx) = mpsc::channel();
         let priority = Arc::new(Mutex::new(Priority::default()));
@@ -61,7 +73,7 @@ impl Background {
                         p.idle_tid = Some(unsafe { libc::gettid() });
                     }
                 }
-                let mut symbolizer = Symbolizer::new(options);
+                let mut symbolizer = Symbolizer::with_mappings(options, mappings);
                 symbolizer.warm(kernel, &pids);
                 {
                     let mut p = own.lock().unwrap_or_else(|e| e.into_inner());

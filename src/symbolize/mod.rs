@@ -1,24 +1,33 @@
 //! Turns raw stack addresses into named frames, through blazesym.
 //!
-//! Tools hand over all their samples at once ([`RawSample`]); addresses are
-//! resolved in one batch per process and one for the kernel, then each
-//! sample is rebuilt with frames. One [`Symbolizer`] is kept for a run so
-//! that parsed ELF/DWARF files are reused across batches (and, for live
-//! views, across intervals).
+//! Tools hand over all their samples at once ([`RawSample`]). Kernel
+//! addresses are resolved in one batch. A process's user addresses are
+//! first normalized — each to the object it lies in and its offset in that
+//! file, through the process's mappings as recorded while it lived
+//! ([`crate::procmaps`]) — and then named per object by file offset, in one
+//! batch per object, cached per object across processes and batches: libc
+//! is parsed once however many processes use it, and a process that has
+//! exited is named like a live one. Addresses in no file are looked up in
+//! the process's JIT map (`/tmp/perf-PID.map`). One [`Symbolizer`] is kept
+//! for a run so that parsed ELF/DWARF files are reused across batches
+//! (and, for live views, across intervals).
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
-use blazesym::symbolize::source::{Kernel, Process, Source};
+use blazesym::symbolize::source::{Kernel, Source};
 use blazesym::symbolize::{CodeInfo, Input, Symbolized};
-use blazesym::{MaybeDefault, Pid};
+use blazesym::MaybeDefault;
 
+use crate::procmaps::{Mappings, Object};
 use crate::profile::{Frame, FrameKind, Sample, SourceLine, TaskStack, Trace};
 
 mod background;
+mod debug;
+mod elf;
+mod objects;
 
 pub use background::Background;
-mod cache;
 
 /// A stack as the kernel handed it over.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -68,12 +77,63 @@ type Resolved = Vec<Frame>;
 pub struct Symbolizer {
     inner: blazesym::symbolize::Symbolizer,
     options: Options,
+    mappings: Mappings,
     kernel_cache: HashMap<u64, Resolved>,
-    user_cache: cache::UserCache<Resolved>,
+    objects: objects::ObjectCache,
+}
+
+/// The frames of a symbolized address (`None` when it was not found).
+pub(crate) fn convert(
+    addr: u64,
+    sym: Symbolized<'_>,
+    kind: FrameKind,
+    options: Options,
+) -> Option<Resolved> {
+    let sym = sym.into_sym()?;
+    let location = |c: Option<&CodeInfo<'_>>| {
+        c.map(|c| {
+            Box::new(SourceLine {
+                file: c.to_path().display().to_string().into(),
+                line: c.line,
+            })
+        })
+    };
+    let source = location(sym.code_info.as_deref());
+    let mut frames = vec![Frame {
+        addr,
+        source: source.clone(),
+        ..Frame::named(sym.name.as_ref(), kind)
+    }];
+    if options.inlined {
+        for f in sym.inlined.iter() {
+            // An inlined function's location is the call site, which
+            // lies in the frame that made the call.
+            if f.code_info.is_some() {
+                if let Some(caller) = frames.last_mut() {
+                    caller.source = location(f.code_info.as_ref());
+                }
+            }
+            frames.push(Frame {
+                addr,
+                source: source.clone(),
+                inlined: true,
+                ..Frame::named(f.name.as_ref(), kind)
+            });
+        }
+    }
+    Some(frames)
 }
 
 impl Symbolizer {
+    /// A symbolizer that reads processes' mappings from `/proc` when it
+    /// needs them (and remembers them for processes that exit later).
     pub fn new(options: Options) -> Self {
+        Self::with_mappings(options, Mappings::on_demand())
+    }
+
+    /// A symbolizer that takes processes' mappings from `mappings`, e.g.
+    /// a [`crate::procmaps::Tracker`]'s, which knows processes that exited.
+    pub fn with_mappings(options: Options, mappings: Mappings) -> Self {
         let inner = blazesym::symbolize::Symbolizer::builder()
             .enable_code_info(options.code_info)
             .enable_inlined_fns(options.inlined)
@@ -82,53 +142,10 @@ impl Symbolizer {
         Symbolizer {
             inner,
             options,
+            mappings,
             kernel_cache: HashMap::new(),
-            user_cache: cache::UserCache::new(),
+            objects: objects::ObjectCache::default(),
         }
-    }
-
-    fn convert(&self, addr: u64, sym: Symbolized<'_>, kind: FrameKind) -> Resolved {
-        let Some(sym) = sym.into_sym() else {
-            return vec![Frame::unknown(addr, kind)];
-        };
-        let module: Option<Arc<str>> = sym.module.as_ref().map(|m| m.to_string_lossy().into());
-        let location = |c: Option<&CodeInfo<'_>>| {
-            c.map(|c| {
-                Box::new(SourceLine {
-                    file: c.to_path().display().to_string().into(),
-                    line: c.line,
-                })
-            })
-        };
-        let source = location(sym.code_info.as_deref());
-        let mut frames = vec![Frame {
-            name: sym.name.as_ref().into(),
-            kind,
-            addr,
-            module: module.clone(),
-            source: source.clone(),
-            inlined: false,
-        }];
-        if self.options.inlined {
-            for f in sym.inlined.iter() {
-                // An inlined function's location is the call site, which
-                // lies in the frame that made the call.
-                if f.code_info.is_some() {
-                    if let Some(caller) = frames.last_mut() {
-                        caller.source = location(f.code_info.as_ref());
-                    }
-                }
-                frames.push(Frame {
-                    name: f.name.as_ref().into(),
-                    kind,
-                    addr,
-                    module: module.clone(),
-                    source: source.clone(),
-                    inlined: true,
-                });
-            }
-        }
-        frames
     }
 
     /// Resolves kernel addresses, caching results for the run.
@@ -151,7 +168,10 @@ impl Symbolizer {
                 Ok(syms) => missing
                     .iter()
                     .zip(syms)
-                    .map(|(&a, s)| self.convert(a, s, FrameKind::Kernel))
+                    .map(|(&a, s)| {
+                        convert(a, s, FrameKind::Kernel, self.options)
+                            .unwrap_or_else(|| vec![Frame::unknown(a, FrameKind::Kernel)])
+                    })
                     .collect(),
                 Err(_) => missing
                     .iter()
@@ -166,48 +186,68 @@ impl Symbolizer {
             .collect()
     }
 
-    /// Resolves one process's user addresses, from the cache where the
-    /// process is known. A process that has exited (or cannot be read)
-    /// yields `[unknown]` frames for addresses not seen before.
+    /// Resolves one process's user addresses: normalized through its
+    /// mappings to (object, file offset), named per object.
     fn resolve_user(&mut self, pid: u32, addrs: &BTreeSet<u64>) -> HashMap<u64, Resolved> {
-        self.user_cache.validate(pid, cache::Identity::of(pid));
-        let missing: Vec<u64> = addrs
-            .iter()
-            .copied()
-            .filter(|&a| self.user_cache.get(pid, a).is_none())
-            .collect();
-        let mut out = HashMap::with_capacity(addrs.len());
-        if !missing.is_empty() {
-            let mut process = Process::new(Pid::from(pid));
-            process.debug_syms = self.options.code_info || self.options.inlined;
-            let src = Source::Process(process);
-            match self.inner.symbolize(&src, Input::AbsAddr(&missing)) {
-                Ok(syms) => {
-                    for (&a, s) in missing.iter().zip(syms) {
-                        let r = self.convert(a, s, FrameKind::User);
-                        self.user_cache.insert(pid, a, r.clone());
-                        out.insert(a, r);
-                    }
-                }
-                // Not cached: the process may be readable next time.
-                Err(_) => out.extend(
-                    missing
-                        .iter()
-                        .map(|&a| (a, vec![Frame::unknown(a, FrameKind::User)])),
-                ),
-            }
-        }
+        let space = self.mappings.space(pid, None).unwrap_or_default();
+        let mut by_object: HashMap<u64, (Arc<Object>, BTreeSet<u64>)> = HashMap::new();
+        // Address -> (object id, file offset), or None: in no file.
+        let mut placed: Vec<(u64, Option<(u64, u64)>)> = Vec::with_capacity(addrs.len());
         for &a in addrs {
-            if let Some(r) = self.user_cache.get(pid, a) {
-                out.entry(a).or_insert_with(|| r.clone());
+            let at = space
+                .find(a)
+                .and_then(|m| Some((m.object()?, m.file_offset(a))));
+            match at {
+                Some((o, off)) => {
+                    by_object
+                        .entry(o.id())
+                        .or_insert_with(|| (o.clone(), BTreeSet::new()))
+                        .1
+                        .insert(off);
+                    placed.push((a, Some((o.id(), off))));
+                }
+                None => placed.push((a, None)),
             }
         }
-        out
+        let named: HashMap<u64, HashMap<u64, Resolved>> = by_object
+            .into_iter()
+            .map(|(id, (o, offs))| {
+                let r = self.objects.resolve(&self.inner, self.options, &o, &offs);
+                (id, r)
+            })
+            .collect();
+        let perf_map = placed
+            .iter()
+            .any(|(_, p)| p.is_none())
+            .then(|| self.mappings.perf_map(pid))
+            .flatten();
+        placed
+            .into_iter()
+            .map(|(a, p)| {
+                let r = match p.and_then(|(id, off)| named.get(&id)?.get(&off)) {
+                    Some(r) => r
+                        .iter()
+                        .map(|f| Frame {
+                            addr: a,
+                            ..f.clone()
+                        })
+                        .collect(),
+                    None => match perf_map.as_ref().and_then(|m| m.find(a)) {
+                        Some(name) => vec![Frame {
+                            addr: a,
+                            ..Frame::named(name.clone(), FrameKind::User)
+                        }],
+                        None => vec![Frame::unknown(a, FrameKind::User)],
+                    },
+                };
+                (a, r)
+            })
+            .collect()
     }
 
     /// Loads what later lookups will need: the kernel's symbols and, for
-    /// each of `pids`, the symbols of every executable mapping. Called while
-    /// a profile is still being collected, it takes this work off the path
+    /// each of `pids`, the symbols of every mapped object. Called while a
+    /// profile is still being collected, it takes this work off the path
     /// from stop to output.
     pub fn warm(&mut self, kernel: bool, pids: &[u32]) {
         if kernel {
@@ -215,15 +255,14 @@ impl Symbolizer {
             let _ = self.resolve_kernel(&BTreeSet::from([!0xffff_u64]));
         }
         for &pid in pids {
-            let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
+            let Some(space) = self.mappings.space(pid, None) else {
                 continue;
             };
-            let starts: BTreeSet<u64> = maps
-                .lines()
-                .filter(|l| l.split_whitespace().nth(1).is_some_and(|p| p.contains('x')))
-                .filter_map(|l| u64::from_str_radix(l.split('-').next()?, 16).ok())
-                .collect();
-            let _ = self.resolve_user(pid, &starts);
+            for m in &space.mappings {
+                if let Some(o) = m.object() {
+                    self.objects.warm(&self.inner, self.options, o, m.offset);
+                }
+            }
         }
     }
 
@@ -248,7 +287,8 @@ impl Symbolizer {
             }
         }
         let kernel = self.resolve_kernel(&kernel);
-        self.user_cache.begin_batch();
+        // Mapping records still in the kernel's buffers count too.
+        self.mappings.sync();
         let user: HashMap<u32, HashMap<u64, Resolved>> = user
             .iter()
             .map(|(&pid, addrs)| (pid, self.resolve_user(pid, addrs)))
@@ -294,6 +334,12 @@ fn rebuild(trace: RawTrace, resolved: &HashMap<u64, Resolved>, kind: FrameKind) 
                     // Leaf first: the innermost inlined function comes first.
                     Some(r) => frames.extend(r.iter().rev().map(|f| Frame {
                         addr: a,
+                        // The offset of `a` itself, not of the address
+                        // looked up (one byte earlier for callers).
+                        file_offset: match f.file_offset {
+                            0 => 0,
+                            off => off + (a - lookup_addr(i, a)),
+                        },
                         ..f.clone()
                     })),
                     None => frames.push(Frame::unknown(a, kind)),

@@ -10,7 +10,7 @@ use super::fixtures::{self, frames, task};
 fn located(name: &str, addr: u64, module: &str, file: &str, line: u32) -> Frame {
     Frame {
         addr,
-        module: Some(module.into()),
+        object: Some(flare::profile::ObjectRef::path(module)),
         source: Some(Box::new(SourceLine {
             file: file.into(),
             line: Some(line),

@@ -42,7 +42,7 @@ struct Builder {
     out: proto::Profile,
     strings: HashMap<String, i64>,
     functions: HashMap<(i64, i64), u64>,
-    mappings: HashMap<i64, u64>,
+    mappings: HashMap<(i64, Option<u64>), u64>,
     locations: HashMap<LocationKey, u64>,
 }
 
@@ -81,25 +81,58 @@ impl Builder {
         id
     }
 
+    /// The mapping of a frame: one per object and load address (libc in
+    /// two processes is two mappings), carrying the object's build id and
+    /// a layout from which pprof computes each address's file offset
+    /// (`address - memory_start + file_offset`), so that a server can
+    /// symbolize by build id. Frames whose offset is unknown share one
+    /// mapping per path.
     fn mapping(&mut self, frame: &Frame) -> u64 {
-        let file = match (frame.kind, &frame.module) {
-            (FrameKind::Kernel, _) => KERNEL_MAPPING,
-            (FrameKind::User, Some(m)) => &**m,
+        let (file, object) = match (frame.kind, &frame.object) {
+            (FrameKind::Kernel, _) => (KERNEL_MAPPING, None),
+            (FrameKind::User, Some(o)) => (&*o.path, Some(o)),
             (FrameKind::User, None) => return 0,
         };
         let name = self.string(file);
-        if let Some(&id) = self.mappings.get(&name) {
+        // The load bias: where offset 0 of the file would be in memory.
+        let bias = frame
+            .offset_in_object()
+            .and_then(|off| frame.addr.checked_sub(off));
+        let key = (name, bias);
+        if let Some(&id) = self.mappings.get(&key) {
+            self.extend_mapping(id, frame.addr);
             return id;
         }
         let id = self.out.mapping.len() as u64 + 1;
+        let build_id = match object.and_then(|o| o.build_id_hex()) {
+            Some(hex) => self.string(&hex),
+            None => 0,
+        };
         self.out.mapping.push(proto::Mapping {
             id,
             filename: name,
+            build_id,
             has_functions: true,
             ..Default::default()
         });
-        self.mappings.insert(name, id);
+        if let Some(bias) = bias {
+            if let Some(m) = self.out.mapping.last_mut() {
+                m.memory_start = bias;
+                m.memory_limit = bias;
+            }
+            self.extend_mapping(id, frame.addr);
+        }
+        self.mappings.insert(key, id);
         id
+    }
+
+    /// Widens a mapping with a known layout to hold `addr`.
+    fn extend_mapping(&mut self, id: u64, addr: u64) {
+        if let Some(m) = self.out.mapping.get_mut((id as usize).wrapping_sub(1)) {
+            if m.memory_limit != 0 && addr >= m.memory_limit {
+                m.memory_limit = addr + 1;
+            }
+        }
     }
 
     /// The location of a group of frames, innermost inlined first and the
@@ -225,6 +258,11 @@ pub fn build(profile: &Profile, time_nanos: i64) -> proto::Profile {
         _ => 1,
     };
     b.out.default_sample_type = b.out.sample_type.last().map(|t| t.r#type).unwrap_or(0);
+    // Values samples carry beside the main one follow it, as they are.
+    for e in &meta.extra_values {
+        let t = b.value_type(&e.name, &e.unit);
+        b.out.sample_type.push(t);
+    }
     b.out.time_nanos = time_nanos;
     b.out.duration_nanos = meta.duration.as_nanos() as i64;
     let mut comments = vec![format!("flare {}: {}", meta.tool, meta.event)];
@@ -244,16 +282,18 @@ pub fn build(profile: &Profile, time_nanos: i64) -> proto::Profile {
 
     // pprof names the first mapping as the profile's main binary: register
     // the user modules first, the one with the most frame-weight leading.
-    let mut modules: HashMap<&str, (u64, &Frame)> = HashMap::new();
+    type ModuleKey<'a> = (&'a str, Option<u64>);
+    let mut modules: HashMap<ModuleKey<'_>, (u64, &Frame)> = HashMap::new();
     for s in &profile.samples {
         for f in s.task.user.frames() {
-            if let Some(m) = &f.module {
-                modules.entry(m).or_insert((0, f)).0 += s.value;
+            if let Some(m) = f.module() {
+                let bias = f.offset_in_object().and_then(|o| f.addr.checked_sub(o));
+                modules.entry((m, bias)).or_insert((0, f)).0 += s.value;
             }
         }
     }
-    let mut modules: Vec<(&str, (u64, &Frame))> = modules.into_iter().collect();
-    modules.sort_by(|a, b| b.1 .0.cmp(&a.1 .0).then(a.0.cmp(b.0)));
+    let mut modules: Vec<(ModuleKey<'_>, (u64, &Frame))> = modules.into_iter().collect();
+    modules.sort_by(|a, b| b.1 .0.cmp(&a.1 .0).then(a.0.cmp(&b.0)));
     for (_, (_, f)) in modules {
         b.mapping(f);
     }
@@ -280,9 +320,54 @@ pub fn build(profile: &Profile, time_nanos: i64) -> proto::Profile {
             value: types
                 .iter()
                 .map(|&(_, _, m)| (s.value * m) as i64)
+                .chain(
+                    (0..meta.extra_values.len())
+                        .map(|i| s.extra.get(i).copied().unwrap_or(0) as i64),
+                )
                 .collect(),
             label,
         });
     }
     b.out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::profile::{ExtraValue, Kind, Meta, Sample, TaskStack, Trace};
+
+    #[test]
+    fn extra_values_follow_the_main_sample_types() {
+        let mut meta = Meta::new(Kind::Cpu, "cpu-clock");
+        meta.period_ns = Some(10);
+        meta.extra_values.push(ExtraValue {
+            name: "wall".into(),
+            unit: "nanoseconds".into(),
+        });
+        let task = TaskStack {
+            pid: Some(1),
+            tid: None,
+            comm: "app".into(),
+            user: Trace::Frames(Vec::new()),
+            kernel: Trace::NotCollected,
+        };
+        let mut sample = Sample::new(task, None, 3);
+        sample.extra = vec![700].into();
+        let p = build(
+            &Profile {
+                meta,
+                samples: vec![sample],
+            },
+            0,
+        );
+        let names: Vec<&str> = p
+            .sample_type
+            .iter()
+            .map(|t| p.string_table[t.r#type as usize].as_str())
+            .collect();
+        assert_eq!(names, ["samples", "cpu", "wall"]);
+        assert_eq!(p.sample[0].value, [3, 30, 700]);
+        // The default stays the main value's.
+        assert_eq!(p.string_table[p.default_sample_type as usize], "cpu");
+    }
 }

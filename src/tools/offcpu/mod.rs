@@ -3,9 +3,9 @@
 //!
 //! One BPF object (`offcpu.bpf.c`) serves the three tools; [`Tool`] picks
 //! its mode. [`Config`] is the plain form of a command line, [`header`] is
-//! bcc's first line for it, [`Session`] loads and attaches, and [`tidy`]
-//! finishes a symbolized profile (tracing frames off the top of kernel
-//! stacks, wakeuptime's per-name aggregation).
+//! bcc's first line for it, [`Session`] loads, attaches and is the tools'
+//! collector, and [`tidy_samples`] finishes symbolized samples (tracing
+//! frames off the top of kernel stacks, wakeuptime's per-name keys).
 
 mod session;
 mod tidy;
@@ -13,7 +13,7 @@ mod tidy;
 use std::time::Duration;
 
 pub use session::Session;
-pub use tidy::{is_tracing_frame, tidy, tidy_samples};
+pub use tidy::{is_tracing_frame, tidy_samples};
 
 use crate::collect::Stacks;
 

@@ -1,0 +1,255 @@
+//! Each process's address spaces over time, built from events that may
+//! arrive out of order (perf's ring buffers are per CPU): a process's
+//! mappings at any moment are its address space's own mappings up to that
+//! moment laid over what it inherited from its parent at fork.
+//!
+//! An address space begins at a fork, an exec, or a snapshot read from
+//! `/proc` (complete), or with the first mapping seen of a process that
+//! was already running when tracking began (partial: the symbolizer reads
+//! `/proc` instead while the process lives).
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+
+use super::Mapping;
+
+/// How an address space began.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Origin {
+    /// Forked from this process: starts with its mappings of the moment.
+    Fork(u32),
+    /// `exec`, or a snapshot from `/proc`: starts empty (the snapshot's
+    /// mappings are its own).
+    Fresh,
+    /// Only mappings made after tracking began are known.
+    Partial,
+}
+
+struct AddressSpace {
+    start: u64,
+    origin: Origin,
+    /// Mappings with the time they were made.
+    own: Vec<(u64, Mapping)>,
+}
+
+/// Address spaces kept per process (a PID reused, or exec'd, has several).
+const MAX_SPACES_PER_PID: usize = 4;
+/// Processes that have exited are forgotten, oldest first, past this many.
+const MAX_EXITED: usize = 1 << 16;
+/// Fork chains are followed this deep.
+const MAX_FORK_DEPTH: usize = 16;
+
+/// The address spaces of every process seen.
+#[derive(Default)]
+pub(crate) struct History {
+    procs: HashMap<u32, Vec<AddressSpace>>,
+    exited: VecDeque<u32>,
+}
+
+impl History {
+    fn begin(&mut self, pid: u32, time: u64, origin: Origin, own: Vec<(u64, Mapping)>) {
+        let spaces = self.procs.entry(pid).or_default();
+        let at = spaces.partition_point(|s| s.start <= time);
+        let mut own = own;
+        // Mappings filed (out of order) under the space before this one
+        // but made after it began are this space's.
+        if let Some(prev) = at.checked_sub(1).map(|i| &mut spaces[i]) {
+            let (later, earlier): (Vec<_>, Vec<_>) =
+                prev.own.drain(..).partition(|(t, _)| *t >= time);
+            prev.own = earlier;
+            own.extend(later);
+        }
+        spaces.insert(
+            at,
+            AddressSpace {
+                start: time,
+                origin,
+                own,
+            },
+        );
+        if spaces.len() > MAX_SPACES_PER_PID {
+            spaces.remove(0);
+        }
+    }
+
+    /// `pid` was forked from `parent` at `time`.
+    pub(crate) fn fork(&mut self, pid: u32, parent: u32, time: u64) {
+        if pid != parent {
+            self.begin(pid, time, Origin::Fork(parent), Vec::new());
+        }
+    }
+
+    /// `pid` called exec at `time`.
+    pub(crate) fn exec(&mut self, pid: u32, time: u64) {
+        self.begin(pid, time, Origin::Fresh, Vec::new());
+    }
+
+    /// `pid`'s whole set of mappings as read at `time`.
+    pub(crate) fn snapshot(&mut self, pid: u32, time: u64, mappings: Vec<Mapping>) {
+        let own = mappings.into_iter().map(|m| (time, m)).collect();
+        self.begin(pid, time, Origin::Fresh, own);
+    }
+
+    /// `pid` mapped `mapping` at `time`.
+    pub(crate) fn map(&mut self, pid: u32, time: u64, mapping: Mapping) {
+        let spaces = self.procs.entry(pid).or_default();
+        let at = spaces.partition_point(|s| s.start <= time);
+        if at == 0 {
+            spaces.insert(
+                0,
+                AddressSpace {
+                    start: 0,
+                    origin: Origin::Partial,
+                    own: Vec::new(),
+                },
+            );
+            spaces[0].own.push((time, mapping));
+        } else {
+            spaces[at - 1].own.push((time, mapping));
+        }
+    }
+
+    /// `pid` exited; its mappings are kept for a while.
+    pub(crate) fn exit(&mut self, pid: u32) {
+        self.exited.push_back(pid);
+        while self.exited.len() > MAX_EXITED {
+            if let Some(old) = self.exited.pop_front() {
+                // Forget it only if it did not come back (a reused PID).
+                if !self.exited.contains(&old) {
+                    self.procs.remove(&old);
+                }
+            }
+        }
+    }
+
+    /// `pid`'s mappings at `at` (the latest known when `None`), sorted by
+    /// address, and whether they are complete.
+    pub(crate) fn mappings(&self, pid: u32, at: Option<u64>) -> Option<(Vec<Mapping>, bool)> {
+        self.resolve(pid, at, 0)
+    }
+
+    fn resolve(&self, pid: u32, at: Option<u64>, depth: usize) -> Option<(Vec<Mapping>, bool)> {
+        let spaces = self.procs.get(&pid)?;
+        let space = match at {
+            Some(t) => spaces[..spaces.partition_point(|s| s.start <= t)].last()?,
+            None => spaces.last()?,
+        };
+        let (base, complete) = match space.origin {
+            Origin::Fork(parent) if depth < MAX_FORK_DEPTH => self
+                .resolve(parent, Some(space.start), depth + 1)
+                .unwrap_or((Vec::new(), false)),
+            Origin::Fork(_) | Origin::Partial => (Vec::new(), false),
+            Origin::Fresh => (Vec::new(), true),
+        };
+        let mut own: Vec<&(u64, Mapping)> = space
+            .own
+            .iter()
+            .filter(|(t, _)| at.is_none_or(|at| *t <= at))
+            .collect();
+        own.sort_by_key(|(t, _)| *t);
+        let mut layout: BTreeMap<u64, Mapping> = base.into_iter().map(|m| (m.start, m)).collect();
+        for (_, m) in own {
+            overlay(&mut layout, m.clone());
+        }
+        Some((layout.into_values().collect(), complete))
+    }
+}
+
+/// Puts `m` over whatever it overlaps in `layout`, trimming or splitting
+/// the older mappings (as a new `mmap` over an old range does).
+fn overlay(layout: &mut BTreeMap<u64, Mapping>, m: Mapping) {
+    let hit: Vec<u64> = layout
+        .range(..m.end)
+        .rev()
+        .take_while(|(_, e)| e.end > m.start)
+        .map(|(&s, _)| s)
+        .collect();
+    for s in hit {
+        let Some(e) = layout.remove(&s) else { continue };
+        if e.start < m.start {
+            let mut left = e.clone();
+            left.end = m.start;
+            layout.insert(left.start, left);
+        }
+        if e.end > m.end {
+            let mut right = e;
+            right.offset += m.end - right.start;
+            right.start = m.end;
+            layout.insert(right.start, right);
+        }
+    }
+    layout.insert(m.start, m);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::Backing;
+    use super::*;
+
+    fn anon(name: &str, start: u64, end: u64) -> Mapping {
+        Mapping {
+            start,
+            end,
+            offset: 0,
+            backing: Backing::Anon(name.into()),
+        }
+    }
+
+    fn names(m: &[Mapping]) -> Vec<(String, u64, u64)> {
+        m.iter()
+            .map(|m| (m.name().to_string(), m.start, m.end))
+            .collect()
+    }
+
+    #[test]
+    fn fork_inherits_exec_replaces_in_any_order() {
+        let mut h = History::default();
+        // Delivered out of order, as from two CPUs' buffers.
+        h.map(10, 5, anon("child-lib", 0x5000, 0x6000));
+        h.fork(10, 1, 3);
+        h.snapshot(1, 1, vec![anon("bash", 0x1000, 0x2000)]);
+        h.map(1, 2, anon("bash-lib", 0x3000, 0x4000));
+        h.map(1, 4, anon("later", 0x7000, 0x8000));
+        let (m, complete) = h.mappings(10, None).expect("known");
+        assert!(complete);
+        assert_eq!(
+            names(&m),
+            [
+                ("bash".into(), 0x1000, 0x2000),
+                ("bash-lib".into(), 0x3000, 0x4000),
+                ("child-lib".into(), 0x5000, 0x6000),
+            ],
+            "the parent's mapping made after the fork is not inherited"
+        );
+        h.exec(10, 6);
+        h.map(10, 7, anon("app", 0x1000, 0x1800));
+        let (m, _) = h.mappings(10, None).expect("known");
+        assert_eq!(names(&m), [("app".into(), 0x1000, 0x1800)]);
+        let (m, _) = h.mappings(10, Some(5)).expect("before exec");
+        assert_eq!(m.len(), 3);
+    }
+
+    #[test]
+    fn overlay_splits() {
+        let mut h = History::default();
+        h.snapshot(1, 1, vec![anon("big", 0x1000, 0x5000)]);
+        h.map(1, 2, anon("mid", 0x2000, 0x3000));
+        let (m, _) = h.mappings(1, None).expect("known");
+        assert_eq!(
+            names(&m),
+            [
+                ("big".into(), 0x1000, 0x2000),
+                ("mid".into(), 0x2000, 0x3000),
+                ("big".into(), 0x3000, 0x5000),
+            ]
+        );
+        assert_eq!(m[2].offset, 0x2000);
+    }
+
+    #[test]
+    fn partial_until_snapshot() {
+        let mut h = History::default();
+        h.map(5, 9, anon("dlopened", 0x1000, 0x2000));
+        assert!(!h.mappings(5, None).expect("known").1);
+        assert!(h.mappings(6, None).is_none());
+    }
+}

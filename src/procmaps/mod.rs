@@ -1,0 +1,195 @@
+//! Which files each process has mapped where, kept after the process has
+//! exited.
+//!
+//! flare's samples are counted in the kernel and named at the end of a
+//! run; by then a short-lived process is gone, and with it
+//! `/proc/PID/maps`. A [`Tracker`] records mappings as they happen — perf's
+//! `mmap2`, `comm` (exec) and `fork`/`exit` records, from a dummy software
+//! event on every CPU — and holds every mapped file open ([`Object`]), so
+//! that the symbolizer (and the user-space unwinder) can ask for any
+//! process's mappings, alive or exited ([`Mappings::space`]). Processes
+//! that were already running are read from `/proc` when tracking starts.
+//!
+//! Without a tracker, [`Mappings::on_demand`] reads `/proc` when asked and
+//! remembers what it read, so a process that exits between two reads of a
+//! live view keeps its names.
+
+mod history;
+pub(crate) mod objects;
+mod perf;
+mod perfmap;
+pub(crate) mod procfs;
+mod tracker;
+
+use std::sync::{Arc, Mutex, MutexGuard};
+
+pub use objects::Object;
+pub use perfmap::PerfMap;
+pub use tracker::{track, Scope, Tracker};
+
+/// What a mapping maps.
+#[derive(Clone, Debug)]
+pub enum Backing {
+    /// A file (an executable, a library).
+    File(Arc<Object>),
+    /// Memory with no file: JIT code (`//anon`, empty), `[vdso]`, ...
+    Anon(Arc<str>),
+}
+
+/// One executable mapping of a process.
+#[derive(Clone, Debug)]
+pub struct Mapping {
+    pub start: u64,
+    /// One past the last address.
+    pub end: u64,
+    /// The file offset `start` maps.
+    pub offset: u64,
+    pub backing: Backing,
+}
+
+impl Mapping {
+    /// The mapped file, if any.
+    pub fn object(&self) -> Option<&Arc<Object>> {
+        match &self.backing {
+            Backing::File(o) => Some(o),
+            Backing::Anon(_) => None,
+        }
+    }
+
+    /// The file's path, or the pseudo name of anonymous memory.
+    pub fn name(&self) -> &str {
+        match &self.backing {
+            Backing::File(o) => o.path(),
+            Backing::Anon(n) => n,
+        }
+    }
+
+    /// The file offset of `addr`, an address inside the mapping.
+    pub fn file_offset(&self, addr: u64) -> u64 {
+        addr - self.start + self.offset
+    }
+
+    /// True when `addr` lies in the mapping.
+    pub fn contains(&self, addr: u64) -> bool {
+        (self.start..self.end).contains(&addr)
+    }
+}
+
+/// A process's executable mappings at one moment, sorted by address.
+#[derive(Clone, Debug, Default)]
+pub struct Space {
+    pub mappings: Vec<Mapping>,
+}
+
+impl Space {
+    /// The mapping holding `addr`.
+    pub fn find(&self, addr: u64) -> Option<&Mapping> {
+        let i = self.mappings.partition_point(|m| m.start <= addr);
+        self.mappings[..i].last().filter(|m| m.contains(addr))
+    }
+}
+
+/// Everything known about processes' mappings.
+#[derive(Default)]
+pub(crate) struct State {
+    pub(crate) objects: objects::ObjectStore,
+    pub(crate) history: history::History,
+    pub(crate) perf_maps: perfmap::PerfMaps,
+    /// Records the kernel dropped (its ring buffer was full).
+    pub(crate) lost: u64,
+    /// True while perf records keep `history` up to date.
+    pub(crate) tracking: bool,
+}
+
+pub(crate) struct Shared {
+    pub(crate) state: Mutex<State>,
+    /// The perf ring buffers, drained by the tracker's thread and by
+    /// [`Mappings::sync`].
+    pub(crate) rings: Mutex<Option<perf::Rings>>,
+}
+
+impl Shared {
+    pub(crate) fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Applies every record waiting in the ring buffers.
+    pub(crate) fn drain(&self) {
+        let mut rings = self.rings.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(rings) = rings.as_mut() {
+            let records = rings.read_all();
+            tracker::apply(self, records);
+        }
+    }
+}
+
+/// A handle on the mappings of every process: cheap to clone, shared
+/// between the tracker's thread, the symbolizer and the unwinder.
+#[derive(Clone)]
+pub struct Mappings {
+    shared: Arc<Shared>,
+}
+
+/// Monotonic time in nanoseconds (`CLOCK_MONOTONIC`, the clock the
+/// tracker's perf records are stamped with).
+pub fn now() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: ts is a valid timespec for clock_gettime to fill.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+impl Mappings {
+    /// Mappings read from `/proc` when asked for, and remembered.
+    pub fn on_demand() -> Self {
+        Mappings {
+            shared: Arc::new(Shared {
+                state: Mutex::new(State::default()),
+                rings: Mutex::new(None),
+            }),
+        }
+    }
+
+    pub(crate) fn from_shared(shared: Arc<Shared>) -> Self {
+        Mappings { shared }
+    }
+
+    /// `pid`'s executable mappings at time `at` ([`now`]'s clock), or the
+    /// latest known when `None`: as recorded while the process lived, or
+    /// read from `/proc` now. `None` when nothing is known of the process.
+    pub fn space(&self, pid: u32, at: Option<u64>) -> Option<Space> {
+        let mut state = self.shared.state();
+        let recorded = state.history.mappings(pid, at);
+        let trusted = matches!(&recorded, Some((_, true))) && (state.tracking || at.is_some());
+        if !trusted {
+            let state = &mut *state;
+            if let Some(maps) = procfs::read_mappings(pid, &mut state.objects) {
+                state.history.snapshot(pid, now(), maps.clone());
+                state.perf_maps.notice(pid, &maps);
+                return Some(Space { mappings: maps });
+            }
+        }
+        recorded.map(|(mappings, _)| Space { mappings })
+    }
+
+    /// `pid`'s JIT symbols (`/tmp/perf-PID.map`), when it wrote any that
+    /// flare may use, as read while the process lived or now.
+    pub fn perf_map(&self, pid: u32) -> Option<Arc<PerfMap>> {
+        self.shared.state().perf_maps.get(pid)
+    }
+
+    /// Applies every mapping record the kernel has handed over so far
+    /// (call before symbolizing, so that the last moments count).
+    pub fn sync(&self) {
+        self.shared.drain();
+    }
+
+    /// Mapping records the kernel could not hand over (its buffer was
+    /// full); their processes are read from `/proc` while they live.
+    pub fn lost(&self) -> u64 {
+        self.shared.state().lost
+    }
+}

@@ -1,0 +1,192 @@
+//! Naming file offsets object by object, each object parsed once for the
+//! run however many processes map it, with results cached per (object,
+//! offset): the same libc of 500 processes is one cache.
+//!
+//! Names come from the object's separate debug file when there is one
+//! (its full symbol table names the local functions a stripped library
+//! lacks), else from the object itself; source lines and inlined functions
+//! (when asked for) come from DWARF in the same files.
+
+use std::collections::{BTreeSet, HashMap};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use blazesym::symbolize::source::{Elf, Source};
+use blazesym::symbolize::{Input, Symbolized};
+
+use super::elf::Layout;
+use super::{convert, debug, Options, Resolved};
+use crate::procmaps::Object;
+use crate::profile::{Frame, FrameKind, ObjectRef};
+
+/// What is known of one object.
+struct Entry {
+    /// Held so the object (and its descriptor) stays open while cached.
+    object: Arc<Object>,
+    reference: Arc<ObjectRef>,
+    layout: Option<Layout>,
+    debug_file: Option<PathBuf>,
+    /// Frames by file offset (looked-up offset; `addr` is that offset).
+    resolved: HashMap<u64, Resolved>,
+}
+
+/// At most this many offsets are cached over all objects.
+const MAX_ENTRIES: usize = 1 << 20;
+
+/// Per-object symbol caches.
+#[derive(Default)]
+pub(crate) struct ObjectCache {
+    entries: HashMap<u64, Entry>,
+    count: usize,
+}
+
+impl ObjectCache {
+    /// Names `offsets` of `object`, keyed by offset.
+    pub(crate) fn resolve(
+        &mut self,
+        inner: &blazesym::symbolize::Symbolizer,
+        options: Options,
+        object: &Arc<Object>,
+        offsets: &BTreeSet<u64>,
+    ) -> HashMap<u64, Resolved> {
+        if self.count >= MAX_ENTRIES {
+            self.entries.clear();
+            self.count = 0;
+        }
+        let entry = self.entries.entry(object.id()).or_insert_with(|| {
+            let layout = object.file().and_then(Layout::read);
+            let debug_file =
+                debug::find(object, layout.as_ref().and_then(|l| l.debuglink.as_ref()));
+            Entry {
+                object: object.clone(),
+                reference: object.reference(),
+                layout,
+                debug_file,
+                resolved: HashMap::new(),
+            }
+        });
+        let missing: Vec<u64> = offsets
+            .iter()
+            .copied()
+            .filter(|o| !entry.resolved.contains_key(o))
+            .collect();
+        if !missing.is_empty() {
+            let found = symbolize(inner, options, entry, &missing);
+            for (off, r) in missing.into_iter().zip(found) {
+                if entry.resolved.insert(off, r).is_none() {
+                    self.count += 1;
+                }
+            }
+        }
+        offsets
+            .iter()
+            .filter_map(|o| Some((*o, entry.resolved.get(o)?.clone())))
+            .collect()
+    }
+
+    /// Parses `object`'s symbols now, so that later lookups are quick.
+    pub(crate) fn warm(
+        &mut self,
+        inner: &blazesym::symbolize::Symbolizer,
+        options: Options,
+        object: &Arc<Object>,
+        offset: u64,
+    ) {
+        let _ = self.resolve(inner, options, object, &BTreeSet::from([offset]));
+    }
+}
+
+fn elf(path: PathBuf, debug_syms: bool) -> Source<'static> {
+    let mut e = Elf::new(path);
+    e.debug_syms = debug_syms;
+    Source::Elf(e)
+}
+
+/// Runs one blazesym batch over `input`, whose entries stand for the
+/// offsets `offsets`, retrying without DWARF if DWARF fails (a broken or
+/// mismatched debug link must not cost the names). `None` entries were
+/// not found.
+fn run(
+    inner: &blazesym::symbolize::Symbolizer,
+    options: Options,
+    path: PathBuf,
+    dwarf: bool,
+    input: Input<&[u64]>,
+    offsets: &[u64],
+) -> Vec<Option<Resolved>> {
+    let once = |dwarf: bool| -> Option<Vec<Option<Resolved>>> {
+        let syms: Vec<Symbolized<'_>> = inner.symbolize(&elf(path.clone(), dwarf), input).ok()?;
+        Some(
+            syms.into_iter()
+                .zip(offsets)
+                .map(|(s, &off)| convert(off, s, FrameKind::User, options))
+                .collect(),
+        )
+    };
+    once(dwarf)
+        .or_else(|| if dwarf { once(false) } else { None })
+        .unwrap_or_else(|| vec![None; offsets.len()])
+}
+
+/// Names `offsets` (sorted) of one object: from its debug file first
+/// (by virtual address), then from the object itself for what is left.
+fn symbolize(
+    inner: &blazesym::symbolize::Symbolizer,
+    options: Options,
+    entry: &Entry,
+    offsets: &[u64],
+) -> Vec<Resolved> {
+    let dwarf = options.code_info || options.inlined;
+    let mut out: Vec<Option<Resolved>> = vec![None; offsets.len()];
+    if let (Some(dbg), Some(layout)) = (&entry.debug_file, &entry.layout) {
+        let (idx, vaddrs): (Vec<usize>, Vec<u64>) = offsets
+            .iter()
+            .enumerate()
+            .filter_map(|(i, &o)| Some((i, layout.vaddr(o)?)))
+            .unzip();
+        let offs: Vec<u64> = idx.iter().map(|&i| offsets[i]).collect();
+        let found = run(
+            inner,
+            options,
+            dbg.clone(),
+            dwarf,
+            Input::VirtOffset(&vaddrs),
+            &offs,
+        );
+        for (i, r) in idx.into_iter().zip(found) {
+            out[i] = r;
+        }
+    }
+    let idx: Vec<usize> = (0..offsets.len()).filter(|&i| out[i].is_none()).collect();
+    let rest: Vec<u64> = idx.iter().map(|&i| offsets[i]).collect();
+    if let (false, Some(path)) = (rest.is_empty(), entry.object.open_path()) {
+        let own_dwarf = dwarf && entry.debug_file.is_none();
+        let found = run(
+            inner,
+            options,
+            path,
+            own_dwarf,
+            Input::FileOffset(&rest),
+            &rest,
+        );
+        for (i, r) in idx.into_iter().zip(found) {
+            out[i] = r;
+        }
+    }
+    out.into_iter()
+        .zip(offsets)
+        .map(|(r, &off)| {
+            let r = r.unwrap_or_else(|| vec![Frame::unknown(off, FrameKind::User)]);
+            with_object(r, &entry.reference, off)
+        })
+        .collect()
+}
+
+/// Marks resolved frames as lying in `object` at `offset`.
+fn with_object(mut r: Resolved, object: &Arc<ObjectRef>, offset: u64) -> Resolved {
+    for f in &mut r {
+        f.object = Some(object.clone());
+        f.file_offset = offset;
+    }
+    r
+}
