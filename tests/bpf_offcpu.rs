@@ -266,17 +266,19 @@ fn min_and_max_block_time_drop_what_they_should() {
             "a period under -m {half} was kept: {v}"
         );
     }
+    // Less than one period in all: none of the MS ms blocks was kept. (A
+    // short preemption inside block_in_read may be, rightly: scripts/vmtest
+    // saw 127 us of one on 6.1.)
+    let one = MS as u64 * 1000;
     let short = trace("offcputime", &["-f", "-p", "{pid}", "-M", &half]);
-    assert_eq!(
-        short.sum(in_read),
-        0,
+    assert!(
+        short.sum(in_read) < one,
         "-M {half} kept {MS} ms periods:\n{}",
         short.stdout
     );
     let long = trace("offcputime", &["-f", "-p", "{pid}", "-m", &double]);
-    assert_eq!(
-        long.sum(in_read),
-        0,
+    assert!(
+        long.sum(in_read) < one,
         "-m {double} kept {MS} ms periods:\n{}",
         long.stdout
     );
