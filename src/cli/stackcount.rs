@@ -207,6 +207,7 @@ impl StackcountArgs {
             destinations,
             style: fstyle,
             live,
+            push: None,
         })
     }
 
