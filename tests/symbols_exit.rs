@@ -132,7 +132,7 @@ fn traced(tool: &str, args: &[&str], mode: &str, exits: bool) -> String {
 fn heavy(tool: &str, folded: &str) -> BTreeSet<String> {
     let stacks: Vec<(Vec<String>, u64)> = parse_folded(folded)
         .into_iter()
-        .filter(|(f, _)| tool != "offwaketime" || f.last().is_some_and(|w| w == "workload-shortl"))
+        .filter(|(f, _)| tool != "offwaketime" || f.last().is_some_and(|w| w == "shortlived"))
         .collect();
     let total: u64 = stacks.iter().map(|(_, n)| n).sum();
     stacks
