@@ -87,10 +87,25 @@ impl Running {
 /// `{exe}` replaced) and returns flare's folded output. With `exit`, the
 /// process has exited well before flare stops.
 fn traced(tool: &str, args: &[&str], mode: &str, exits: bool) -> String {
-    let exe = workload("shortlived");
+    run_under("shortlived", &[mode, "1"], &[], tool, args, exits).0
+}
+
+/// Runs `NAME PRE.. 1 exit|stay POST..` (the stdio protocol of
+/// tests/workloads/shortlived.c) under flare; returns its stdout and stderr.
+fn run_under(
+    name: &str,
+    pre: &[&str],
+    post: &[&str],
+    tool: &str,
+    args: &[&str],
+    exits: bool,
+) -> (String, String) {
+    let exe = workload(name);
     let mut child = Reaper(
         Command::new(&exe)
-            .args([mode, "1", if exits { "exit" } else { "stay" }])
+            .args(pre)
+            .arg(if exits { "exit" } else { "stay" })
+            .args(post)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
@@ -101,7 +116,7 @@ fn traced(tool: &str, args: &[&str], mode: &str, exits: bool) -> String {
     let mut lines = BufReader::new(child.0.stdout.take().expect("stdout")).lines();
     let mut expect = |want: &str| {
         let line = lines.next().and_then(Result::ok);
-        assert_eq!(line.as_deref(), Some(want), "shortlived {mode}");
+        assert_eq!(line.as_deref(), Some(want), "{name} {pre:?}");
     };
     expect("ready");
     let mut argv = vec![tool.to_string()];
@@ -121,7 +136,7 @@ fn traced(tool: &str, args: &[&str], mode: &str, exits: bool) -> String {
             "the process is gone before flare stops"
         );
     }
-    let (out, _) = flare.stop();
+    let out = flare.stop();
     drop(stdin.take());
     out
 }
@@ -268,5 +283,75 @@ fn fork_storm_is_named() {
     assert!(
         named * 100 >= all * 95,
         "only {named} of {all} storm samples name storm_burn"
+    );
+}
+
+/// Runs `jitmap 1 exit|stay HOW` under a profile of it; returns the share
+/// of its samples in `jit_spin_loop`, and flare's stderr.
+fn jit_share(how: &str, exits: bool) -> (f64, String) {
+    let (out, err) = run_under(
+        "jitmap",
+        &["1"],
+        &[how],
+        "profile",
+        &["-p", "{pid}", "-U", "-f", "-F", "499"],
+        exits,
+    );
+    let stacks = parse_folded(&out);
+    let all: u64 = stacks.iter().map(|(_, n)| n).sum();
+    let jit: u64 = stacks
+        .iter()
+        .filter(|(f, _)| f.iter().any(|f| f == "jit_spin_loop"))
+        .map(|(_, n)| n)
+        .sum();
+    assert!(all >= 100, "too few samples ({all}):\n{out}{err}");
+    (jit as f64 / all as f64, err)
+}
+
+/// A perf map written by the process's own user (root here) names its
+/// JIT code, also once the process has exited and removed its map.
+#[test]
+fn perf_map_of_own_user_is_used_after_exit() {
+    if !require_bpf() {
+        return;
+    }
+    let _serial = serial();
+    let (share, err) = jit_share("", true);
+    assert!(
+        share >= 0.8,
+        "{:.0} % in jit_spin_loop\n{err}",
+        share * 100.0
+    );
+}
+
+/// The same for a process running as another user (uid 65534) that owns
+/// its map.
+#[test]
+fn perf_map_of_unprivileged_process_is_used() {
+    if !require_bpf() {
+        return;
+    }
+    let _serial = serial();
+    let (share, err) = jit_share("drop", false);
+    assert!(
+        share >= 0.8,
+        "{:.0} % in jit_spin_loop\n{err}",
+        share * 100.0
+    );
+}
+
+/// A map owned by a user other than the process's (and not root) is not
+/// trusted: ignored, with a note.
+#[test]
+fn perf_map_of_another_user_is_ignored() {
+    if !require_bpf() {
+        return;
+    }
+    let _serial = serial();
+    let (share, err) = jit_share("other", false);
+    assert_eq!(share, 0.0, "the untrusted map was used\n{err}");
+    assert!(
+        err.contains("ignoring /tmp/perf-") && err.contains("owned by uid 65534"),
+        "a note says why: {err}"
     );
 }
