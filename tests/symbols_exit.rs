@@ -101,9 +101,23 @@ fn run_under(
     exits: bool,
 ) -> (String, String) {
     let exe = workload(name);
+    run_command(Command::new(&exe), &exe, name, pre, post, tool, args, exits)
+}
+
+/// [`run_under`] for a workload started by `cmd` (`exe` is its binary).
+#[allow(clippy::too_many_arguments)]
+fn run_command(
+    mut cmd: Command,
+    exe: &std::path::Path,
+    name: &str,
+    pre: &[&str],
+    post: &[&str],
+    tool: &str,
+    args: &[&str],
+    exits: bool,
+) -> (String, String) {
     let mut child = Reaper(
-        Command::new(&exe)
-            .args(pre)
+        cmd.args(pre)
             .arg(if exits { "exit" } else { "stay" })
             .args(post)
             .stdin(Stdio::piped())
@@ -128,7 +142,7 @@ fn run_under(
     writeln!(stdin.as_mut().expect("stdin"), "go").expect("go");
     expect("done");
     if exits {
-        child.0.wait().expect("waiting for shortlived");
+        child.0.wait().expect("waiting for the workload");
         // Long enough for a process table reader to have missed it.
         std::thread::sleep(Duration::from_millis(500));
         assert!(
@@ -304,7 +318,7 @@ fn jit_share(how: &str, exits: bool) -> (f64, String) {
         .filter(|(f, _)| f.iter().any(|f| f == "jit_spin_loop"))
         .map(|(_, n)| n)
         .sum();
-    assert!(all >= 100, "too few samples ({all}):\n{out}{err}");
+    assert!(all >= 20, "too few samples ({all}):\n{out}{err}");
     (jit as f64 / all as f64, err)
 }
 
@@ -354,4 +368,57 @@ fn perf_map_of_another_user_is_ignored() {
         err.contains("ignoring /tmp/perf-") && err.contains("owned by uid 65534"),
         "a note says why: {err}"
     );
+}
+
+/// A process in its own mount and PID namespace, running a binary that
+/// exists only there (on a tmpfs mounted inside), is named by a
+/// system-wide profile, alive and after it exited.
+#[test]
+fn binary_only_in_a_container_is_named() {
+    if !require_bpf() {
+        return;
+    }
+    let _serial = serial();
+    let exe = workload("shortlived");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let inside = dir.path().join("shortlived");
+    for exits in [false, true] {
+        let script = format!(
+            "mount -t tmpfs none {d} && cp {exe} {inside} && exec {inside} \"$@\"",
+            d = dir.path().display(),
+            exe = exe.display(),
+            inside = inside.display(),
+        );
+        let mut cmd = Command::new("unshare");
+        cmd.args(["-m", "-p", "-f", "sh", "-c", &script, "sh"]);
+        let (out, err) = run_command(
+            cmd,
+            &exe,
+            "shortlived",
+            &["burn", "1"],
+            &[],
+            "profile",
+            &["-U", "-f", "-F", "499"],
+            exits,
+        );
+        assert!(
+            !inside.exists(),
+            "the binary exists only inside the namespace"
+        );
+        let stacks: Vec<(Vec<String>, u64)> = parse_folded(&out)
+            .into_iter()
+            .filter(|(f, _)| f[0] == "shortlived")
+            .collect();
+        let all: u64 = stacks.iter().map(|(_, n)| n).sum();
+        let named: u64 = stacks
+            .iter()
+            .filter(|(f, _)| f.join(";").contains(";sl_burn_outer;sl_burn"))
+            .map(|(_, n)| n)
+            .sum();
+        assert!(all >= 20, "too few samples ({all}):\n{out}{err}");
+        assert!(
+            named * 10 >= all * 9,
+            "exits={exits}: {named} of {all} samples named:\n{out}"
+        );
+    }
 }
