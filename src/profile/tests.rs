@@ -106,3 +106,9 @@ fn path_is_root_first_with_waker_leaf_first() {
     assert_eq!(path[6].kind, PathKind::WakerUser);
     assert_eq!(path[8].kind, PathKind::WakerProcess);
 }
+
+#[test]
+fn frames_stay_small() {
+    // Frames are many: the object is one shared pointer, the offset a u64.
+    assert_eq!(std::mem::size_of::<Frame>(), 56);
+}

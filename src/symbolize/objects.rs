@@ -84,6 +84,12 @@ impl ObjectCache {
             .collect()
     }
 
+    /// The number of objects with cached names.
+    #[cfg(test)]
+    pub(crate) fn objects(&self) -> usize {
+        self.entries.len()
+    }
+
     /// Parses `object`'s symbols now, so that later lookups are quick.
     pub(crate) fn warm(
         &mut self,
