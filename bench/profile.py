@@ -11,7 +11,10 @@ and peak RSS. Last, the cost to an unrelated process of a profiler aimed
 at another (idle) process at 4999 Hz: flare -p (task-bound events) against
 bpftrace's profile probe with a pid predicate (per-CPU events).
 
-usage: bench/profile.py [--rounds N] [--iterations N]   (as root)
+usage: bench/profile.py [--rounds N] [--iterations N] [--hz HZ] [--system-wide-only]   (as root)
+--hz sets the system-wide frequency (999 by default); the run also shows the
+floor every timer-driven profiler pays: an empty bpftrace probe at the
+same frequency.
 Peers that are not installed are skipped with a note.
 """
 
@@ -98,6 +101,7 @@ def peers(freq, pid=None):
             out["perf record -g"] = (["perf", "record", "-F", str(freq), "-a", "-g", "-o", "/tmp/flare-bench-perf.data", "-q"], NCPU)
         if shutil.which("bpftrace"):
             out["bpftrace"] = (["bpftrace", "-e", f"profile:hz:{freq} {{ @[kstack, ustack, comm] = count(); }}"], NCPU)
+            out["timer floor (empty)"] = (["bpftrace", "-e", f"profile:hz:{freq} {{ }}"], NCPU)
         probee = shutil.which("probee") or os.path.expanduser("~/.cargo/bin/probee")
         if os.path.exists(probee):
             out["profile-bee"] = ([probee, "--frequency", str(freq), "--time", "0", "-o", "/tmp/flare-bench-probee.folded"], 0)
@@ -159,6 +163,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--iterations", type=int, default=400000)
+    ap.add_argument("--hz", type=int, default=999)
+    ap.add_argument("--system-wide-only", action="store_true")
     args = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("bench/profile.py: run as root (the profilers need it)")
@@ -168,8 +174,10 @@ def main():
         spin = build("spin", tmp)
         manystacks = build("manystacks", tmp)
         work_all = [spin, str(args.iterations), str(NCPU)]
-        print(f"System-wide at 999 Hz, {NCPU} CPUs busy (median of {args.rounds}; ratio to the workload alone):")
-        overhead(work_all, args.rounds, peers(999))
+        print(f"System-wide at {args.hz} Hz, {NCPU} CPUs busy (median of {args.rounds}; ratio to the workload alone):")
+        overhead(work_all, args.rounds, peers(args.hz))
+        if args.system_wide_only:
+            return
 
         print("\nflare's own costs (4999 Hz, all CPUs, manystacks workload):")
         attach, done, stacks, rss = stop_to_output(tmp, manystacks)

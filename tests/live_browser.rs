@@ -103,8 +103,7 @@ fn live_page_in_headless_chromium() {
     );
 
     // Click-zoom into func_b: it spans the width; the breadcrumb leads back.
-    let func_b = b.find("#graph g.frame[data-name=\"func_b\"] rect");
-    b.click(&func_b);
+    b.click_css("#graph g.frame[data-name=\"func_b\"] rect");
     let crumbs = b.exec(
         "return [...document.querySelectorAll('#crumbs button')].map(x => x.textContent);",
         json!([]),
@@ -122,8 +121,7 @@ fn live_page_in_headless_chromium() {
     );
     let (w, full) = (widths[0].as_f64().unwrap(), widths[1].as_f64().unwrap());
     assert!(w > full * 0.99, "zoomed frame {w} of {full}");
-    let root = b.find("#crumbs button");
-    b.click(&root);
+    b.click_css("#crumbs button");
     let crumbs = page_number(
         &b,
         "return document.querySelectorAll('#crumbs button').length;",
@@ -194,14 +192,8 @@ fn stackcount_live_page_in_headless_chromium() {
         return;
     }
     let _g = serial();
-    const CALLS: u64 = 20_000;
-    let work = common::session::Workload::start("leafcalls", &[&CALLS.to_string()]);
-    let pattern = format!("{}:leaf", common::bpf::workload("leafcalls").display());
-    let pid = work.pid.to_string();
-    let served = serve::serve_tool("stackcount", &["-p", &pid, &pattern, "--serve"]);
-    // leafcalls makes its calls on SIGUSR1.
-    // SAFETY: kill has no memory-safety preconditions.
-    unsafe { kill(work.pid as i32, 10) };
+    const CALLS: u64 = serve::LEAF_CALLS;
+    let (_work, served) = serve::leafcalls_counted(&[]);
     let b = Browser::start();
     b.goto(&served.url);
     let values = wait_for("caller_a and caller_b frames", LONG, || {
@@ -223,8 +215,4 @@ fn stackcount_live_page_in_headless_chromium() {
         json!([]),
     );
     assert_eq!(unit, json!("events"));
-}
-
-extern "C" {
-    fn kill(pid: i32, sig: i32) -> i32;
 }

@@ -2,6 +2,7 @@
 //! library's plain config. Nothing below this module sees clap.
 
 pub mod analyze;
+pub mod docs;
 pub mod offcpu;
 pub mod output;
 pub mod profile;
@@ -42,6 +43,11 @@ pub enum Command {
     /// Summarize blocked time by kernel stack trace + waker stack
     #[command(after_help = offcpu::OFFWAKETIME_EXAMPLES)]
     Offwaketime(offcpu::OffwaketimeArgs),
+    /// Print shell completions (bash, zsh, fish, elvish, powershell)
+    Completions(docs::CompletionsArgs),
+    /// Print the man page (roff)
+    #[command(hide = true)]
+    Man(docs::ManArgs),
 }
 
 /// A comma-separated list of process or thread ids (`185,186`).

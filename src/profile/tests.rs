@@ -112,3 +112,16 @@ fn frames_stay_small() {
     // Frames are many: the object is one shared pointer, the offset a u64.
     assert_eq!(std::mem::size_of::<Frame>(), 56);
 }
+
+#[test]
+fn merging_sums_extra_values_too() {
+    let mut a = sample("app", 1, &["f"], &[], 2);
+    a.extra = vec![10, 1].into();
+    let mut b = sample("app", 1, &["f"], &[], 3);
+    b.extra = vec![5, 2].into();
+    let mut p = profile(vec![a, b]);
+    p.merge_identical();
+    assert_eq!(p.samples.len(), 1);
+    assert_eq!(p.samples[0].value, 5);
+    assert_eq!(&*p.samples[0].extra, &[15, 3]);
+}

@@ -17,6 +17,34 @@ pub fn twofuncs(seconds: &str, share_a: &str) -> Workload {
     w
 }
 
+/// Calls leafcalls makes on its signal: half through caller_a, half
+/// through caller_b.
+#[allow(dead_code)] // Not every test binary counts calls.
+pub const LEAF_CALLS: u64 = 20_000;
+
+/// Starts leafcalls and `flare stackcount -p PID EXTRA.. LEAF --serve`
+/// counting its leaf(), then lets it make its calls.
+#[allow(dead_code)] // Not every test binary counts calls.
+pub fn leafcalls_counted(extra: &[&str]) -> (Workload, Served) {
+    let work = Workload::start("leafcalls", &[&LEAF_CALLS.to_string()]);
+    let pattern = format!("{}:leaf", super::bpf::workload("leafcalls").display());
+    let pid = work.pid.to_string();
+    let mut args = vec!["-p", &pid];
+    args.extend_from_slice(extra);
+    args.extend([pattern.as_str(), "--serve"]);
+    let served = serve_tool("stackcount", &args);
+    // leafcalls makes its calls on SIGUSR1.
+    // SAFETY: kill has no memory-safety preconditions.
+    unsafe { kill(work.pid as i32, SIGUSR1) };
+    (work, served)
+}
+
+const SIGUSR1: i32 = 10;
+
+extern "C" {
+    fn kill(pid: i32, sig: i32) -> i32;
+}
+
 /// A running `flare profile ... --serve`.
 pub struct Served {
     pub flare: Reaper,

@@ -252,6 +252,26 @@ impl Browser {
         self.call("POST", &format!("/element/{element}/click"), json!({}));
     }
 
+    /// Finds the element `css` selects and clicks it. The live page redraws
+    /// its graph every interval, so an element found a moment ago may be
+    /// gone by the click: then it is found again (a few times at most).
+    #[allow(dead_code)] // Not every test binary clicks redrawn elements.
+    pub fn click_css(&self, css: &str) {
+        for _ in 0..5 {
+            let element = self.find(css);
+            let path = format!("/session/{}/element/{element}/click", self.session);
+            let (code, text) = http(self.port, "POST", &path, Some("{}"));
+            if code == 200 {
+                return;
+            }
+            assert!(
+                text.contains("stale element reference"),
+                "WebDriver click on {css}: {text}"
+            );
+        }
+        panic!("{css} was redrawn under every click");
+    }
+
     pub fn type_into(&self, element: &str, text: &str) {
         self.call(
             "POST",

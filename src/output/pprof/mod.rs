@@ -258,6 +258,11 @@ pub fn build(profile: &Profile, time_nanos: i64) -> proto::Profile {
         _ => 1,
     };
     b.out.default_sample_type = b.out.sample_type.last().map(|t| t.r#type).unwrap_or(0);
+    // Values samples carry beside the main one follow it, as they are.
+    for e in &meta.extra_values {
+        let t = b.value_type(&e.name, &e.unit);
+        b.out.sample_type.push(t);
+    }
     b.out.time_nanos = time_nanos;
     b.out.duration_nanos = meta.duration.as_nanos() as i64;
     let mut comments = vec![format!("flare {}: {}", meta.tool, meta.event)];
@@ -315,6 +320,10 @@ pub fn build(profile: &Profile, time_nanos: i64) -> proto::Profile {
             value: types
                 .iter()
                 .map(|&(_, _, m)| (s.value * m) as i64)
+                .chain(
+                    (0..meta.extra_values.len())
+                        .map(|i| s.extra.get(i).copied().unwrap_or(0) as i64),
+                )
                 .collect(),
             label,
         });
@@ -327,7 +336,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::profile::{Kind, Meta, ObjectRef, Sample, Trace};
+    use crate::profile::{ExtraValue, Kind, Meta, ObjectRef, Sample, TaskStack, Trace};
 
     fn frame(name: &str, addr: u64, object: &Arc<ObjectRef>, offset: u64) -> Frame {
         Frame {
@@ -375,5 +384,40 @@ mod tests {
             let offset = l.address - m.memory_start + m.file_offset;
             assert!([0x1100, 0x2200].contains(&offset), "{offset:#x}");
         }
+    }
+
+    #[test]
+    fn extra_values_follow_the_main_sample_types() {
+        let mut meta = Meta::new(Kind::Cpu, "cpu-clock");
+        meta.period_ns = Some(10);
+        meta.extra_values.push(ExtraValue {
+            name: "wall".into(),
+            unit: "nanoseconds".into(),
+        });
+        let task = TaskStack {
+            pid: Some(1),
+            tid: None,
+            comm: "app".into(),
+            user: Trace::Frames(Vec::new()),
+            kernel: Trace::NotCollected,
+        };
+        let mut sample = Sample::new(task, None, 3);
+        sample.extra = vec![700].into();
+        let p = build(
+            &Profile {
+                meta,
+                samples: vec![sample],
+            },
+            0,
+        );
+        let names: Vec<&str> = p
+            .sample_type
+            .iter()
+            .map(|t| p.string_table[t.r#type as usize].as_str())
+            .collect();
+        assert_eq!(names, ["samples", "cpu", "wall"]);
+        assert_eq!(p.sample[0].value, [3, 30, 700]);
+        // The default stays the main value's.
+        assert_eq!(p.string_table[p.default_sample_type as usize], "cpu");
     }
 }

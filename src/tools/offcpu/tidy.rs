@@ -5,7 +5,7 @@
 //! summed per waker name, as bcc keys them.
 
 use super::Tool;
-use crate::profile::{Profile, Sample, TaskStack, Trace};
+use crate::profile::{Sample, TaskStack, Trace};
 
 /// True for frames of the BPF tracing machinery: programs
 /// (`bpf_prog_<tag>_<name>`), trampolines, and the tracepoint glue that
@@ -40,15 +40,8 @@ fn strip(task: &mut TaskStack) {
     }
 }
 
-/// Strips tracing frames, merges what became identical and sorts by
-/// value, smallest first (bcc's order).
-pub fn tidy(profile: &mut Profile, tool: Tool) {
-    tidy_samples(&mut profile.samples, tool);
-    profile.merge_identical();
-    profile.sort_ascending();
-}
-
-/// The per-sample part of [`tidy`], for views that merge later.
+/// Strips tracing frames (and keys wakeuptime's wakers by name only); the
+/// pipeline then merges what became identical.
 pub fn tidy_samples(samples: &mut [Sample], tool: Tool) {
     for s in samples {
         strip(&mut s.task);
@@ -65,7 +58,7 @@ pub fn tidy_samples(samples: &mut [Sample], tool: Tool) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::profile::{Frame, FrameKind, Kind, Meta, Sample};
+    use crate::profile::{Frame, FrameKind, Kind, Meta, Profile, Sample};
 
     fn kernel(names: &[&str]) -> Trace {
         Trace::Frames(
@@ -131,7 +124,9 @@ mod tests {
             ),
             sample(&DEEP, 1),
         ];
-        tidy(&mut p, Tool::OffCpu);
+        tidy_samples(&mut p.samples, Tool::OffCpu);
+        p.merge_identical();
+        p.sort_ascending();
         let names: Vec<Vec<&str>> = p
             .samples
             .iter()
