@@ -8,11 +8,16 @@
 //! warnings, written by [`output`]) and the live view ([`live`]).
 //! [`pipeline`] runs any collector into any sinks; the binary only parses
 //! arguments into configs and sinks. `docs/ARCHITECTURE.md` has the map.
+//! [`export`] holds the push exporters (Pyroscope, Parca, OTLP, a
+//! directory) and their sink; [`agent`] runs the profile collector without
+//! end, window after window, into them.
 
+pub mod agent;
 pub mod analysis;
 pub mod bpf;
 pub mod collect;
 pub mod error;
+pub mod export;
 pub mod live;
 pub mod output;
 pub mod pipeline;

@@ -22,6 +22,7 @@ fn main() -> ExitCode {
         cli::Command::Top(args) => run::analyze::top(&args),
         cli::Command::Completions(args) => run::docs::completions(&args),
         cli::Command::Man(_) => run::docs::man(),
+        cli::Command::Agent(args) => cli::agent::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

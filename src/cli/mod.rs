@@ -1,6 +1,7 @@
 //! The command line: one clap struct per tool, each converted into the
 //! library's plain config. Nothing below this module sees clap.
 
+pub mod agent;
 pub mod analyze;
 pub mod docs;
 pub mod offcpu;
@@ -48,6 +49,9 @@ pub enum Command {
     /// Print the man page (roff)
     #[command(hide = true)]
     Man(docs::ManArgs),
+    /// Profile continuously and push each window to Pyroscope, Parca, OTLP or a directory
+    #[command(after_help = agent::EXAMPLES)]
+    Agent(agent::AgentArgs),
 }
 
 /// A comma-separated list of process or thread ids (`185,186`).

@@ -142,5 +142,6 @@ pub fn request(
         destinations,
         style,
         live,
+        push: None,
     })
 }

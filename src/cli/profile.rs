@@ -104,6 +104,9 @@ pub struct ProfileArgs {
 
     #[command(flatten)]
     pub output: OutputArgs,
+
+    #[command(flatten)]
+    pub push: super::agent::PushArgs,
 }
 
 impl ProfileArgs {
@@ -139,14 +142,16 @@ impl ProfileArgs {
     pub fn request(&self) -> anyhow::Result<crate::run::Request> {
         let config = self.config();
         let printer = super::output::bcc_printer(&self.output, self.folded, self.style(), None);
-        super::output::request(
+        let mut request = super::output::request(
             ToolConfig::Profile(config.clone()),
             config.duration,
             &self.output,
             self.serve.options(),
             printer,
             self.style(),
-        )
+        )?;
+        request.push = self.push.config_if_any()?;
+        Ok(request)
     }
 
     /// How stacks are printed.

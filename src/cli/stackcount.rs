@@ -203,6 +203,7 @@ impl StackcountArgs {
             destinations,
             style: fstyle,
             live,
+            push: None,
         })
     }
 

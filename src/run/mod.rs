@@ -9,6 +9,8 @@ pub mod docs;
 use std::sync::mpsc;
 
 use anyhow::{Context, Result};
+use flare::export::push::PushConfig;
+use flare::export::sink::PushSink;
 use flare::live::sink::LiveSink;
 use flare::live::Options as LiveOptions;
 use flare::output::StackStyle;
@@ -28,11 +30,16 @@ pub struct Request {
     pub style: StackStyle,
     /// `--serve`.
     pub live: Option<LiveOptions>,
+    /// `--pyroscope`, `--otlp`, `--parca`: push the profile too.
+    pub push: Option<PushConfig>,
 }
+
+/// How long a one-shot run tries to deliver its profile at the end.
+const PUSH_FLUSH: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// A channel that receives once per SIGINT/SIGTERM. Installs the handler,
 /// which can be done once per process.
-fn stop_signal() -> Result<mpsc::Receiver<()>> {
+pub fn stop_signal() -> Result<mpsc::Receiver<()>> {
     let (tx, rx) = mpsc::channel();
     ctrlc::set_handler(move || {
         let _ = tx.send(());
@@ -50,10 +57,24 @@ pub fn run(request: Request) -> Result<()> {
     let mut warnings = Warnings;
     let mut files = Files::new(request.destinations, request.style);
     let mut live = request.live.map(LiveSink::new);
+    let mut push = match request.push {
+        Some(p) => {
+            let host = flare::export::labels::hostname();
+            let senders = p.senders(&host).map_err(anyhow::Error::msg)?;
+            Some(PushSink::new(senders, &host))
+        }
+        None => None,
+    };
     let mut sinks: Vec<&mut dyn Sink> = vec![&mut printer, &mut warnings, &mut files];
     if let Some(l) = live.as_mut() {
         sinks.push(l);
     }
-    pipeline::run(collector, &mut sinks, &request.plan, &stop)?;
-    Ok(())
+    if let Some(p) = push.as_mut() {
+        sinks.push(p);
+    }
+    let result = pipeline::run(collector, &mut sinks, &request.plan, &stop);
+    if let Some(p) = push {
+        crate::cli::agent::report(p.finish(PUSH_FLUSH));
+    }
+    Ok(result?)
 }
