@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages flare needs to build (and, with --test, to
-# run its tests), when missing. Safe to run again: it does nothing when
-# everything is there.
+# run its tests; with --vm, to run them in virtual machines), when
+# missing. Safe to run again: it does nothing when everything is there.
 set -euo pipefail
 
 packages=(clang llvm libelf-dev zlib1g-dev pkg-config make gcc systemtap-sdt-dev)
@@ -11,6 +11,10 @@ if [ "${1:-}" = "--test" ]; then
     # libc6-dbg: libc's debug file, whose local functions the symbol
     # tests expect to see named.
     packages+=(golang-go chromium chromium-driver libc6-dbg)
+fi
+# scripts/vmtest boots other kernels in QEMU with a busybox initramfs.
+if [ "${1:-}" = "--vm" ]; then
+    packages+=(qemu-system-x86 busybox-static cpio)
 fi
 missing=()
 for p in "${packages[@]}"; do

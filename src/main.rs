@@ -21,6 +21,8 @@ fn main() -> ExitCode {
         cli::Command::Diff(args) => run::analyze::diff(&args),
         cli::Command::Top(args) => run::analyze::top(&args),
         cli::Command::Agent(args) => cli::agent::run(&args),
+        cli::Command::Completions(args) => run::docs::completions(&args),
+        cli::Command::Man(_) => run::docs::man(),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -162,10 +162,18 @@ fn pid_namespace_pids_are_the_users_pids() {
     let _g = serial();
     // flare and the workload both run in a new PID namespace; -p gets the
     // PID as seen there, and the output shows it the same way.
+    // The work starts after `delay` s, once flare is attached: longer in
+    // emulated guests (scripts/vmtest without KVM), where loading is slow.
+    let delay = if std::env::var_os("FLARE_EMULATED").is_some() {
+        4
+    } else {
+        1
+    };
     let script = format!(
-        "{w} 1.5 25 < <(echo go; sleep 6) > /dev/null & pid=$!; echo \"inner $pid\"; {f} profile -F 199 -p $pid 3",
+        "{w} 1.5 25 < <(sleep {delay}; echo go; sleep 6) > /dev/null & pid=$!; echo \"inner $pid\"; {f} profile -F 199 -p $pid {secs}",
         w = workload("twofuncs").display(),
         f = env!("CARGO_BIN_EXE_flare"),
+        secs = delay + 3,
     );
     let out = Command::new("unshare")
         .args(["--pid", "--fork", "--mount-proc", "bash", "-c", &script])

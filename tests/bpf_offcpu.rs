@@ -65,7 +65,12 @@ fn attached(pid: u32, links: usize) -> bool {
     let count = fs::read_dir(format!("/proc/{pid}/fd"))
         .map(|d| {
             d.filter_map(|e| fs::read_link(e.ok()?.path()).ok())
-                .filter(|t| t.to_string_lossy() == "anon_inode:bpf_link")
+                // Kernels before 5.15 attach kprobes through perf events,
+                // with no BPF link object.
+                .filter(|t| {
+                    let t = t.to_string_lossy();
+                    t == "anon_inode:bpf_link" || t == "anon_inode:[perf_event]"
+                })
                 .count()
         })
         .unwrap_or(0);
@@ -151,10 +156,16 @@ fn trace(tool: &str, args: &[&str]) -> Traced {
 }
 
 fn assert_about(what: &str, got: f64, want: f64, t: &Traced) {
+    // Emulated guests (scripts/vmtest without KVM) run the workload's own
+    // clock reads many times slower: its truth is rougher there.
+    let tolerance = match std::env::var_os("FLARE_EMULATED") {
+        Some(_) => 25.0,
+        None => 10.0,
+    };
     let err = (got - want).abs() / want;
     assert!(
-        err <= 0.10,
-        "{what}: {got:.0} us, expected {want:.0} us within 10 % (off by {:.1} %)\n{}",
+        err * 100.0 <= tolerance,
+        "{what}: {got:.0} us, expected {want:.0} us within {tolerance} % (off by {:.1} %)\n{}",
         err * 100.0,
         t.stdout
     );
@@ -164,7 +175,11 @@ fn assert_about(what: &str, got: f64, want: f64, t: &Traced) {
 fn assert_blocker_time(t: &Traced, pick: impl Fn(&str) -> bool) {
     let got = t.sum(pick) as f64;
     assert_about("blocked time in block_in_read", got, t.blocked_us, t);
-    assert_about("blocked time vs ROUNDS x MS", got, TRUTH_US, t);
+    // Sleeps overshoot in emulated guests (scripts/vmtest without KVM):
+    // there the workload's own measurement is the only truth.
+    if std::env::var_os("FLARE_EMULATED").is_none() {
+        assert_about("blocked time vs ROUNDS x MS", got, TRUTH_US, t);
+    }
 }
 
 fn no_tracing_frames(t: &Traced) {
@@ -398,6 +413,11 @@ fn kprobe_attach_works_or_says_why_not() {
         return;
     }
     let kprobes = std::path::Path::new("/sys/bus/event_source/devices/kprobe").exists();
+    assert_ne!(
+        common::bpf::kernel_can("kprobe").map(|must| must == kprobes),
+        Some(false),
+        "the kernel's kprobes are not what scripts/vmtest expects"
+    );
     if kprobes {
         let _g = serial();
         let t = trace(

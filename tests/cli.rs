@@ -149,3 +149,41 @@ fn closed_pipe_ends_quietly() {
         "no errors or panics on stderr: {err}"
     );
 }
+
+#[test]
+fn min_block_time_above_max_is_refused() {
+    fails_with(
+        &["offcputime", "-m", "100", "-M", "10", "1"],
+        "the minimum block time (100 us, -m) is above the maximum (10 us, -M)",
+    );
+}
+
+#[test]
+fn completions_and_man_page_come_from_the_parser() {
+    for (shell, start) in [
+        ("bash", "_flare()"),
+        ("zsh", "#compdef flare"),
+        ("fish", ""),
+    ] {
+        let out = flare().args(["completions", shell]).output().unwrap();
+        assert!(out.status.success(), "completions {shell}");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.starts_with(start), "{shell}: {text:.80}");
+        // Every tool and a recent option are in there.
+        assert!(
+            text.contains("offwaketime") && text.contains("kprobe-multi"),
+            "{shell}"
+        );
+    }
+    let out = flare().arg("man").output().unwrap();
+    let man = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        man.starts_with(".ie") || man.contains(".TH flare 1"),
+        "{man:.200}"
+    );
+    assert!(
+        man.contains("FLARE STACKCOUNT") && man.contains("Examples:"),
+        "{man:.200}"
+    );
+    fails_with(&["completions", "tcsh"], "invalid value 'tcsh'");
+}

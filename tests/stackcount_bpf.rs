@@ -5,162 +5,20 @@
 
 mod common;
 
-use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Read};
-use std::process::{Child, ChildStdout, Command, Stdio};
+use std::process::Stdio;
 
-use common::bpf::{flare, require_bpf, serial, workload, Reaper};
-
-/// A workload waiting for SIGUSR1, with its stdout for "ready"/"done".
-struct Workload {
-    child: Reaper,
-    out: BufReader<ChildStdout>,
-}
-
-impl Workload {
-    fn start(name: &str, args: &[&str]) -> Self {
-        let mut child = Command::new(workload(name))
-            .args(args)
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("starting workload");
-        let out = BufReader::new(child.stdout.take().expect("piped stdout"));
-        let mut w = Workload {
-            child: Reaper(child),
-            out,
-        };
-        w.expect_line("ready");
-        w
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.0.id()
-    }
-
-    fn expect_line(&mut self, want: &str) {
-        let mut line = String::new();
-        self.out.read_line(&mut line).expect("reading workload");
-        assert_eq!(line.trim(), want, "workload output");
-    }
-
-    /// Starts the work and waits until it is all done.
-    fn go(&mut self) {
-        signal(self.pid(), libc::SIGUSR1);
-        self.expect_line("done");
-    }
-}
-
-fn signal(pid: u32, sig: i32) {
-    // SAFETY: kill has no memory preconditions.
-    assert_eq!(unsafe { libc::kill(pid as i32, sig) }, 0, "kill {pid}");
-}
-
-/// flare stackcount running until interrupted.
-struct Tracer {
-    child: Reaper,
-    header: String,
-}
-
-impl Tracer {
-    /// Starts flare and waits for its header (stdout, or stderr with -f),
-    /// which it prints once every probe is attached.
-    fn start(args: &[&str]) -> Self {
-        let mut child = flare()
-            .arg("stackcount")
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("starting flare");
-        let folded = args.contains(&"-f");
-        let mut header = String::new();
-        let n = if folded {
-            read_line_unbuffered(child.stderr.as_mut().expect("stderr"), &mut header)
-        } else {
-            read_line_unbuffered(child.stdout.as_mut().expect("stdout"), &mut header)
-        };
-        if n == 0 || !header.starts_with("Tracing ") {
-            let mut rest = String::new();
-            if let Some(e) = child.stderr.as_mut() {
-                let _ = e.read_to_string(&mut rest);
-            }
-            panic!("flare {args:?} did not start: {header}{rest}");
-        }
-        Tracer {
-            child: Reaper(child),
-            header: header.trim_end().to_string(),
-        }
-    }
-
-    /// Interrupts flare and returns the rest of its standard output.
-    fn finish(mut self) -> String {
-        signal(self.child.0.id(), libc::SIGINT);
-        wait_output(&mut self.child.0)
-    }
-}
-
-/// Reads one line byte by byte, so that nothing after it is buffered away.
-fn read_line_unbuffered(r: &mut impl Read, line: &mut String) -> usize {
-    let mut byte = [0u8; 1];
-    let mut bytes = Vec::new();
-    while r.read(&mut byte).unwrap_or(0) == 1 {
-        bytes.push(byte[0]);
-        if byte[0] == b'\n' {
-            break;
-        }
-    }
-    line.push_str(&String::from_utf8_lossy(&bytes));
-    bytes.len()
-}
-
-fn wait_output(child: &mut Child) -> String {
-    let mut out = String::new();
-    child
-        .stdout
-        .take()
-        .expect("stdout")
-        .read_to_string(&mut out)
-        .expect("reading flare output");
-    let status = child.wait().expect("waiting for flare");
-    let mut err = String::new();
-    if let Some(mut e) = child.stderr.take() {
-        let _ = e.read_to_string(&mut err);
-    }
-    assert!(status.success(), "flare failed ({status}): {err}\n{out}");
-    out
-}
-
-/// Counts of the multi-line output, keyed by the stack's frames joined
-/// with `;` (leaf first), summed over intervals.
-fn text_counts(out: &str) -> HashMap<String, u64> {
-    let mut counts = HashMap::new();
-    for block in out.split("\n\n") {
-        let lines: Vec<&str> = block.lines().filter(|l| !l.is_empty()).collect();
-        let Some(last) = lines.last() else { continue };
-        let Ok(n) = last.trim().parse::<u64>() else {
-            continue;
-        };
-        let frames: Vec<&str> = lines[..lines.len() - 1]
-            .iter()
-            .filter(|l| l.starts_with("  ") && !l.starts_with("    "))
-            .map(|l| l.trim())
-            .collect();
-        *counts.entry(frames.join(";")).or_default() += n;
-    }
-    counts
-}
-
-fn folded_counts(out: &str) -> HashMap<String, u64> {
-    let mut counts = HashMap::new();
-    for line in out.lines() {
-        let (stack, n) = line.rsplit_once(' ').expect("folded line");
-        *counts.entry(stack.to_string()).or_default() += n.parse::<u64>().expect("count");
-    }
-    counts
-}
+use common::bpf::{flare, require_bpf, serial, workload};
+use common::stackcount::{folded_counts, signal, text_counts, wait_output, Tracer, Workload};
 
 const CALLS: u64 = 20_000;
+
+/// Whether the kernel's user stack at a uprobe on a function's first
+/// instruction holds the function's caller (the return address is on the
+/// stack, not yet in a frame). Debian 11's 5.10 leaves it out
+/// (`scripts/vmtest` says so); newer kernels add it.
+fn entry_caller_unwound() -> bool {
+    common::bpf::kernel_can("uprobe-caller") != Some(false)
+}
 
 #[test]
 fn uprobe_counts_every_call_once_per_caller() {
@@ -186,8 +44,18 @@ fn uprobe_counts_every_call_once_per_caller() {
             .map(|(_, v)| *v)
             .sum::<u64>()
     };
-    assert_eq!(via("caller_a"), CALLS / 2, "{out}");
-    assert_eq!(via("caller_b"), CALLS / 2, "{out}");
+    if entry_caller_unwound() {
+        assert_eq!(via("caller_a"), CALLS / 2, "{out}");
+        assert_eq!(via("caller_b"), CALLS / 2, "{out}");
+    } else {
+        // The caller is lost, its caller shows: leaf;main.
+        let leaf_main: u64 = counts
+            .iter()
+            .filter(|(k, _)| k.starts_with("leaf;main"))
+            .map(|(_, v)| *v)
+            .sum();
+        assert_eq!(leaf_main, CALLS, "{out}");
+    }
     assert_eq!(counts.values().sum::<u64>(), CALLS, "{out}");
     // -p: no process line (bcc); the run ends with Detaching...
     assert!(!out.contains("leafcalls ["), "{out}");
@@ -218,7 +86,12 @@ fn globs_and_regexes_attach_every_match() {
             counts
                 .iter()
                 .filter(|(k, _)| {
-                    k.starts_with("workload-leafca;") && k.ends_with(&format!(";main;{f}"))
+                    // Without the entry caller, main is lost under f.
+                    let tail = match entry_caller_unwound() {
+                        true => format!(";main;{f}"),
+                        false => format!(";{f}"),
+                    };
+                    k.starts_with("workload-leafca;") && k.ends_with(&tail)
                 })
                 .map(|(_, v)| *v)
                 .sum::<u64>()
@@ -277,6 +150,10 @@ fn intervals_with_timestamps_lose_nothing() {
             })
             .collect()
     };
+    if !entry_caller_unwound() {
+        // leaf's callers are not in its stacks: nothing tells them apart.
+        return;
+    }
     let (a, b) = (per_caller("caller_a"), per_caller("caller_b"));
     assert_eq!(a.iter().sum::<u64>(), CALLS / 2, "{out}");
     assert_eq!(b.iter().sum::<u64>(), CALLS / 2, "{out}");

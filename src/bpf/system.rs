@@ -16,7 +16,22 @@ pub fn check_environment() -> Result<()> {
     if !Path::new("/sys/kernel/btf/vmlinux").exists() {
         return Err(Error::NoBtf);
     }
-    Ok(())
+    check_kernel_version(super::probe::kernel_version())
+}
+
+/// The oldest kernel flare supports.
+pub const OLDEST_KERNEL: (u32, u32) = (5, 8);
+
+/// Fails with one line naming what a kernel older than [`OLDEST_KERNEL`]
+/// lacks. (0, 0), an unreadable version, is let through: loading says.
+pub fn check_kernel_version((major, minor): (u32, u32)) -> Result<()> {
+    if (major, minor) == (0, 0) || (major, minor) >= OLDEST_KERNEL {
+        return Ok(());
+    }
+    Err(Error::Unsupported(format!(
+        "Linux {major}.{minor} is older than {}.{}, the oldest flare supports: it lacks the bpf_get_ns_current_pid_tgid helper (5.7) flare's BPF programs call, and CAP_BPF and CAP_PERFMON (5.8)",
+        OLDEST_KERNEL.0, OLDEST_KERNEL.1
+    )))
 }
 
 /// True when the effective capability set has CAP_BPF (39) and
@@ -149,6 +164,16 @@ pub fn threads(pid: u32) -> Result<Vec<u32>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kernels_older_than_5_8_are_refused_in_one_line() {
+        let err = check_kernel_version((5, 4)).unwrap_err().to_string();
+        assert!(err.starts_with("Linux 5.4 is older than 5.8"), "{err}");
+        assert!(err.contains("bpf_get_ns_current_pid_tgid") && !err.contains('\n'));
+        assert!(check_kernel_version((5, 8)).is_ok());
+        assert!(check_kernel_version((6, 18)).is_ok());
+        assert!(check_kernel_version((0, 0)).is_ok());
+    }
 
     #[test]
     fn cpu_lists() {

@@ -3,6 +3,7 @@
 
 pub mod agent;
 pub mod analyze;
+pub mod docs;
 pub mod offcpu;
 pub mod output;
 pub mod profile;
@@ -46,6 +47,11 @@ pub enum Command {
     /// Profile continuously and push each window to Pyroscope, Parca, OTLP or a directory
     #[command(after_help = agent::EXAMPLES)]
     Agent(agent::AgentArgs),
+    /// Print shell completions (bash, zsh, fish, elvish, powershell)
+    Completions(docs::CompletionsArgs),
+    /// Print the man page (roff)
+    #[command(hide = true)]
+    Man(docs::ManArgs),
 }
 
 /// A comma-separated list of process or thread ids (`185,186`).

@@ -181,6 +181,10 @@ pub struct OffcputimeArgs {
     #[arg(long, value_name = "STATE")]
     pub state: Option<u64>,
 
+    /// Show address offsets (symbol+0xOFFSET)
+    #[arg(short = 's', long)]
+    pub offset: bool,
+
     #[command(flatten)]
     pub common: CommonArgs,
 }
@@ -271,6 +275,7 @@ impl OffcputimeArgs {
         c.stacks = self.stacks.stacks();
         c.state = self.state;
         c.stack_storage_size = self.stack_storage_size;
+        c.offsets = self.offset;
         self.common.apply(&mut c);
         c
     }

@@ -3,13 +3,13 @@
 
 use std::time::Duration;
 
-use clap::Args;
+use clap::{Args, ValueEnum};
 use flare::output::stackcount::Style;
 use flare::output::StackStyle;
 use flare::pipeline::{Mode, Plan};
 use flare::sinks::print::HeaderTo;
 use flare::sinks::PrinterOptions;
-use flare::tools::stackcount::{Config, Pattern, Stacks};
+use flare::tools::stackcount::{Config, KernelAttach, Pattern, Stacks};
 use flare::tools::ToolConfig;
 
 use super::output::OutputArgs;
@@ -34,6 +34,19 @@ Examples:
     flare stackcount -f -D 5 c:malloc > out.folded   # folded, for flame graphs
     flare stackcount -D 5 -o malloc.svg c:malloc     # a flame graph of the callers
     flare stackcount c:malloc --serve  # a live flame graph of the callers (URL on stderr)";
+
+/// How to attach kernel functions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum KernelAttachArg {
+    /// Multi-kprobes, else kprobes, else fentry: the first this kernel has
+    Auto,
+    /// One kprobe per function
+    Kprobe,
+    /// One multi-kprobe link for all functions (Linux 5.18+)
+    KprobeMulti,
+    /// fentry, one program per function (refused under kernel lockdown)
+    Fentry,
+}
 
 #[derive(Debug, Args)]
 pub struct StackcountArgs {
@@ -97,6 +110,10 @@ pub struct StackcountArgs {
     #[arg(long)]
     pub include_self: bool,
 
+    /// How to attach kernel functions
+    #[arg(long, value_enum, default_value_t = KernelAttachArg::Auto)]
+    pub attach: KernelAttachArg,
+
     #[command(flatten)]
     pub serve: super::serve::ServeArgs,
 
@@ -123,6 +140,12 @@ impl StackcountArgs {
             stack_storage_size: self.stack_storage_size,
             offsets: self.offset,
             include_self: self.include_self,
+            attach: match self.attach {
+                KernelAttachArg::Auto => None,
+                KernelAttachArg::Kprobe => Some(KernelAttach::Kprobe),
+                KernelAttachArg::KprobeMulti => Some(KernelAttach::KprobeMulti),
+                KernelAttachArg::Fentry => Some(KernelAttach::Fentry),
+            },
             ..Config::default()
         }
     }
@@ -231,6 +254,21 @@ mod tests {
         let s = parse(&["-d", "-p", "1", "x:y"]).unwrap().style(true);
         assert!(s.delimited && !s.tasks);
         assert!(!parse(&["-d", "-U", "x:y"]).unwrap().style(true).delimited);
+    }
+
+    #[test]
+    fn attach_modes_are_named() {
+        assert_eq!(parse(&["f"]).unwrap().config().attach, None);
+        for (arg, want) in [
+            ("kprobe", KernelAttach::Kprobe),
+            ("kprobe-multi", KernelAttach::KprobeMulti),
+            ("fentry", KernelAttach::Fentry),
+        ] {
+            let c = parse(&["--attach", arg, "f"]).unwrap().config();
+            assert_eq!(c.attach, Some(want));
+            assert_eq!(want.name(), arg);
+        }
+        assert!(parse(&["--attach", "uprobe", "f"]).is_err());
     }
 
     #[test]

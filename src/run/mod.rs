@@ -4,6 +4,7 @@
 //! formats.
 
 pub mod analyze;
+pub mod docs;
 
 use std::sync::mpsc;
 

@@ -25,6 +25,22 @@ pub fn require_bpf() -> bool {
     false
 }
 
+/// What `scripts/vmtest` says this kernel must be able to do
+/// (`FLARE_KERNEL_CAN=kprobe,fentry,...`): Some(true) when `what` is
+/// listed, Some(false) when it is not, None outside the matrix (then
+/// either outcome is accepted, a refusal only when clearly worded).
+pub fn kernel_can(what: &str) -> Option<bool> {
+    let can = std::env::var("FLARE_KERNEL_CAN").ok()?;
+    Some(can.split(',').any(|c| c.trim() == what))
+}
+
+/// Workloads come prebuilt (`FLARE_WORKLOADS=DIR`) where there is no
+/// compiler, as inside `scripts/vmtest`'s virtual machines.
+fn prebuilt_workload(name: &str) -> Option<PathBuf> {
+    let dir = std::env::var_os("FLARE_WORKLOADS")?;
+    Some(PathBuf::from(dir).join(format!("workload-{name}")))
+}
+
 extern "C" {
     #[link_name = "geteuid"]
     fn libc_geteuid() -> u32;
@@ -45,6 +61,10 @@ pub fn workload(name: &str) -> PathBuf {
     let mut built = built.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(p) = built.get(name) {
         return p.clone();
+    }
+    if let Some(p) = prebuilt_workload(name) {
+        built.insert(name.to_string(), p.clone());
+        return p;
     }
     let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("tests/workloads/{name}.c"));
     let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("workload-{name}"));

@@ -10,4 +10,5 @@ pub mod rich;
 pub mod schema;
 pub mod serve;
 pub mod session;
+pub mod stackcount;
 pub mod webdriver;

@@ -16,6 +16,7 @@ pub use session::Session;
 pub use tidy::{is_tracing_frame, tidy_samples};
 
 use crate::collect::Stacks;
+use crate::error::{Error, Result};
 
 /// Which of the three tools.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -105,6 +106,8 @@ pub struct Config {
     pub duration: Option<Duration>,
     /// Trace flare's own threads too (`--include-self`).
     pub include_self: bool,
+    /// offcputime's `-s`: frame names with the offset into their function.
+    pub offsets: bool,
 }
 
 impl Config {
@@ -129,7 +132,20 @@ impl Config {
             attach: Attach::Auto,
             duration: None,
             include_self: false,
+            offsets: false,
         }
+    }
+
+    /// Fails when the options contradict each other: a minimum block time
+    /// above the maximum would keep nothing.
+    pub fn validate(&self) -> Result<()> {
+        if self.min_us > self.max_us {
+            return Err(Error::Unsupported(format!(
+                "the minimum block time ({} us, -m) is above the maximum ({} us, -M): nothing would be kept",
+                self.min_us, self.max_us
+            )));
+        }
+        Ok(())
     }
 }
 
@@ -174,6 +190,19 @@ pub fn header(c: &Config) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn min_above_max_is_refused() {
+        let mut c = Config::new(Tool::OffCpu);
+        (c.min_us, c.max_us) = (100, 10);
+        let err = c.validate().unwrap_err().to_string();
+        assert!(
+            err.contains("(100 us, -m) is above the maximum (10 us, -M)"),
+            "{err}"
+        );
+        (c.min_us, c.max_us) = (10, 10);
+        assert!(c.validate().is_ok());
+    }
 
     #[test]
     fn headers_match_bcc() {

@@ -72,6 +72,7 @@ impl<'obj> Session<'obj> {
     /// Validates the config against the system, loads the BPF program and
     /// starts tracing.
     pub fn start(config: Config, object: &'obj mut MaybeUninit<OpenObject>) -> Result<Self> {
+        config.validate()?;
         let (pids, tids): (&[u32], &[u32]) = match &config.threads {
             Threads::Pids(p) => (p, &[]),
             Threads::Tids(t) => (&[], t),
@@ -268,6 +269,9 @@ impl Collector for Session<'_> {
 
     fn tidy(&self, samples: &mut [Sample]) {
         tidy_samples(samples, self.config.tool);
+        if self.config.offsets {
+            crate::tools::stackcount::offsets::add_offsets(samples);
+        }
     }
 
     fn warm_up(&self) -> WarmUp {

@@ -20,6 +20,7 @@ static OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/stackcount.bpf.
 /// Turns autoload off for every entry point the targets do not use.
 pub(super) fn choose_programs(
     progs: &mut OpenStackcountProgs<'_>,
+    pattern: &Pattern,
     targets: &Targets,
 ) -> Result<()> {
     let (mut uprobe, mut uprobe_multi, mut usdt, mut tp) = (false, false, false, false);
@@ -39,13 +40,11 @@ pub(super) fn choose_programs(
             KernelAttach::Kprobe => kprobe = true,
             KernelAttach::Fentry => {
                 fentry = true;
+                let first = functions.first().cloned().unwrap_or_default();
                 progs
                     .flare_sc_fentry
-                    .set_attach_target(0, functions.first().cloned())
-                    .map_err(|source| Error::Load {
-                        prog: "stackcount (fentry)",
-                        source,
-                    })?;
+                    .set_attach_target(0, Some(first.clone()))
+                    .map_err(|e| no_kernel_probes(pattern, &no_btf(&first, e)))?;
             }
         },
     }
@@ -57,6 +56,26 @@ pub(super) fn choose_programs(
     progs.flare_sc_kprobe_multi.set_autoload(kprobe_multi);
     progs.flare_sc_fentry.set_autoload(fentry);
     Ok(())
+}
+
+/// Fails with one line when a forced way of attaching kernel functions
+/// cannot work on this kernel. Multi-kprobes need fprobe, not kprobes, and
+/// fentry needs BTF and no lockdown: both are only known when tried.
+pub(super) fn check_kernel_attach(how: KernelAttach) -> Result<()> {
+    let (major, minor) = probe::kernel_version();
+    let why = match how {
+        KernelAttach::Kprobe if !probe::kprobes() => {
+            "this kernel has no kprobes (CONFIG_KPROBES is off)".to_string()
+        }
+        KernelAttach::KprobeMulti if !probe::may_have_kprobe_multi() => {
+            format!("multi-kprobe links need Linux 5.18 or later, this is {major}.{minor}")
+        }
+        _ => return Ok(()),
+    };
+    Err(Error::Unsupported(format!(
+        "--attach {}: {why}",
+        how.name()
+    )))
 }
 
 /// A few tracepoints whose names contain the pattern's name, to suggest.
@@ -79,11 +98,23 @@ fn similar_tracepoints(pattern: &Pattern) -> Vec<String> {
         .collect()
 }
 
-/// The error for kernel functions that can be attached neither way.
+/// Why fentry cannot be set up for `func`: no BTF type of that name.
+fn no_btf(func: &str, e: libbpf_rs::Error) -> String {
+    format!("{func} has no BTF function type: {e}")
+}
+
+/// The error for kernel functions that can be attached neither way, or,
+/// when kprobes exist (fentry was asked for), why fentry cannot.
 pub(super) fn no_kernel_probes(pattern: &Pattern, fentry: &dyn std::fmt::Display) -> Error {
     let lockdown = probe::lockdown()
         .map(|l| format!(", kernel lockdown is '{l}'"))
         .unwrap_or_default();
+    if probe::kprobes() {
+        return Error::Unsupported(format!(
+            "--attach fentry: cannot trace kernel functions for \"{}\" with fentry ({fentry}{lockdown}); --attach kprobe works on this kernel",
+            pattern.text
+        ));
+    }
     let similar = similar_tracepoints(pattern);
     let suggestion = if similar.is_empty() {
         "count a tracepoint instead, e.g. t:syscalls:sys_enter_read (list them in /sys/kernel/tracing/events)".to_string()
@@ -125,6 +156,18 @@ pub(super) fn recursion_misses(fd: BorrowedFd<'_>) -> u64 {
     } else {
         0
     }
+}
+
+/// The innermost error of a chain: the system's reason, without libbpf's
+/// context repeated.
+fn root_cause<'a>(
+    e: &'a (dyn std::error::Error + 'static),
+) -> &'a (dyn std::error::Error + 'static) {
+    let mut cause = e;
+    while let Some(inner) = cause.source() {
+        cause = inner;
+    }
+    cause
 }
 
 fn attach_err(what: String) -> impl FnOnce(libbpf_rs::Error) -> Error {
@@ -202,11 +245,21 @@ impl Session<'_> {
                     symbols: functions.to_vec(),
                     ..Default::default()
                 };
-                match progs
+                // A refusal is handled here: keep libbpf's line about it
+                // out of the way.
+                let print = libbpf_rs::set_print(None);
+                let attached = progs
                     .flare_sc_kprobe_multi
-                    .attach_kprobe_multi_with_opts(opts)
-                {
+                    .attach_kprobe_multi_with_opts(opts);
+                libbpf_rs::set_print(print);
+                match attached {
                     Ok(link) => self._links.push(link),
+                    Err(e) if self.config.attach.is_some() => {
+                        let e = root_cause(&e);
+                        return Err(Error::Unsupported(format!(
+                            "--attach kprobe-multi: this kernel refuses multi-kprobe links ({e}; they need CONFIG_FPROBE); --attach kprobe attaches one kprobe per function"
+                        )));
+                    }
                     // No fprobe support: one kprobe each.
                     Err(_) => return self.attach_kernel(functions, KernelAttach::Kprobe),
                 }
@@ -256,7 +309,7 @@ impl Session<'_> {
             prog.set_autoload(is_fentry);
             if is_fentry {
                 prog.set_attach_target(0, Some(func.to_string()))
-                    .map_err(load_err)?;
+                    .map_err(|e| no_kernel_probes(&self.pattern, &no_btf(func, e)))?;
             }
         }
         let object = open

@@ -9,6 +9,7 @@
 //! first line.
 
 mod attach;
+mod kallsyms;
 pub mod offsets;
 pub mod pattern;
 pub mod resolve;
@@ -56,6 +57,9 @@ pub struct Config {
     pub offsets: bool,
     /// Count flare's own process too (`--include-self`).
     pub include_self: bool,
+    /// How to attach kernel functions; `None` chooses (multi-kprobes,
+    /// kprobes, fentry: the first this kernel has).
+    pub attach: Option<KernelAttach>,
 }
 
 impl Default for Config {
@@ -71,6 +75,7 @@ impl Default for Config {
             hash_storage_size: 40960,
             offsets: false,
             include_self: false,
+            attach: None,
         }
     }
 }
@@ -95,6 +100,17 @@ pub enum KernelAttach {
     KprobeMulti,
     Kprobe,
     Fentry,
+}
+
+impl KernelAttach {
+    /// The name `--attach` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            KernelAttach::KprobeMulti => "kprobe-multi",
+            KernelAttach::Kprobe => "kprobe",
+            KernelAttach::Fentry => "fentry",
+        }
+    }
 }
 
 /// What a pattern resolved to.
@@ -132,11 +148,14 @@ unsafe impl PlainKey for types::stackcount_key {}
 
 /// A loaded and attached stack counter.
 pub struct Session<'obj> {
-    skel: StackcountSkel<'obj>,
+    /// Dropped first (fields drop in order): a USDT link's detach uses
+    /// libbpf's USDT manager, which the object owns and frees on close.
+    /// Dropped after the object, it crashed flare on 5.10 (scripts/vmtest).
+    _links: Vec<Link>,
     /// With fentry, one more object per kernel function after the first,
     /// sharing the first one's maps.
     _extra: Vec<Object>,
-    _links: Vec<Link>,
+    skel: StackcountSkel<'obj>,
     config: Config,
     pattern: Pattern,
     matched: usize,
@@ -146,7 +165,14 @@ pub struct Session<'obj> {
 
 /// Finds what the pattern matches; fails with the pattern named when it
 /// matches nothing.
-fn resolve_targets(pattern: &Pattern, pid: Option<u32>) -> Result<Targets> {
+fn resolve_targets(pattern: &Pattern, config: &Config) -> Result<Targets> {
+    let pid = config.pid;
+    if config.attach.is_some() && pattern.kind != ProbeKind::Kernel {
+        return Err(Error::Unsupported(format!(
+            "--attach applies to kernel functions only, not to \"{}\"",
+            pattern.text
+        )));
+    }
     let targets = match pattern.kind {
         ProbeKind::User => {
             let binary = resolve::binary(&pattern.library, pid)?;
@@ -161,14 +187,16 @@ fn resolve_targets(pattern: &Pattern, pid: Option<u32>) -> Result<Targets> {
         ProbeKind::Tracepoint => Targets::Tracepoints(resolve::tracepoints(pattern)?),
         ProbeKind::Kernel => {
             let functions = resolve::kernel_functions(pattern)?;
-            let how = if probe::kprobes() {
-                if probe::may_have_kprobe_multi() && functions.len() > 1 {
-                    KernelAttach::KprobeMulti
-                } else {
-                    KernelAttach::Kprobe
+            let how = match config.attach {
+                Some(how) => {
+                    attach::check_kernel_attach(how)?;
+                    how
                 }
-            } else {
-                KernelAttach::Fentry
+                None if !probe::kprobes() => KernelAttach::Fentry,
+                None if probe::may_have_kprobe_multi() && functions.len() > 1 => {
+                    KernelAttach::KprobeMulti
+                }
+                None => KernelAttach::Kprobe,
             };
             Targets::Kernel { functions, how }
         }
@@ -195,7 +223,7 @@ impl<'obj> Session<'obj> {
             cpu: config.cpu,
         })?;
         let pattern = Pattern::parse(&config.pattern, config.regex)?;
-        let targets = resolve_targets(&pattern, config.pid)?;
+        let targets = resolve_targets(&pattern, &config)?;
         let load_err = loader::load_error("stackcount");
         let mut open = StackcountSkelBuilder::default()
             .open(object)
@@ -221,7 +249,7 @@ impl<'obj> Session<'obj> {
             .stacks
             .set_max_entries(config.stack_storage_size)
             .map_err(load_err)?;
-        attach::choose_programs(&mut open.progs, &targets)?;
+        attach::choose_programs(&mut open.progs, &pattern, &targets)?;
         // Loading fentry is itself the probe: keep libbpf's complaints
         // out of the way of the one-line error that explains a refusal.
         let probing = matches!(

@@ -12,6 +12,7 @@ use blazesym::inspect::source::{Elf, Source};
 use blazesym::inspect::Inspector;
 use blazesym::SymType;
 
+use super::kallsyms::VmlinuxBtf;
 use super::pattern::Pattern;
 use super::usdt::{self, UsdtProbe};
 use crate::bpf::tracefs;
@@ -183,36 +184,40 @@ pub fn tracepoints(pattern: &Pattern) -> Result<Vec<String>> {
         .collect())
 }
 
-/// The kernel functions that match: from tracefs's list of functions that
-/// can be probed, or, without tracefs, the text symbols of kallsyms.
+/// The kernel functions that match, as bcc finds them (see
+/// [`kallsyms`](super::kallsyms)); without a readable kallsyms, the
+/// functions tracefs lists.
 pub fn kernel_functions(pattern: &Pattern) -> Result<Vec<String>> {
-    let all = match tracefs::filter_functions() {
-        Ok(f) => f,
-        Err(_) => kallsyms_functions()?,
-    };
-    let blacklist = kprobe_blacklist();
-    Ok(all
+    let traceable: HashSet<String> = tracefs::filter_functions()
+        .unwrap_or_default()
         .into_iter()
-        .filter(|f| pattern.matches(f) && !blacklist.contains(f))
-        .collect())
-}
-
-fn kallsyms_functions() -> Result<Vec<String>> {
-    let text = fs::read_to_string("/proc/kallsyms").map_err(|source| Error::Io {
-        what: "reading /proc/kallsyms".into(),
-        source,
-    })?;
-    let mut names: Vec<String> = text
-        .lines()
-        .filter_map(|l| {
-            let mut f = l.split_whitespace();
-            let (_addr, kind, name) = (f.next()?, f.next()?, f.next()?);
-            matches!(kind, "t" | "T").then(|| name.to_string())
-        })
         .collect();
-    names.sort();
-    names.dedup();
-    Ok(names)
+    let blacklist = kprobe_blacklist();
+    match fs::read_to_string("/proc/kallsyms") {
+        Ok(text) => {
+            // Without ftrace's list, the names BTF has (what fentry takes).
+            let btf = traceable.is_empty().then(VmlinuxBtf::load).flatten();
+            let known = |f: &str| match &btf {
+                Some(btf) => btf.has_function(f),
+                None => traceable.contains(f),
+            };
+            Ok(super::kallsyms::functions(&text, known, &blacklist, |f| {
+                pattern.matches(f)
+            }))
+        }
+        Err(source) if traceable.is_empty() => Err(Error::Io {
+            what: "reading /proc/kallsyms".into(),
+            source,
+        }),
+        Err(_) => {
+            let mut names: Vec<String> = traceable
+                .into_iter()
+                .filter(|f| pattern.matches(f) && !blacklist.contains(f))
+                .collect();
+            names.sort();
+            Ok(names)
+        }
+    }
 }
 
 /// Functions the kernel refuses to probe.
