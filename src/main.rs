@@ -20,9 +20,9 @@ fn main() -> ExitCode {
         cli::Command::Flamegraph(args) => run::analyze::flamegraph(&args),
         cli::Command::Diff(args) => run::analyze::diff(&args),
         cli::Command::Top(args) => run::analyze::top(&args),
+        cli::Command::Agent(args) => cli::agent::run(&args),
         cli::Command::Completions(args) => run::docs::completions(&args),
         cli::Command::Man(_) => run::docs::man(),
-        cli::Command::Agent(args) => cli::agent::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

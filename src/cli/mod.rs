@@ -44,14 +44,14 @@ pub enum Command {
     /// Summarize blocked time by kernel stack trace + waker stack
     #[command(after_help = offcpu::OFFWAKETIME_EXAMPLES)]
     Offwaketime(offcpu::OffwaketimeArgs),
+    /// Profile continuously and push each window to Pyroscope, Parca, OTLP or a directory
+    #[command(after_help = agent::EXAMPLES)]
+    Agent(agent::AgentArgs),
     /// Print shell completions (bash, zsh, fish, elvish, powershell)
     Completions(docs::CompletionsArgs),
     /// Print the man page (roff)
     #[command(hide = true)]
     Man(docs::ManArgs),
-    /// Profile continuously and push each window to Pyroscope, Parca, OTLP or a directory
-    #[command(after_help = agent::EXAMPLES)]
-    Agent(agent::AgentArgs),
 }
 
 /// `--unwind`, on every tool that takes user stacks.

@@ -105,7 +105,9 @@ impl Encoder {
                 ..Default::default()
             });
         }
-        for m in &mut p.mapping {
+        // The writer fills build ids from the frames' objects where the
+        // symbolizer knew them; the rest are read from the files here.
+        for m in p.mapping.iter_mut().filter(|m| m.build_id == 0) {
             let Some(file) = strings.table.get(m.filename as usize).cloned() else {
                 continue;
             };

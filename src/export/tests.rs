@@ -156,7 +156,6 @@ fn finish_gives_up_at_the_deadline_with_a_memory_spool() {
 fn sample_window() -> Window {
     let frame = |name: &str, kind| Frame {
         addr: 0x1000,
-        object: (kind == FrameKind::User).then(|| crate::profile::ObjectRef::path("/bin/true")),
         ..Frame::named(name, kind)
     };
     let mut profile = Profile::new(Meta::new(Kind::Cpu, "cpu-clock"));
