@@ -372,20 +372,36 @@ fn the_spool_bound_holds_while_the_server_is_down() {
         "--spool-max-mb",
         &format!("{}", bound as f64 / (1 << 20) as f64),
     ]);
-    let size = || -> u64 {
+    // Every window file present now, by path, with its size.
+    let files = || -> Vec<(std::path::PathBuf, u64)> {
         fs::read_dir(spool.path())
             .into_iter()
             .flatten()
             .filter_map(|d| fs::read_dir(d.ok()?.path()).ok())
             .flatten()
-            .filter_map(|f| f.ok()?.metadata().ok())
-            .map(|m| m.len())
-            .sum()
+            .filter_map(|f| {
+                let f = f.ok()?;
+                let whole = f.path().extension()? == "win";
+                whole.then_some(())?;
+                Some((f.path(), f.metadata().ok()?.len()))
+            })
+            .collect()
     };
+    let size = || -> u64 { files().iter().map(|f| f.1).sum() };
+    // Windows are as large as what the machine ran, so wait (by what was
+    // spooled, not by the clock) until more was written than the bound
+    // holds: then some window must have been dropped.
     let mut max = 0;
-    for _ in 0..60 {
+    let mut seen = HashMap::new();
+    for _ in 0..600 {
         std::thread::sleep(Duration::from_millis(100));
-        max = max.max(size());
+        let now = files();
+        max = max.max(now.iter().map(|f| f.1).sum());
+        seen.extend(now);
+        let written: u64 = seen.values().sum();
+        if written > bound + 4096 {
+            break;
+        }
     }
     drop(w);
     let err = agent.terminate();
