@@ -27,6 +27,8 @@ fn main() {
     println!("cargo:rerun-if-changed=bpf/vmlinux.h");
     println!("cargo:rerun-if-changed=bpf/common.h");
     println!("cargo:rerun-if-changed=bpf/flare.bpf.h");
+    println!("cargo:rerun-if-changed=bpf/unwind.h");
+    println!("cargo:rerun-if-changed=bpf/unwind_types.h");
     println!("cargo:rerun-if-changed=bpf/linux/errno.h");
     for name in PROGRAMS {
         let src = format!("bpf/{name}.bpf.c");

@@ -10,6 +10,7 @@
 
 #include "common.h"
 #include <bpf/bpf_core_read.h>
+#include "unwind.h"
 
 /* flare's PID namespace, when it is not the initial one (set before load). */
 const volatile bool use_pidns = false;
@@ -39,31 +40,6 @@ struct {
 	__uint(value_size, FLARE_MAX_STACK_DEPTH * sizeof(__u64));
 	__uint(max_entries, 16384);
 } stacks SEC(".maps");
-
-/*
- * The current task's user stack: its id in `stacks`, or a negative errno.
- * The one place user stacks are walked, so that every tool gets the same
- * unwinding (frame pointers today).
- *
- * No BPF_F_REUSE_STACKID: a colliding stack must not overwrite one that
- * earlier keys still point to; it is reported as missed instead.
- */
-static __always_inline __s32 flare_user_stack(void *ctx)
-{
-	return bpf_get_stackid(ctx, &stacks, BPF_F_USER_STACK);
-}
-
-/*
- * Captures the current task's stacks as the run asked for them: ids in
- * `stacks`, a negative errno when one could not be stored, or
- * FLARE_STACK_SKIPPED when it was not asked for. `ctx` is the program's
- * context (perf event, tracepoint, probe registers).
- */
-static __always_inline void flare_capture_stacks(void *ctx, __s32 *user_id, __s32 *kernel_id)
-{
-	*user_id = user_stacks ? flare_user_stack(ctx) : FLARE_STACK_SKIPPED;
-	*kernel_id = kernel_stacks ? bpf_get_stackid(ctx, &stacks, 0) : FLARE_STACK_SKIPPED;
-}
 
 /*
  * The current task's process and thread ids as flare's PID namespace sees
@@ -122,6 +98,36 @@ static __always_inline bool flare_follows(struct task_struct *t)
 static __always_inline bool flare_follows_current(void)
 {
 	return flare_follows((struct task_struct *)bpf_get_current_task());
+}
+
+/*
+ * The current task's user stack: its id in `stacks` (frame pointers), or
+ * in `ustacks` (at or above UNWIND_OWN_ID: unwound with tables, unwind.h),
+ * or a negative errno. The one place user stacks are walked, so that
+ * every tool gets the same unwinding.
+ *
+ * No BPF_F_REUSE_STACKID: a colliding stack must not overwrite one that
+ * earlier keys still point to; it is reported as missed instead.
+ */
+static __always_inline __s64 flare_user_stack(void *ctx)
+{
+	__u32 tgid, tid;
+
+	if (unwind_mode != UNWIND_MODE_FP && flare_current_ids(&tgid, &tid))
+		return flare_unwind_user(tgid);
+	return bpf_get_stackid(ctx, &stacks, BPF_F_USER_STACK);
+}
+
+/*
+ * Captures the current task's stacks as the run asked for them: ids in
+ * `stacks`, a negative errno when one could not be stored, or
+ * FLARE_STACK_SKIPPED when it was not asked for. `ctx` is the program's
+ * context (perf event, tracepoint, probe registers).
+ */
+static __always_inline void flare_capture_stacks(void *ctx, __s64 *user_id, __s32 *kernel_id)
+{
+	*user_id = user_stacks ? flare_user_stack(ctx) : FLARE_STACK_SKIPPED;
+	*kernel_id = kernel_stacks ? bpf_get_stackid(ctx, &stacks, 0) : FLARE_STACK_SKIPPED;
 }
 
 /*

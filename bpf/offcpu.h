@@ -21,12 +21,13 @@
 struct offcpu_task {
 	__u32 pid;		/* thread group id */
 	__u32 tid;		/* thread id */
-	__s32 user_stack_id;	/* id in `stacks`, or a negative errno */
+	__s64 user_stack_id;	/* id in `stacks` or `ustacks`, or a negative errno */
 	__s32 kernel_stack_id;	/* id in `stacks`, or a negative errno */
 	char comm[FLARE_TASK_COMM_LEN];
+	__u32 pad;
 };
 
-_Static_assert(sizeof(struct offcpu_task) == 32, "offcpu_task layout");
+_Static_assert(sizeof(struct offcpu_task) == 40, "offcpu_task layout");
 
 /*
  * One entry of the `counts` map. offcputime fills `target` only;
@@ -40,7 +41,7 @@ struct offcpu_key {
 	__u32 pad;
 };
 
-_Static_assert(sizeof(struct offcpu_key) == 72, "offcpu_key layout");
+_Static_assert(sizeof(struct offcpu_key) == 88, "offcpu_key layout");
 
 /* What is kept for a task from switch-out until it runs again. */
 struct offcpu_start {
@@ -48,7 +49,7 @@ struct offcpu_start {
 	struct offcpu_task task;
 };
 
-_Static_assert(sizeof(struct offcpu_start) == 40, "offcpu_start layout");
+_Static_assert(sizeof(struct offcpu_start) == 48, "offcpu_start layout");
 
 /* Counters of what could not be recorded. */
 struct offcpu_stats {

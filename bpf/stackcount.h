@@ -12,12 +12,12 @@
 /* One entry of the `counts` map: a distinct (process, stacks) pair. */
 struct stackcount_key {
 	__u32 pid;		/* thread group id, or FLARE_SC_ALL_PIDS */
-	__s32 user_stack_id;	/* id in `stacks`, or a negative errno */
 	__s32 kernel_stack_id;	/* id in `stacks`, or a negative errno */
+	__s64 user_stack_id;	/* id in `stacks` or `ustacks`, or a negative errno */
 	char comm[FLARE_TASK_COMM_LEN];	/* empty with FLARE_SC_ALL_PIDS */
 };
 
-_Static_assert(sizeof(struct stackcount_key) == 28, "stackcount_key layout");
+_Static_assert(sizeof(struct stackcount_key) == 32, "stackcount_key layout");
 
 /* Counters of what happened, read at every interval. */
 struct stackcount_stats {

@@ -9,11 +9,16 @@
 //! [`pipeline`] runs any collector into any sinks ([`launch`] starts a
 //! command for them to profile); the binary only parses
 //! arguments into configs and sinks. `docs/ARCHITECTURE.md` has the map.
+//! [`export`] holds the push exporters (Pyroscope, Parca, OTLP, a
+//! directory) and their sink; [`agent`] runs the profile collector without
+//! end, window after window, into them.
 
+pub mod agent;
 pub mod analysis;
 pub mod bpf;
 pub mod collect;
 pub mod error;
+pub mod export;
 pub mod launch;
 pub mod live;
 pub mod output;
@@ -23,5 +28,6 @@ pub mod profile;
 pub mod sinks;
 pub mod symbolize;
 pub mod tools;
+pub mod unwind;
 
 pub use error::{Error, Result};

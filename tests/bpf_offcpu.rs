@@ -259,24 +259,30 @@ fn min_and_max_block_time_drop_what_they_should() {
         "offcputime",
         &["-f", "-p", "{pid}", "-m", &half, "-M", &double],
     );
-    assert_blocker_time(&kept, in_read);
+    // In emulated guests some 50 ms blocks last over 100 ms and are
+    // rightly dropped by -M: the total is only the truth elsewhere.
+    if std::env::var_os("FLARE_EMULATED").is_none() {
+        assert_blocker_time(&kept, in_read);
+    }
     for (_, v) in kept.folded() {
         assert!(
             v >= MS as u64 * 500,
             "a period under -m {half} was kept: {v}"
         );
     }
+    // Less than one period in all: none of the MS ms blocks was kept. (A
+    // short preemption inside block_in_read may be, rightly: scripts/vmtest
+    // saw 127 us of one on 6.1.)
+    let one = MS as u64 * 1000;
     let short = trace("offcputime", &["-f", "-p", "{pid}", "-M", &half]);
-    assert_eq!(
-        short.sum(in_read),
-        0,
+    assert!(
+        short.sum(in_read) < one,
         "-M {half} kept {MS} ms periods:\n{}",
         short.stdout
     );
     let long = trace("offcputime", &["-f", "-p", "{pid}", "-m", &double]);
-    assert_eq!(
-        long.sum(in_read),
-        0,
+    assert!(
+        long.sum(in_read) < one,
         "-m {double} kept {MS} ms periods:\n{}",
         long.stdout
     );

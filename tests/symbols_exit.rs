@@ -87,10 +87,39 @@ impl Running {
 /// `{exe}` replaced) and returns flare's folded output. With `exit`, the
 /// process has exited well before flare stops.
 fn traced(tool: &str, args: &[&str], mode: &str, exits: bool) -> String {
-    let exe = workload("shortlived");
+    run_under("shortlived", &[mode, "1"], &[], tool, args, exits).0
+}
+
+/// Runs `NAME PRE.. 1 exit|stay POST..` (the stdio protocol of
+/// tests/workloads/shortlived.c) under flare; returns its stdout and stderr.
+fn run_under(
+    name: &str,
+    pre: &[&str],
+    post: &[&str],
+    tool: &str,
+    args: &[&str],
+    exits: bool,
+) -> (String, String) {
+    let exe = workload(name);
+    run_command(Command::new(&exe), &exe, name, pre, post, tool, args, exits)
+}
+
+/// [`run_under`] for a workload started by `cmd` (`exe` is its binary).
+#[allow(clippy::too_many_arguments)]
+fn run_command(
+    mut cmd: Command,
+    exe: &std::path::Path,
+    name: &str,
+    pre: &[&str],
+    post: &[&str],
+    tool: &str,
+    args: &[&str],
+    exits: bool,
+) -> (String, String) {
     let mut child = Reaper(
-        Command::new(&exe)
-            .args([mode, "1", if exits { "exit" } else { "stay" }])
+        cmd.args(pre)
+            .arg(if exits { "exit" } else { "stay" })
+            .args(post)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
@@ -101,7 +130,7 @@ fn traced(tool: &str, args: &[&str], mode: &str, exits: bool) -> String {
     let mut lines = BufReader::new(child.0.stdout.take().expect("stdout")).lines();
     let mut expect = |want: &str| {
         let line = lines.next().and_then(Result::ok);
-        assert_eq!(line.as_deref(), Some(want), "shortlived {mode}");
+        assert_eq!(line.as_deref(), Some(want), "{name} {pre:?}");
     };
     expect("ready");
     let mut argv = vec![tool.to_string()];
@@ -113,7 +142,7 @@ fn traced(tool: &str, args: &[&str], mode: &str, exits: bool) -> String {
     writeln!(stdin.as_mut().expect("stdin"), "go").expect("go");
     expect("done");
     if exits {
-        child.0.wait().expect("waiting for shortlived");
+        child.0.wait().expect("waiting for the workload");
         // Long enough for a process table reader to have missed it.
         std::thread::sleep(Duration::from_millis(500));
         assert!(
@@ -121,7 +150,7 @@ fn traced(tool: &str, args: &[&str], mode: &str, exits: bool) -> String {
             "the process is gone before flare stops"
         );
     }
-    let (out, _) = flare.stop();
+    let out = flare.stop();
     drop(stdin.take());
     out
 }
@@ -132,7 +161,7 @@ fn traced(tool: &str, args: &[&str], mode: &str, exits: bool) -> String {
 fn heavy(tool: &str, folded: &str) -> BTreeSet<String> {
     let stacks: Vec<(Vec<String>, u64)> = parse_folded(folded)
         .into_iter()
-        .filter(|(f, _)| tool != "offwaketime" || f.last().is_some_and(|w| w == "workload-shortl"))
+        .filter(|(f, _)| tool != "offwaketime" || f.last().is_some_and(|w| w == "shortlived"))
         .collect();
     let total: u64 = stacks.iter().map(|(_, n)| n).sum();
     stacks
@@ -199,8 +228,8 @@ fn stackcount_names_an_exited_process() {
         "stackcount",
         &["-p", "{pid}", "-U", "-f", "{exe}:sl_leaf"],
         "calls",
-        // At a uprobe on entry the caller's frame is not yet linked.
-        ";main;sl_leaf",
+        // The unwinder (--unwind auto) sees the caller at a uprobe on entry.
+        ";main;sl_caller;sl_leaf",
     );
 }
 
@@ -269,4 +298,127 @@ fn fork_storm_is_named() {
         named * 100 >= all * 95,
         "only {named} of {all} storm samples name storm_burn"
     );
+}
+
+/// Runs `jitmap 1 exit|stay HOW` under a profile of it; returns the share
+/// of its samples in `jit_spin_loop`, and flare's stderr.
+fn jit_share(how: &str, exits: bool) -> (f64, String) {
+    let (out, err) = run_under(
+        "jitmap",
+        &["1"],
+        &[how],
+        "profile",
+        &["-p", "{pid}", "-U", "-f", "-F", "499"],
+        exits,
+    );
+    let stacks = parse_folded(&out);
+    let all: u64 = stacks.iter().map(|(_, n)| n).sum();
+    let jit: u64 = stacks
+        .iter()
+        .filter(|(f, _)| f.iter().any(|f| f == "jit_spin_loop"))
+        .map(|(_, n)| n)
+        .sum();
+    assert!(all >= 20, "too few samples ({all}):\n{out}{err}");
+    (jit as f64 / all as f64, err)
+}
+
+/// A perf map written by the process's own user (root here) names its
+/// JIT code, also once the process has exited and removed its map.
+#[test]
+fn perf_map_of_own_user_is_used_after_exit() {
+    if !require_bpf() {
+        return;
+    }
+    let _serial = serial();
+    let (share, err) = jit_share("", true);
+    assert!(
+        share >= 0.8,
+        "{:.0} % in jit_spin_loop\n{err}",
+        share * 100.0
+    );
+}
+
+/// The same for a process running as another user (uid 65534) that owns
+/// its map.
+#[test]
+fn perf_map_of_unprivileged_process_is_used() {
+    if !require_bpf() {
+        return;
+    }
+    let _serial = serial();
+    let (share, err) = jit_share("drop", false);
+    assert!(
+        share >= 0.8,
+        "{:.0} % in jit_spin_loop\n{err}",
+        share * 100.0
+    );
+}
+
+/// A map owned by a user other than the process's (and not root) is not
+/// trusted: ignored, with a note.
+#[test]
+fn perf_map_of_another_user_is_ignored() {
+    if !require_bpf() {
+        return;
+    }
+    let _serial = serial();
+    let (share, err) = jit_share("other", false);
+    assert_eq!(share, 0.0, "the untrusted map was used\n{err}");
+    assert!(
+        err.contains("ignoring /tmp/perf-") && err.contains("owned by uid 65534"),
+        "a note says why: {err}"
+    );
+}
+
+/// A process in its own mount and PID namespace, running a binary that
+/// exists only there (on a tmpfs mounted inside), is named by a
+/// system-wide profile, alive and after it exited.
+#[test]
+fn binary_only_in_a_container_is_named() {
+    if !require_bpf() {
+        return;
+    }
+    let _serial = serial();
+    let exe = workload("shortlived");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let inside = dir.path().join("shortlived");
+    for exits in [false, true] {
+        let script = format!(
+            "mount -t tmpfs none {d} && cp {exe} {inside} && exec {inside} \"$@\"",
+            d = dir.path().display(),
+            exe = exe.display(),
+            inside = inside.display(),
+        );
+        let mut cmd = Command::new("unshare");
+        cmd.args(["-m", "-p", "-f", "sh", "-c", &script, "sh"]);
+        let (out, err) = run_command(
+            cmd,
+            &exe,
+            "shortlived",
+            &["burn", "1"],
+            &[],
+            "profile",
+            &["-U", "-f", "-F", "499"],
+            exits,
+        );
+        assert!(
+            !inside.exists(),
+            "the binary exists only inside the namespace"
+        );
+        let stacks: Vec<(Vec<String>, u64)> = parse_folded(&out)
+            .into_iter()
+            .filter(|(f, _)| f[0] == "shortlived")
+            .collect();
+        let all: u64 = stacks.iter().map(|(_, n)| n).sum();
+        let named: u64 = stacks
+            .iter()
+            .filter(|(f, _)| f.join(";").contains(";sl_burn_outer;sl_burn"))
+            .map(|(_, n)| n)
+            .sum();
+        assert!(all >= 20, "too few samples ({all}):\n{out}{err}");
+        assert!(
+            named * 10 >= all * 9,
+            "exits={exits}: {named} of {all} samples named:\n{out}"
+        );
+    }
 }

@@ -1,6 +1,7 @@
 //! The command line: one clap struct per tool, each converted into the
 //! library's plain config. Nothing below this module sees clap.
 
+pub mod agent;
 pub mod analyze;
 pub mod docs;
 pub mod offcpu;
@@ -47,11 +48,24 @@ pub enum Command {
     /// Where threads spend wall-clock time: on CPU and blocked, by stack
     #[command(after_help = wallclock::EXAMPLES)]
     Wallclock(wallclock::WallclockArgs),
+    /// Profile continuously and push each window to Pyroscope, Parca, OTLP or a directory
+    #[command(after_help = agent::EXAMPLES)]
+    Agent(agent::AgentArgs),
     /// Print shell completions (bash, zsh, fish, elvish, powershell)
     Completions(docs::CompletionsArgs),
     /// Print the man page (roff)
     #[command(hide = true)]
     Man(docs::ManArgs),
+}
+
+/// `--unwind`, on every tool that takes user stacks.
+#[derive(Clone, Copy, Debug, clap::Args)]
+pub struct UnwindArgs {
+    /// How to walk user stacks: auto (unwind tables where an object has
+    /// them, frame pointers elsewhere), fp (frame pointers only), dwarf
+    /// (unwind tables only)
+    #[arg(long = "unwind", value_name = "MODE", default_value = "auto", value_parser = |s: &str| s.parse::<flare::unwind::Mode>())]
+    pub mode: flare::unwind::Mode,
 }
 
 /// A comma-separated list of process or thread ids (`185,186`).

@@ -93,6 +93,9 @@ pub struct CommonArgs {
     pub include_self: bool,
 
     #[command(flatten)]
+    pub unwind: super::UnwindArgs,
+
+    #[command(flatten)]
     pub output: super::output::OutputArgs,
 
     #[command(flatten)]
@@ -245,6 +248,7 @@ impl CommonArgs {
             AttachArg::Kprobe => Attach::Kprobe,
         };
         c.duration = self.duration.map(Duration::from_secs);
+        c.unwind = self.unwind.mode;
         c.blocked_storage_size = self.blocked_storage_size;
         c.include_self = self.include_self;
     }

@@ -143,6 +143,7 @@ pub fn request(
         style,
         live,
         command: Vec::new(),
+        push: None,
     })
 }
 

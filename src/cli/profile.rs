@@ -97,6 +97,9 @@ pub struct ProfileArgs {
     pub include_self: bool,
 
     #[command(flatten)]
+    pub unwind: super::UnwindArgs,
+
+    #[command(flatten)]
     pub serve: super::serve::ServeArgs,
 
     /// Duration of trace, in seconds [default: until Ctrl-C]
@@ -105,6 +108,9 @@ pub struct ProfileArgs {
 
     #[command(flatten)]
     pub output: OutputArgs,
+
+    #[command(flatten)]
+    pub push: super::agent::PushArgs,
 
     #[command(flatten)]
     pub launch: super::output::LaunchArgs,
@@ -135,6 +141,7 @@ impl ProfileArgs {
             mntns_map: self.mntnsmap.clone(),
             per_thread: false,
             duration: self.duration.map(Duration::from_secs),
+            unwind: self.unwind.mode,
             include_self: self.include_self,
             follow_children: false,
         }
@@ -153,6 +160,7 @@ impl ProfileArgs {
             self.style(),
         )?;
         request.command = self.launch.command.clone();
+        request.push = self.push.config_if_any()?;
         Ok(request)
     }
 

@@ -125,6 +125,9 @@ pub struct StackcountArgs {
     /// Files to write (-o FILE, --format); with -i each interval rewrites
     /// them with its own counts
     #[command(flatten)]
+    pub unwind: super::UnwindArgs,
+
+    #[command(flatten)]
     pub output: OutputArgs,
 
     #[command(flatten)]
@@ -142,6 +145,7 @@ impl StackcountArgs {
             per_process: self.perpid,
             stacks: Stacks::only(self.user_stacks_only, self.kernel_stacks_only),
             stack_storage_size: self.stack_storage_size,
+            unwind: self.unwind.mode,
             offsets: self.offset,
             include_self: self.include_self,
             command: None,
@@ -209,6 +213,7 @@ impl StackcountArgs {
             style: fstyle,
             live,
             command: self.launch.command.clone(),
+            push: None,
         })
     }
 

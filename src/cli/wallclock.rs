@@ -72,6 +72,9 @@ pub struct WallclockArgs {
     pub include_self: bool,
 
     #[command(flatten)]
+    pub unwind: super::UnwindArgs,
+
+    #[command(flatten)]
     pub serve: super::serve::ServeArgs,
 
     /// Duration of trace, in seconds [default: until Ctrl-C]
@@ -103,6 +106,7 @@ impl WallclockArgs {
             stack_storage_size: self.stack_storage_size,
             duration: self.duration.map(Duration::from_secs),
             include_self: self.include_self,
+            unwind: self.unwind.mode,
             ..Config::default()
         }
     }

@@ -107,6 +107,12 @@ impl Drop for Tracker {
         }
         // Records up to now still count.
         self.mappings.sync();
+        let lost = self.mappings.lost();
+        if lost > 0 {
+            eprintln!(
+                "WARNING: {lost} mapping records were lost (the kernel's buffer was full); processes that exited meanwhile may show [unknown] frames"
+            );
+        }
     }
 }
 

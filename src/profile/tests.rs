@@ -108,6 +108,12 @@ fn path_is_root_first_with_waker_leaf_first() {
 }
 
 #[test]
+fn frames_stay_small() {
+    // Frames are many: the object is one shared pointer, the offset a u64.
+    assert_eq!(std::mem::size_of::<Frame>(), 56);
+}
+
+#[test]
 fn merging_sums_extra_values_too() {
     let mut a = sample("app", 1, &["f"], &[], 2);
     a.extra = vec![10, 1].into();

@@ -12,6 +12,8 @@ use std::sync::atomic::Ordering;
 use std::sync::mpsc;
 
 use anyhow::{Context, Result};
+use flare::export::push::PushConfig;
+use flare::export::sink::PushSink;
 use flare::live::sink::LiveSink;
 use flare::live::Options as LiveOptions;
 use flare::output::StackStyle;
@@ -33,12 +35,17 @@ pub struct Request {
     pub live: Option<LiveOptions>,
     /// `-- CMD ARGS`: a command to start and profile (empty: none).
     pub command: Vec<OsString>,
+    /// `--pyroscope`, `--otlp`, `--parca`: push the profile too.
+    pub push: Option<PushConfig>,
 }
+
+/// How long a one-shot run tries to deliver its profile at the end.
+const PUSH_FLUSH: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// A channel that receives once per SIGINT/SIGTERM (setting the flag),
 /// and its sender for other reasons to stop. Installs the handler, which
 /// can be done once per process.
-fn stop_signal() -> Result<(mpsc::Sender<()>, mpsc::Receiver<()>, launch::Interrupted)> {
+pub fn stop_signal() -> Result<(mpsc::Sender<()>, mpsc::Receiver<()>, launch::Interrupted)> {
     let (tx, rx) = mpsc::channel();
     let interrupted = launch::Interrupted::default();
     let (signal_tx, flag) = (tx.clone(), interrupted.clone());
@@ -76,14 +83,29 @@ pub fn run(request: Request) -> Result<u8> {
     let mut warnings = Warnings;
     let mut files = Files::new(request.destinations, request.style);
     let mut live = request.live.map(LiveSink::new);
+    let mut push = match request.push {
+        Some(p) => {
+            let host = flare::export::labels::hostname();
+            let senders = p.senders(&host).map_err(anyhow::Error::msg)?;
+            Some(PushSink::new(senders, &host))
+        }
+        None => None,
+    };
     let mut sinks: Vec<&mut dyn Sink> = vec![&mut printer, &mut warnings, &mut files];
     if let Some(l) = live.as_mut() {
         sinks.push(l);
+    }
+    if let Some(p) = push.as_mut() {
+        sinks.push(p);
     }
     // Last, so that the command starts after every sink has begun.
     if let Some(c) = command.as_mut() {
         sinks.push(c);
     }
-    pipeline::run(collector, &mut sinks, &plan, &stop)?;
+    let result = pipeline::run(collector, &mut sinks, &plan, &stop);
+    if let Some(p) = push {
+        crate::cli::agent::report(p.finish(PUSH_FLUSH));
+    }
+    result?;
     Ok(command.map_or(0, |c| c.finish(&interrupted)))
 }

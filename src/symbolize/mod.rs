@@ -349,3 +349,6 @@ fn rebuild(trace: RawTrace, resolved: &HashMap<u64, Resolved>, kind: FrameKind) 
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -2,10 +2,11 @@
 //! run however many processes map it, with results cached per (object,
 //! offset): the same libc of 500 processes is one cache.
 //!
-//! Names come from the object's separate debug file when there is one
-//! (its full symbol table names the local functions a stripped library
-//! lacks), else from the object itself; source lines and inlined functions
-//! (when asked for) come from DWARF in the same files.
+//! Names come from the object's own symbols, and from its separate debug
+//! file when there is one for what those lack (its full symbol table names
+//! the local functions a stripped library has no symbol for); source lines
+//! and inlined functions (when asked for) come from DWARF in the same
+//! files.
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
@@ -84,6 +85,12 @@ impl ObjectCache {
             .collect()
     }
 
+    /// The number of objects with cached names.
+    #[cfg(test)]
+    pub(crate) fn objects(&self) -> usize {
+        self.entries.len()
+    }
+
     /// Parses `object`'s symbols now, so that later lookups are quick.
     pub(crate) fn warm(
         &mut self,
@@ -128,8 +135,12 @@ fn run(
         .unwrap_or_else(|| vec![None; offsets.len()])
 }
 
-/// Names `offsets` (sorted) of one object: from its debug file first
-/// (by virtual address), then from the object itself for what is left.
+/// Names `offsets` (sorted) of one object. Names alone come from the
+/// object's own symbols first (an exported function keeps its public name,
+/// `read`, not an internal alias such as `__GI___libc_read`), then from its
+/// debug file for what is left (local functions a stripped library lacks).
+/// With source lines or inlined functions asked for, the debug file's
+/// DWARF comes first.
 fn symbolize(
     inner: &blazesym::symbolize::Symbolizer,
     options: Options,
@@ -138,12 +149,17 @@ fn symbolize(
 ) -> Vec<Resolved> {
     let dwarf = options.code_info || options.inlined;
     let mut out: Vec<Option<Resolved>> = vec![None; offsets.len()];
-    if let (Some(dbg), Some(layout)) = (&entry.debug_file, &entry.layout) {
-        let (idx, vaddrs): (Vec<usize>, Vec<u64>) = offsets
-            .iter()
-            .enumerate()
-            .filter_map(|(i, &o)| Some((i, layout.vaddr(o)?)))
+    let from_debug_file = |out: &mut Vec<Option<Resolved>>| {
+        let (Some(dbg), Some(layout)) = (&entry.debug_file, &entry.layout) else {
+            return;
+        };
+        let (idx, vaddrs): (Vec<usize>, Vec<u64>) = (0..offsets.len())
+            .filter(|&i| out[i].is_none())
+            .filter_map(|i| Some((i, layout.vaddr(offsets[i])?)))
             .unzip();
+        if idx.is_empty() {
+            return;
+        }
         let offs: Vec<u64> = idx.iter().map(|&i| offsets[i]).collect();
         let found = run(
             inner,
@@ -156,10 +172,16 @@ fn symbolize(
         for (i, r) in idx.into_iter().zip(found) {
             out[i] = r;
         }
-    }
-    let idx: Vec<usize> = (0..offsets.len()).filter(|&i| out[i].is_none()).collect();
-    let rest: Vec<u64> = idx.iter().map(|&i| offsets[i]).collect();
-    if let (false, Some(path)) = (rest.is_empty(), entry.object.open_path()) {
+    };
+    let from_object = |out: &mut Vec<Option<Resolved>>| {
+        let Some(path) = entry.object.open_path() else {
+            return;
+        };
+        let idx: Vec<usize> = (0..offsets.len()).filter(|&i| out[i].is_none()).collect();
+        if idx.is_empty() {
+            return;
+        }
+        let rest: Vec<u64> = idx.iter().map(|&i| offsets[i]).collect();
         let own_dwarf = dwarf && entry.debug_file.is_none();
         let found = run(
             inner,
@@ -172,6 +194,13 @@ fn symbolize(
         for (i, r) in idx.into_iter().zip(found) {
             out[i] = r;
         }
+    };
+    if dwarf {
+        from_debug_file(&mut out);
+        from_object(&mut out);
+    } else {
+        from_object(&mut out);
+        from_debug_file(&mut out);
     }
     out.into_iter()
         .zip(offsets)

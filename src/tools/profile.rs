@@ -22,6 +22,7 @@ use crate::error::{Error, Result};
 use crate::profile::{Kind, Meta};
 
 pub use crate::collect::Stacks;
+use crate::unwind::{self, Unwinder};
 
 /// Which threads to sample.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -51,6 +52,8 @@ pub struct Config {
     pub per_thread: bool,
     /// `None`: until stopped.
     pub duration: Option<Duration>,
+    /// How user stacks are walked.
+    pub unwind: unwind::Mode,
     /// Profile flare's own process too (`--include-self`).
     pub include_self: bool,
     /// With [`Target::Pids`] of one launched command (`-- CMD`): the
@@ -72,6 +75,7 @@ impl Default for Config {
             mntns_map: None,
             per_thread: false,
             duration: None,
+            unwind: unwind::Mode::default(),
             include_self: false,
             follow_children: false,
         }
@@ -124,6 +128,8 @@ pub struct Session<'obj> {
     _links: Vec<Link>,
     /// State kept between clearing reads.
     periodic: Periodic,
+    /// Feeds the BPF unwinder (not with --unwind fp).
+    _unwinder: Option<Unwinder>,
 }
 
 /// Opens the user's pinned map at `path`, checking it can serve as a
@@ -183,6 +189,7 @@ impl<'obj> Session<'obj> {
             Target::Tids(t) => t,
         };
         let per_thread = config.per_thread || matches!(config.target, Target::Tids(_));
+        let mode = config.unwind.effective(config.stacks.user);
         {
             let ro = open
                 .maps
@@ -193,6 +200,7 @@ impl<'obj> Session<'obj> {
             ro.filter_tid = matches!(config.target, Target::Tids(_));
             ro.per_thread = per_thread;
             ro.include_idle = config.include_idle;
+            ro.unwind_mode = mode.bpf_value();
             ro.filter_cgroup = cgroup.is_some();
             ro.filter_mntns = mntns.is_some();
             let follow = ids.first().copied().filter(|_| config.follow_children);
@@ -211,6 +219,7 @@ impl<'obj> Session<'obj> {
         maps.targets
             .set_max_entries((ids.len() as u32).max(1))
             .map_err(load_err)?;
+        crate::unwind_size_maps!(maps, mode, config.stack_storage_size).map_err(load_err)?;
         if let Some(m) = &cgroup {
             maps.cgroup_sets
                 .set_inner_map_fd(m.as_fd())
@@ -235,11 +244,20 @@ impl<'obj> Session<'obj> {
         }
         loader::fill_targets(&skel.maps.targets, ids, "profile")?;
 
+        // A launched command has not exec'd yet: its maps are read when
+        // the unwinder first meets it.
+        let pids: &[u32] = match &config.target {
+            Target::Pids(p) if !config.follow_children => p,
+            _ => &[],
+        };
+        let all = config.target == Target::All;
+        let unwinder = unwind::start(mode, crate::unwind_maps!(skel.maps), "profile", pids, all)?;
         let mut session = Session {
             skel,
             config,
             _links: Vec::new(),
             periodic: Periodic::default(),
+            _unwinder: unwinder,
         };
         session.attach()?;
         Ok(session)
@@ -378,7 +396,10 @@ impl Collector for Session<'_> {
     /// they are read, so the next call returns only what came after (stack
     /// map entries are kept: their ids may still be in use).
     fn collect(&mut self, clear: bool) -> Result<Collection> {
-        let mut stacks = self.periodic.reader(&self.skel.maps.stacks, clear);
+        let mut stacks = self
+            .periodic
+            .reader(&self.skel.maps.stacks, clear)
+            .with_user_stacks(&self.skel.maps.ustacks);
         let mut samples = Vec::new();
         for (k, count) in read_counts::<types::profile_key, _>(&self.skel.maps.counts, clear)? {
             let user = stacks.read(k.user_stack_id, self.config.stacks.user);

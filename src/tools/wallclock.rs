@@ -32,6 +32,7 @@ use crate::error::{Error, Result};
 use crate::profile::{ExtraValue, Frame, Kind, Meta, Sample, Trace};
 use crate::tools::offcpu::is_tracing_frame;
 use crate::tools::profile::Target;
+use crate::unwind::{self, Unwinder};
 
 /// The `state` of time spent on the CPU (`WALL_ON_CPU` in wallclock.h).
 const ON_CPU: u32 = u32::MAX;
@@ -97,6 +98,8 @@ pub struct Config {
     pub include_self: bool,
     /// With [`Target::Pids`] of one launched command: its children too.
     pub follow_children: bool,
+    /// How user stacks are walked.
+    pub unwind: unwind::Mode,
 }
 
 impl Default for Config {
@@ -113,6 +116,7 @@ impl Default for Config {
             duration: None,
             include_self: false,
             follow_children: false,
+            unwind: unwind::Mode::default(),
         }
     }
 }
@@ -161,6 +165,8 @@ pub struct Session<'obj> {
     _links: Vec<Link>,
     periodic: Periodic,
     raw_tp: bool,
+    /// Feeds the BPF unwinder (not with --unwind fp).
+    _unwinder: Option<Unwinder>,
 }
 
 impl<'obj> Session<'obj> {
@@ -194,12 +200,14 @@ impl<'obj> Session<'obj> {
         let mut open = WallclockSkelBuilder::default()
             .open(object)
             .map_err(load_err)?;
+        let mode = config.unwind.effective(config.stacks.user);
         {
             let ro = open
                 .maps
                 .rodata_data
                 .as_deref_mut()
                 .ok_or_else(|| Error::Unsupported("wallclock.bpf.c has no rodata".into()))?;
+            ro.unwind_mode = mode.bpf_value();
             ro.filter_pid = matches!(config.target, Target::Pids(_));
             ro.filter_tid = matches!(config.target, Target::Tids(_));
             ro.filter_state = config.state.is_some();
@@ -227,14 +235,27 @@ impl<'obj> Session<'obj> {
         maps.targets
             .set_max_entries((ids.len() as u32).max(1))
             .map_err(load_err)?;
+        crate::unwind_size_maps!(maps, mode, config.stack_storage_size).map_err(load_err)?;
         let skel = open.load().map_err(load_err)?;
         loader::fill_targets(&skel.maps.targets, ids, "wallclock")?;
+        // A launched command has not exec'd yet: its maps are read when
+        // the unwinder first meets it.
+        let preload: &[u32] = if config.follow_children { &[] } else { pids };
+        let all = config.target == Target::All;
+        let unwinder = unwind::start(
+            mode,
+            crate::unwind_maps!(skel.maps),
+            "wallclock",
+            preload,
+            all,
+        )?;
         let mut session = Session {
             skel,
             config,
             _links: Vec::new(),
             periodic: Periodic::default(),
             raw_tp,
+            _unwinder: unwinder,
         };
         session.attach()?;
         Ok(session)
@@ -462,7 +483,10 @@ impl Collector for Session<'_> {
         let mut entries = read_counts::<types::wallclock_key, _>(&self.skel.maps.counts, clear)?;
         entries.extend(self.still_blocked(clear));
         let want = self.config.stacks;
-        let mut stacks = self.periodic.reader(&self.skel.maps.stacks, clear);
+        let mut stacks = self
+            .periodic
+            .reader(&self.skel.maps.stacks, clear)
+            .with_user_stacks(&self.skel.maps.ustacks);
         let mut samples = Vec::with_capacity(entries.len());
         for (k, ns) in entries {
             let mut user = stacks.read(k.user_stack_id, want.user);

@@ -86,6 +86,34 @@ pub fn workload(name: &str) -> PathBuf {
     out
 }
 
+/// Builds `tests/workloads/<src>` with `command` (a compiler and its
+/// flags, before `-o OUT SRC`) into `workload-<out>`, once per test
+/// binary, and returns the executable's path.
+pub fn build(out: &str, src: &str, command: &[&str]) -> PathBuf {
+    static BUILT: OnceLock<Mutex<HashMap<String, PathBuf>>> = OnceLock::new();
+    let built = BUILT.get_or_init(Default::default);
+    let mut built = built.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(p) = built.get(out) {
+        return p.clone();
+    }
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("tests/workloads/{src}"));
+    let exe = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("workload-{out}"));
+    let status = Command::new(command[0])
+        .args(&command[1..])
+        .arg("-o")
+        .arg(&exe)
+        .arg(&src)
+        .status()
+        .unwrap_or_else(|e| panic!("running {} (scripts/deps.sh installs it): {e}", command[0]));
+    assert!(
+        status.success(),
+        "building {} with {command:?}",
+        src.display()
+    );
+    built.insert(out.to_string(), exe.clone());
+    exe
+}
+
 /// The flare binary under test.
 pub fn flare() -> Command {
     Command::new(env!("CARGO_BIN_EXE_flare"))

@@ -5,6 +5,7 @@ pub mod bpf;
 pub mod fixtures;
 pub mod golden;
 pub mod pprof;
+pub mod receivers;
 pub mod rich;
 pub mod schema;
 pub mod serve;

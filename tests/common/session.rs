@@ -24,14 +24,19 @@ impl Workload {
     /// until it is ready. `wrapper` runs it under another command (e.g.
     /// `taskset -c 1`).
     pub fn start_with(wrapper: &[&str], name: &str, args: &[&str]) -> Self {
-        let exe = workload(name);
+        Self::start_exe(wrapper, &workload(name), args)
+    }
+
+    /// Starts the workload executable `exe` (see [`Self::start_with`]).
+    pub fn start_exe(wrapper: &[&str], exe: &std::path::Path, args: &[&str]) -> Self {
+        let name = exe.display().to_string();
         let mut cmd = match wrapper.split_first() {
             Some((w, rest)) => {
                 let mut c = Command::new(w);
-                c.args(rest).arg(&exe);
+                c.args(rest).arg(exe);
                 c
             }
-            None => Command::new(&exe),
+            None => Command::new(exe),
         };
         let mut child = cmd
             .args(args)

@@ -10,14 +10,17 @@
  *   pingpong  the main thread blocks on a pipe in sl_wait, a second
  *             thread wakes it every 5 ms from sl_wake
  *   calls     sl_leaf called from sl_caller every millisecond
- * Protocol on stdio: prints "ready", waits for a line, works for SECONDS,
- * prints "done"; then exits, or with "stay" waits for stdin to close.
+ * Protocol on stdio: prints "ready", waits for a line, then execs itself
+ * (so that its mappings change after a profiler has attached: the new
+ * image is mapped at new addresses), works for SECONDS, prints "done";
+ * then exits, or with "stay" waits for stdin to close.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -90,16 +93,22 @@ __attribute__((noinline)) void sl_caller(double end)
 
 int main(int argc, char **argv)
 {
-	if (argc != 4) {
+	if (argc != 4 && argc != 5) {
 		fprintf(stderr, "usage: shortlived MODE SECONDS exit|stay\n");
 		return 2;
 	}
 	seconds = atof(argv[2]);
 	setvbuf(stdout, NULL, _IOLBF, 0);
-	printf("ready\n");
 	char line[64];
-	if (!fgets(line, sizeof line, stdin))
+	if (argc == 4) {
+		printf("ready\n");
+		if (!fgets(line, sizeof line, stdin))
+			return 1;
+		execl("/proc/self/exe", argv[0], argv[1], argv[2], argv[3], "run", (char *)NULL);
 		return 1;
+	}
+	/* exec through /proc/self/exe named the process "exe". */
+	prctl(PR_SET_NAME, "shortlived");
 	double end = now() + seconds;
 	if (strcmp(argv[1], "burn") == 0) {
 		sl_burn_outer(end);

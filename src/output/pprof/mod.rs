@@ -334,8 +334,58 @@ pub fn build(profile: &Profile, time_nanos: i64) -> proto::Profile {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
-    use crate::profile::{ExtraValue, Kind, Meta, Sample, TaskStack, Trace};
+    use crate::profile::{ExtraValue, Kind, Meta, ObjectRef, Sample, TaskStack, Trace};
+
+    fn frame(name: &str, addr: u64, object: &Arc<ObjectRef>, offset: u64) -> Frame {
+        Frame {
+            addr,
+            object: Some(object.clone()),
+            file_offset: offset,
+            ..Frame::named(name, FrameKind::User)
+        }
+    }
+
+    /// libc in two processes, loaded at two addresses: two mappings, each
+    /// with the build id and a layout that gives every location's file
+    /// offset back (address - memory_start + file_offset).
+    #[test]
+    fn mappings_carry_build_ids_and_offsets() {
+        let libc = Arc::new(ObjectRef {
+            path: "/usr/lib/libc.so.6".into(),
+            build_id: Some(Arc::from(&[0x93, 0xac, 0x01][..])),
+        });
+        let sample = |pid: u32, base: u64| {
+            let user = Trace::Frames(vec![
+                frame("read", base + 0x1100, &libc, 0x1100),
+                frame("main_caller", base + 0x2200, &libc, 0x2200),
+            ]);
+            let task = TaskStack {
+                pid: Some(pid),
+                tid: None,
+                comm: "app".into(),
+                user,
+                kernel: Trace::Frames(vec![]),
+            };
+            Sample::new(task, None, 1)
+        };
+        let mut profile = Profile::new(Meta::new(Kind::Cpu, "cpu-clock"));
+        profile.samples = vec![sample(1, 0x7f00_0000_0000), sample(2, 0x7f11_0000_0000)];
+        let out = build(&profile, 0);
+        assert_eq!(out.mapping.len(), 2);
+        for m in &out.mapping {
+            assert_eq!(out.string_table[m.build_id as usize], "93ac01");
+            assert_eq!(out.string_table[m.filename as usize], "/usr/lib/libc.so.6");
+        }
+        for l in &out.location {
+            let m = &out.mapping[l.mapping_id as usize - 1];
+            assert!(m.memory_start <= l.address && l.address < m.memory_limit);
+            let offset = l.address - m.memory_start + m.file_offset;
+            assert!([0x1100, 0x2200].contains(&offset), "{offset:#x}");
+        }
+    }
 
     #[test]
     fn extra_values_follow_the_main_sample_types() {

@@ -104,6 +104,8 @@ pub struct Config {
     pub attach: Attach,
     /// `None`: until stopped.
     pub duration: Option<Duration>,
+    /// How user stacks are walked.
+    pub unwind: crate::unwind::Mode,
     /// Trace flare's own threads too (`--include-self`).
     pub include_self: bool,
     /// With [`Threads::Pids`] of one launched command (`-- CMD`): the
@@ -134,6 +136,7 @@ impl Config {
             blocked_storage_size: 16384,
             attach: Attach::Auto,
             duration: None,
+            unwind: crate::unwind::Mode::default(),
             include_self: false,
             follow_children: false,
             offsets: false,

@@ -14,6 +14,7 @@ use crate::bpf::{comm_str, probe, read_counts, Periodic, PlainKey};
 use crate::collect::{Collection, Collector, RawSample, RawTask, RawTrace, WarmUp};
 use crate::error::{Error, Result};
 use crate::profile::{Kind, Meta, Sample};
+use crate::unwind::{self, Unwinder};
 
 /// Mirrors the `OFFCPU_*` constants of `offcpu.h`.
 const MODE_OFFCPU: u32 = 0;
@@ -38,6 +39,8 @@ pub struct Session<'obj> {
     _links: Vec<Link>,
     /// State kept between clearing reads.
     periodic: Periodic,
+    /// Feeds the BPF unwinder (not with --unwind fp).
+    _unwinder: Option<Unwinder>,
 }
 
 /// The way to attach: the one asked for, or the first that works.
@@ -93,6 +96,7 @@ impl<'obj> Session<'obj> {
             Threads::Tids(t) => t,
             _ => &[],
         };
+        let mode = config.unwind.effective(config.stacks.user);
         {
             let ro = open
                 .maps
@@ -121,6 +125,7 @@ impl<'obj> Session<'obj> {
             ro.min_us = config.min_us;
             ro.max_us = config.max_us;
             ro.stacks_at_switch_in = attach == Attach::Kprobe;
+            ro.unwind_mode = mode.bpf_value();
         }
         let waker = config.tool != Tool::OffCpu;
         let progs = &mut open.progs;
@@ -161,14 +166,25 @@ impl<'obj> Session<'obj> {
             // Unused: keep it from taking memory.
             maps.wokeby.set_max_entries(1).map_err(load_err)?;
         }
+        crate::unwind_size_maps!(maps, mode, config.stack_storage_size).map_err(load_err)?;
         let skel = open.load().map_err(load_err)?;
         loader::fill_targets(&skel.maps.targets, ids, "offcpu")?;
+        let (pids, all): (&[u32], bool) = match &config.threads {
+            // A launched command has not exec'd yet: its maps are read
+            // when the unwinder first meets it.
+            Threads::Pids(_) if config.follow_children => (&[], false),
+            Threads::Pids(p) => (p, false),
+            Threads::Tids(_) => (&[], false),
+            _ => (&[], true),
+        };
+        let unwinder = unwind::start(mode, crate::unwind_maps!(skel.maps), "offcpu", pids, all)?;
         let mut session = Session {
             skel,
             config,
             attach,
             _links: Vec::new(),
             periodic: Periodic::default(),
+            _unwinder: unwinder,
         };
         session.attach_programs()?;
         Ok(session)
@@ -292,7 +308,10 @@ impl Collector for Session<'_> {
     /// are read, so the next call returns only what came after (periods
     /// still running are counted when they end).
     fn collect(&mut self, clear: bool) -> Result<Collection> {
-        let mut stacks = self.periodic.reader(&self.skel.maps.stacks, clear);
+        let mut stacks = self
+            .periodic
+            .reader(&self.skel.maps.stacks, clear)
+            .with_user_stacks(&self.skel.maps.ustacks);
         let mut samples = Vec::new();
         let want = self.config.stacks;
         let mut task = |t: &types::offcpu_task| RawTask {

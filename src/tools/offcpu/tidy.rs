@@ -9,13 +9,15 @@ use crate::profile::{Sample, TaskStack, Trace};
 
 /// True for frames of the BPF tracing machinery: programs
 /// (`bpf_prog_<tag>_<name>`), trampolines, and the tracepoint glue that
-/// calls them (`bpf_trace_run2`, `__bpf_trace_sched_switch`).
+/// calls them (`bpf_trace_run2`, `__bpf_trace_sched_switch`, and on
+/// newer kernels the tracepoint's iterator `__traceiter_sched_switch`).
 pub fn is_tracing_frame(name: &str) -> bool {
     [
         "bpf_prog_",
         "bpf_trampoline_",
         "bpf_trace_run",
         "__bpf_trace_",
+        "__traceiter_",
     ]
     .iter()
     .any(|p| name.starts_with(p))
@@ -123,6 +125,8 @@ mod tests {
                 3,
             ),
             sample(&DEEP, 1),
+            // 6.x kernels: the tracepoint's iterator sits on __schedule.
+            sample(&["__traceiter_sched_switch", "__schedule", "schedule"], 5),
         ];
         tidy_samples(&mut p.samples, Tool::OffCpu);
         p.merge_identical();
@@ -133,6 +137,6 @@ mod tests {
             .map(|s| s.task.kernel.frames().iter().map(|f| &*f.name).collect())
             .collect();
         assert_eq!(names, vec![DEEP.to_vec(), vec!["__schedule", "schedule"],]);
-        assert_eq!(p.samples[1].value, 10);
+        assert_eq!(p.samples[1].value, 15);
     }
 }

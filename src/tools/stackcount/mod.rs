@@ -30,6 +30,7 @@ use crate::error::{Error, Result};
 use crate::profile::{Kind, Meta, Sample};
 
 pub use crate::collect::Stacks;
+use crate::unwind::{self, Unwinder};
 
 pub use pattern::{Pattern, ProbeKind};
 
@@ -54,6 +55,8 @@ pub struct Config {
     pub stacks: Stacks,
     pub stack_storage_size: u32,
     pub hash_storage_size: u32,
+    /// How user stacks are walked.
+    pub unwind: unwind::Mode,
     /// `-s`: frame names with the offset into their function.
     pub offsets: bool,
     /// Count flare's own process too (`--include-self`).
@@ -79,6 +82,7 @@ impl Default for Config {
             stacks: Stacks::default(),
             stack_storage_size: 16384,
             hash_storage_size: 40960,
+            unwind: unwind::Mode::default(),
             offsets: false,
             include_self: false,
             command: None,
@@ -168,6 +172,8 @@ pub struct Session<'obj> {
     matched: usize,
     /// State kept between clearing reads (-i).
     periodic: Periodic,
+    /// Feeds the BPF unwinder (not with --unwind fp).
+    _unwinder: Option<Unwinder>,
 }
 
 /// Finds what the pattern matches; fails with the pattern named when it
@@ -242,6 +248,7 @@ impl<'obj> Session<'obj> {
         let mut open = StackcountSkelBuilder::default()
             .open(object)
             .map_err(load_err)?;
+        let mode = config.unwind.effective(config.stacks.user);
         {
             let ro = open
                 .maps
@@ -258,6 +265,7 @@ impl<'obj> Session<'obj> {
                 ro,
                 CommonKnobs::new(config.stacks, config.include_self).following(follow)
             );
+            ro.unwind_mode = mode.bpf_value();
         }
         open.maps
             .counts
@@ -267,6 +275,7 @@ impl<'obj> Session<'obj> {
             .stacks
             .set_max_entries(config.stack_storage_size)
             .map_err(load_err)?;
+        crate::unwind_size_maps!(open.maps, mode, config.stack_storage_size).map_err(load_err)?;
         attach::choose_programs(&mut open.progs, &pattern, &targets)?;
         // Loading fentry is itself the probe: keep libbpf's complaints
         // out of the way of the one-line error that explains a refusal.
@@ -283,6 +292,24 @@ impl<'obj> Session<'obj> {
             libbpf_rs::set_print(previous);
         }
         let skel = loaded.map_err(|e| attach::load_error(&pattern, &targets, e))?;
+        // A uprobe's processes are loaded before it fires.
+        let (pids, all) = match (config.pid, &targets) {
+            // A launched command has not exec'd yet: its maps are read
+            // when the unwinder first meets it.
+            (Some(_), _) if config.command.is_some() => (Vec::new(), false),
+            (Some(p), _) => (vec![p], false),
+            (None, Targets::User { binary, .. } | Targets::Usdt { binary, .. }) => {
+                (unwind::procs::pids_mapping(binary), false)
+            }
+            (None, _) => (Vec::new(), true),
+        };
+        let unwinder = unwind::start(
+            mode,
+            crate::unwind_maps!(skel.maps),
+            "stackcount",
+            &pids,
+            all,
+        )?;
         let mut session = Session {
             skel,
             _extra: Vec::new(),
@@ -291,6 +318,7 @@ impl<'obj> Session<'obj> {
             pattern,
             matched: 0,
             periodic: Periodic::default(),
+            _unwinder: unwinder,
         };
         session.attach(&targets)?;
         Ok(session)
@@ -357,7 +385,10 @@ impl Collector for Session<'_> {
     /// are read, so the next call returns only what came after (stack map
     /// entries are kept: their ids may still be in use).
     fn collect(&mut self, clear: bool) -> Result<Collection> {
-        let mut stacks = self.periodic.reader(&self.skel.maps.stacks, clear);
+        let mut stacks = self
+            .periodic
+            .reader(&self.skel.maps.stacks, clear)
+            .with_user_stacks(&self.skel.maps.ustacks);
         let mut samples = Vec::new();
         for (k, count) in read_counts::<types::stackcount_key, _>(&self.skel.maps.counts, clear)? {
             let user = stacks.read(k.user_stack_id, self.config.stacks.user);

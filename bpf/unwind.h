@@ -1,0 +1,394 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * The in-kernel user-stack unwinder (--unwind auto|dwarf), included by
+ * flare.bpf.h. It starts from the task's user registers (saved at the top
+ * of its kernel stack: the same place for a sample, a tracepoint and a
+ * uprobe), finds each pc's mapping in the process's sorted slice of
+ * `unwind_mappings`, binary-searches the object's rows (one inner array
+ * per object in `unwind_tables`, filled by src/unwind/) and steps to the
+ * caller; where there is no table (JIT code, objects without CFI) it
+ * steps by the frame pointer (auto only). The walk runs under bpf_loop
+ * (5.17+); user space keeps frame pointers where the kernel lacks it.
+ *
+ * Stacks go to `ustacks`, keyed by a hash of their frames with
+ * UNWIND_OWN_ID set; a different stack with the same hash is detected and
+ * reported as lost, never merged.
+ */
+#ifndef FLARE_UNWIND_H
+#define FLARE_UNWIND_H
+
+#include <bpf/bpf_core_read.h>
+#include "unwind_types.h"
+
+const volatile __u32 unwind_mode = UNWIND_MODE_FP;
+
+struct unwind_stats unwind_stats = {};
+
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, __u32);
+	__type(value, struct unwind_proc);
+	__uint(max_entries, 8192);
+} unwind_procs SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct unwind_mapping);
+	__uint(max_entries, 65536);
+} unwind_mappings SEC(".maps");
+
+/* The template of every object's rows; user space creates each with the
+ * object's own size (BPF_F_INNER_MAP) and fills it through mmap. */
+struct unwind_rows {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_INNER_MAP | BPF_F_MMAPABLE);
+	__type(key, __u32);
+	__type(value, __u64);	/* struct unwind_row */
+	__uint(max_entries, 1);
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__array(values, struct unwind_rows);
+} unwind_tables SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 64 * 1024);
+} unwind_events SEC(".maps");
+
+/* When each process was last reported, so that one busy process does not
+ * flood the ring buffer. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(max_entries, 4096);
+} unwind_reported SEC(".maps");
+
+/* flare's user stacks, by id (hash | UNWIND_OWN_ID); sized before load. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, __u64);
+	__type(value, struct unwind_stack);
+	__uint(max_entries, 16384);
+} ustacks SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, struct unwind_stack);
+	__uint(max_entries, 1);
+} unwind_scratch SEC(".maps");
+
+/* The walk's state, carried from one bpf_loop step to the next. */
+struct unwind_walk {
+	__u64 pc, sp, bp;
+	__u64 hash;
+	__u32 first, nr;	/* the process's mappings */
+	__u32 n;		/* frames so far */
+	__u32 pid;
+	bool have_proc;
+	bool return_address;	/* pc is a return address (not the first frame) */
+	bool complete;
+};
+
+static __always_inline void unwind_report(__u32 pid, __u32 kind, __u64 pc)
+{
+	__u64 now = bpf_ktime_get_ns();
+	__u64 *last = bpf_map_lookup_elem(&unwind_reported, &pid);
+	struct unwind_event *e;
+
+	if (last && now - *last < 200000000ULL)
+		return;
+	bpf_map_update_elem(&unwind_reported, &pid, &now, BPF_ANY);
+	e = bpf_ringbuf_reserve(&unwind_events, sizeof(*e), 0);
+	if (!e) {
+		__sync_fetch_and_add(&unwind_stats.events_lost, 1);
+		return;
+	}
+	e->pid = pid;
+	e->kind = kind;
+	e->pc = pc;
+	bpf_ringbuf_submit(e, 0);
+}
+
+/* A binary search in progress, one bpf_loop step at a time (so that the
+ * verifier checks one step, not every unrolled one). */
+struct unwind_search {
+	__u64 key;
+	__u32 lo, hi;
+	__u32 first;		/* mappings: the process's first index */
+	__u32 table;		/* rows: the object's table */
+};
+
+/* One step over the process's mappings: lo ends one past the last start
+ * at or below the key. */
+static long unwind_map_step(__u64 i, void *ctx)
+{
+	struct unwind_search *s = ctx;
+	struct unwind_mapping *m;
+	__u32 mid, idx;
+
+	if (s->lo >= s->hi)
+		return 1;
+	mid = (s->lo + s->hi) / 2;
+	idx = s->first + mid;
+	m = bpf_map_lookup_elem(&unwind_mappings, &idx);
+	if (!m) {
+		s->lo = 0;
+		return 1;
+	}
+	if (m->start <= s->key)
+		s->lo = mid + 1;
+	else
+		s->hi = mid;
+	return 0;
+}
+
+/* One step over an object's rows, as above. */
+static long unwind_row_step(__u64 i, void *ctx)
+{
+	struct unwind_search *s = ctx;
+	struct unwind_row *r;
+	void *inner;
+	__u32 mid;
+
+	if (s->lo >= s->hi)
+		return 1;
+	inner = bpf_map_lookup_elem(&unwind_tables, &s->table);
+	if (!inner) {
+		s->lo = 0;
+		return 1;
+	}
+	mid = (s->lo + s->hi) / 2;
+	r = bpf_map_lookup_elem(inner, &mid);
+	if (!r) {
+		s->lo = 0;
+		return 1;
+	}
+	if (r->pc <= (__u32)s->key)
+		s->lo = mid + 1;
+	else
+		s->hi = mid;
+	return 0;
+}
+
+/* The process's mapping holding `pc`, or NULL. */
+static __always_inline struct unwind_mapping *unwind_find_mapping(struct unwind_walk *w, __u64 pc)
+{
+	struct unwind_search s = { .key = pc, .hi = w->nr, .first = w->first };
+	struct unwind_mapping *m;
+	__u32 idx;
+
+	bpf_loop(UNWIND_MAX_MAPS_LOG2 + 1, unwind_map_step, &s, 0);
+	if (s.lo == 0)
+		return NULL;
+	idx = w->first + s.lo - 1;
+	m = bpf_map_lookup_elem(&unwind_mappings, &idx);
+	if (!m || pc >= m->end)
+		return NULL;
+	return m;
+}
+
+/* The row of `m`'s table covering `pc`, or NULL. */
+static __always_inline struct unwind_row *unwind_find_row(struct unwind_mapping *m, __u64 pc)
+{
+	struct unwind_search s = { .hi = m->rows, .table = m->table };
+	__u64 rel = pc - m->bias;
+	void *inner;
+	__u32 idx;
+
+	if (s.table == UNWIND_NO_TABLE || pc < m->bias || rel > 0xffffffffULL)
+		return NULL;
+	s.key = rel;
+	bpf_loop(UNWIND_MAX_ROWS_LOG2 + 1, unwind_row_step, &s, 0);
+	if (s.lo == 0)
+		return NULL;
+	inner = bpf_map_lookup_elem(&unwind_tables, &s.table);
+	if (!inner)
+		return NULL;
+	idx = s.lo - 1;
+	return bpf_map_lookup_elem(inner, &idx);
+}
+
+static __always_inline bool unwind_read(__u64 *dst, __u64 addr)
+{
+	return bpf_probe_read_user(dst, sizeof(*dst), (void *)addr) == 0;
+}
+
+/* One step by the frame pointer: 1 to end the walk. */
+static __always_inline long unwind_fp_step(struct unwind_walk *w)
+{
+	__u64 bp = w->bp, ra, next_bp;
+
+	if (unwind_mode == UNWIND_MODE_DWARF || !bp || bp < w->sp)
+		return 1;
+	if (!unwind_read(&next_bp, bp) || !unwind_read(&ra, bp + 8))
+		return 1;
+	__sync_fetch_and_add(&unwind_stats.fp_frames, 1);
+	w->sp = bp + 16;
+	w->bp = next_bp;
+	w->pc = ra;
+	w->return_address = true;
+	return 0;
+}
+
+/* Records the current pc and steps to the caller: 1 to end the walk. */
+static long unwind_step(__u64 i, void *ctx)
+{
+	struct unwind_walk *w = ctx;
+	struct unwind_mapping *m = NULL;
+	struct unwind_row *r = NULL;
+	__u64 pc = w->pc, cfa, ra, bp, lookup;
+	struct unwind_stack *out;
+	__u32 n = w->n, zero = 0;
+	__u8 kind;
+
+	out = bpf_map_lookup_elem(&unwind_scratch, &zero);
+	if (!out || !pc || n >= FLARE_MAX_STACK_DEPTH)
+		return 1;
+	out->pcs[n] = pc;
+	w->n = n + 1;
+	w->hash = (w->hash ^ pc) * 0x100000001b3ULL;
+	w->hash ^= w->hash >> 29;
+
+	lookup = w->return_address ? pc - 1 : pc;
+	if (w->have_proc) {
+		m = unwind_find_mapping(w, lookup);
+		if (!m)
+			unwind_report(w->pid, UNWIND_EVENT_PC, pc);
+		else
+			r = unwind_find_row(m, lookup);
+	}
+	if (!r)
+		return unwind_fp_step(w);
+
+	kind = r->kind;
+	switch (kind & 0xf) {
+	case UNWIND_CFA_RSP:
+		cfa = w->sp + r->cfa_off;
+		break;
+	case UNWIND_CFA_RBP:
+		cfa = w->bp + r->cfa_off;
+		break;
+	case UNWIND_CFA_PLT:
+		cfa = w->sp + 8 + ((pc & 15) >= r->cfa_off ? 8 : 0);
+		break;
+	case UNWIND_CFA_END:
+		w->complete = true;
+		return 1;
+	case UNWIND_CFA_SIGNAL:
+		/* rsp points at the ucontext; its mcontext holds the
+		 * interrupted rbp, rsp and rip (x86-64 sigcontext). */
+		if (!unwind_read(&bp, w->sp + 40 + 10 * 8) ||
+		    !unwind_read(&cfa, w->sp + 40 + 15 * 8) ||
+		    !unwind_read(&ra, w->sp + 40 + 16 * 8))
+			return 1;
+		w->bp = bp;
+		w->sp = cfa;
+		w->pc = ra;
+		w->return_address = false;
+		return 0;
+	default:
+		return unwind_fp_step(w);
+	}
+	/* The caller's frame is above this one. */
+	if (cfa <= w->sp || !unwind_read(&ra, cfa - 8))
+		return 1;
+	switch (kind >> 4) {
+	case UNWIND_RBP_SAVED:
+		if (!unwind_read(&bp, cfa + (__s64)r->rbp_off * 8))
+			return 1;
+		w->bp = bp;
+		break;
+	case UNWIND_RBP_UNKNOWN:
+		w->bp = 0;
+		break;
+	}
+	w->sp = cfa;
+	w->pc = ra;
+	w->return_address = true;
+	return 0;
+}
+
+/* True when `a` and `b` hold the same frames. */
+static __always_inline bool unwind_same(struct unwind_stack *a, struct unwind_stack *b)
+{
+	if (a->len != b->len)
+		return false;
+	for (int i = 0; i < FLARE_MAX_STACK_DEPTH; i++) {
+		if (i >= a->len)
+			break;
+		if (a->pcs[i] != b->pcs[i])
+			return false;
+	}
+	return true;
+}
+
+/*
+ * Walks the current task's user stack with the tables and stores it:
+ * its id (UNWIND_OWN_ID | hash), or a negative errno as bpf_get_stackid
+ * gives one (-EFAULT: no user stack; -ENOMEM: storage full; -EEXIST: a
+ * different stack with the same hash).
+ */
+static __always_inline __s64 flare_unwind_user(__u32 pid)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct unwind_walk w = {};
+	struct unwind_proc *proc;
+	struct unwind_stack *old, *out;
+	struct pt_regs *regs;
+	__u32 zero = 0;
+	__u64 id;
+
+	if (!BPF_CORE_READ(task, mm))
+		return -FLARE_EFAULT;
+	regs = (struct pt_regs *)bpf_task_pt_regs(task);
+	if (!regs || (BPF_CORE_READ(regs, cs) & 3) != 3)
+		return -FLARE_EFAULT;
+	w.pc = BPF_CORE_READ(regs, ip);
+	w.sp = BPF_CORE_READ(regs, sp);
+	w.bp = BPF_CORE_READ(regs, bp);
+	w.pid = pid;
+	w.hash = 0xcbf29ce484222325ULL;
+	proc = bpf_map_lookup_elem(&unwind_procs, &pid);
+	if (proc) {
+		w.first = proc->first;
+		w.nr = proc->nr;
+		w.have_proc = true;
+	} else {
+		__sync_fetch_and_add(&unwind_stats.no_proc, 1);
+		unwind_report(pid, UNWIND_EVENT_PROC, w.pc);
+	}
+	bpf_loop(FLARE_MAX_STACK_DEPTH, unwind_step, &w, 0);
+	__sync_fetch_and_add(&unwind_stats.stacks, 1);
+	if (w.complete)
+		__sync_fetch_and_add(&unwind_stats.complete, 1);
+	out = bpf_map_lookup_elem(&unwind_scratch, &zero);
+	if (!out || !w.n)
+		return -FLARE_EFAULT;
+	out->len = w.n;
+	id = (w.hash & (UNWIND_OWN_ID - 1)) | UNWIND_OWN_ID;
+	old = bpf_map_lookup_elem(&ustacks, &id);
+	if (old) {
+		if (unwind_same(old, out))
+			return id;
+		__sync_fetch_and_add(&unwind_stats.collisions, 1);
+		return -FLARE_EEXIST;
+	}
+	if (bpf_map_update_elem(&ustacks, &id, out, BPF_NOEXIST)) {
+		/* Another CPU may have stored it meanwhile. */
+		old = bpf_map_lookup_elem(&ustacks, &id);
+		if (old && unwind_same(old, out))
+			return id;
+		return -FLARE_ENOMEM;
+	}
+	return id;
+}
+
+#endif /* FLARE_UNWIND_H */

@@ -1,0 +1,224 @@
+//! `flare agent` arguments, and the push options other tools share.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Result;
+use clap::Args;
+use flare::agent;
+use flare::bpf::perf::Sampling;
+use flare::collect::Stacks;
+use flare::export::auth::{Connection, Credentials};
+use flare::export::labels;
+use flare::export::push::PushConfig;
+use flare::export::sender::Report;
+use flare::export::sink::PushSink;
+use flare::tools::profile::{Config, Target};
+
+use super::{id_list, nonzero, nonzero_u32, IdList};
+
+pub const EXAMPLES: &str = "\
+Examples:
+    flare agent --pyroscope http://pyroscope:4040          # all CPUs at 19 Hz, 10 s windows
+    flare agent --otlp http://otel-collector:4318 --interval 60
+    flare agent --parca parca:7070 --spool-dir /var/lib/flare/spool
+    flare agent -o /var/lib/flare/windows --keep 360       # one pprof file per window
+    flare agent -p 185 --pyroscope https://profiles.example.com --credentials /etc/flare/credentials
+
+Credentials come from the environment or --credentials FILE (KEY=VALUE lines), never
+from the command line: FLARE_PYROSCOPE_TOKEN, FLARE_PYROSCOPE_USER and
+FLARE_PYROSCOPE_PASSWORD, FLARE_PYROSCOPE_TENANT, FLARE_OTLP_HEADERS (k=v,k2=v2),
+FLARE_PARCA_TOKEN, FLARE_CA_FILE.";
+
+/// Where to push profiles (shared by `flare agent` and the tools).
+#[derive(Debug, Args)]
+pub struct PushArgs {
+    /// Push to Grafana Pyroscope at this URL (ingest API, pprof)
+    #[arg(long, value_name = "URL")]
+    pub pyroscope: Vec<String>,
+
+    /// Push to an OpenTelemetry collector at this URL (OTLP/HTTP profiles)
+    #[arg(long, value_name = "URL")]
+    pub otlp: Vec<String>,
+
+    /// Push to Parca at this address (gRPC WriteRaw; https://HOST:PORT for TLS)
+    #[arg(long, value_name = "ADDR")]
+    pub parca: Vec<String>,
+
+    /// Application name for Pyroscope, service name for OTLP
+    #[arg(long, value_name = "NAME", default_value = "flare")]
+    pub app_name: String,
+
+    /// File of credentials (KEY=VALUE lines; see the examples)
+    #[arg(long, value_name = "FILE")]
+    pub credentials: Option<PathBuf>,
+
+    /// Queue undelivered windows on disk here (else in memory)
+    #[arg(long, value_name = "DIR")]
+    pub spool_dir: Option<PathBuf>,
+
+    /// Bound of each destination's queue, in MiB
+    #[arg(long, value_name = "MB", default_value_t = 32.0, value_parser = megabytes)]
+    pub spool_max_mb: f64,
+
+    /// Timeout of one push, in seconds
+    #[arg(long, value_name = "SECONDS", default_value_t = 10, value_parser = nonzero)]
+    pub push_timeout: u64,
+}
+
+impl PushArgs {
+    /// The push configuration, when a destination is given.
+    pub fn config_if_any(&self) -> Result<Option<PushConfig>> {
+        let c = self.config(None)?;
+        Ok((!c.is_empty()).then_some(c))
+    }
+
+    /// The library's push configuration (`dir`: `-o DIR` of the agent).
+    pub fn config(&self, dir: Option<(PathBuf, usize)>) -> Result<PushConfig> {
+        Ok(PushConfig {
+            pyroscope: self.pyroscope.clone(),
+            otlp: self.otlp.clone(),
+            parca: self.parca.clone(),
+            dir,
+            app_name: self.app_name.clone(),
+            spool_dir: self.spool_dir.clone(),
+            spool_max_bytes: (self.spool_max_mb * (1u64 << 20) as f64) as u64,
+            credentials: Credentials::load(self.credentials.as_deref())
+                .map_err(anyhow::Error::msg)?,
+            connection: Connection {
+                timeout: Duration::from_secs(self.push_timeout),
+                ca_pem: None,
+            },
+            retry: Default::default(),
+        })
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct AgentArgs {
+    /// Profile processes with these comma-separated PIDs only
+    #[arg(short = 'p', long = "pid", value_name = "PID", value_parser = id_list)]
+    pub pid: Option<IdList>,
+
+    /// Sample frequency, Hertz
+    #[arg(short = 'F', long, value_name = "FREQUENCY", default_value_t = 19, value_parser = nonzero)]
+    pub frequency: u64,
+
+    /// Length of a window: profiles are pushed this often, in seconds
+    #[arg(long, value_name = "SECONDS", default_value_t = 10.0, value_parser = interval)]
+    pub interval: f64,
+
+    /// Show stacks from user space only (no kernel space stacks)
+    #[arg(short = 'U', long, conflicts_with = "kernel_stacks_only")]
+    pub user_stacks_only: bool,
+
+    /// Show stacks from kernel space only (no user space stacks)
+    #[arg(short = 'K', long)]
+    pub kernel_stacks_only: bool,
+
+    /// Trace cgroups in this pinned BPF map only
+    #[arg(long, value_name = "CGROUPMAP")]
+    pub cgroupmap: Option<PathBuf>,
+
+    /// Trace mount namespaces in this pinned BPF map only
+    #[arg(long, value_name = "MNTNSMAP")]
+    pub mntnsmap: Option<PathBuf>,
+
+    /// The number of hash keys that can be stored
+    #[arg(long, value_name = "N", default_value_t = 40960, value_parser = nonzero_u32)]
+    pub hash_storage_size: u32,
+
+    /// The number of unique stack traces that can be stored
+    #[arg(long, value_name = "N", default_value_t = 16384, value_parser = nonzero_u32)]
+    pub stack_storage_size: u32,
+
+    /// Write one pprof file per window into this directory
+    #[arg(short = 'o', long = "output-dir", value_name = "DIR")]
+    pub output_dir: Option<PathBuf>,
+
+    /// Window files kept in the -o directory (the oldest are removed)
+    #[arg(long, value_name = "N", default_value_t = 360, value_parser = nonzero)]
+    pub keep: u64,
+
+    #[command(flatten)]
+    pub push: PushArgs,
+}
+
+/// A size in MiB, fractions allowed, greater than zero.
+fn megabytes(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
+        _ => Err(format!("'{s}' is not a size in MiB greater than zero")),
+    }
+}
+
+/// A window length: seconds, at least 0.1.
+fn interval(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.1 => Ok(v),
+        _ => Err(format!("'{s}' is not a number of seconds of at least 0.1")),
+    }
+}
+
+impl AgentArgs {
+    pub fn config(&self) -> agent::Config {
+        let profile = Config {
+            target: match &self.pid {
+                Some(p) => Target::Pids(p.0.clone()),
+                None => Target::All,
+            },
+            stacks: Stacks {
+                user: !self.kernel_stacks_only,
+                kernel: !self.user_stacks_only,
+            },
+            sampling: Sampling::Frequency(self.frequency),
+            hash_storage_size: self.hash_storage_size,
+            stack_storage_size: self.stack_storage_size,
+            cgroup_map: self.cgroupmap.clone(),
+            mntns_map: self.mntnsmap.clone(),
+            ..Config::default()
+        };
+        agent::Config::new(profile, Duration::from_secs_f64(self.interval))
+    }
+}
+
+/// Runs the agent until SIGINT/SIGTERM.
+pub fn run(args: &AgentArgs) -> Result<()> {
+    let config = args.config();
+    let dir = args.output_dir.clone().map(|d| (d, args.keep as usize));
+    let push = args.push.config(dir)?;
+    if push.is_empty() {
+        anyhow::bail!(
+            "nothing to push to: give --pyroscope URL, --otlp URL, --parca ADDR or -o DIR"
+        );
+    }
+    let host = labels::hostname();
+    let mut sink = PushSink::new(push.senders(&host).map_err(anyhow::Error::msg)?, &host);
+    let (_, stop, _) = crate::run::stop_signal()?;
+    eprintln!(
+        "flare agent: sampling {} at {} Hz, pushing every {} s to {}",
+        match &config.profile.target {
+            Target::Pids(p) => format!("PID {p:?}"),
+            _ => "all CPUs".into(),
+        },
+        args.frequency,
+        args.interval,
+        sink.names().join(", ")
+    );
+    let result = agent::run(&config, &mut sink, stop);
+    report(sink.finish(FLUSH_TIMEOUT));
+    Ok(result?)
+}
+
+/// How long queued windows are tried at exit.
+const FLUSH_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// One line per destination on stderr: what became of the windows.
+pub fn report(reports: Vec<Report>) {
+    for r in &reports {
+        eprintln!(
+            "flare: {}: {} window(s) delivered, {} dropped (spool full), {} refused, {} left queued",
+            r.name, r.delivered, r.dropped, r.rejected, r.left
+        );
+    }
+}

@@ -1,0 +1,80 @@
+//! `-o DIR`: one gzipped pprof file per window, named by the window's
+//! start (`flare-<unix ms>.pb.gz`, so that names sort by time), written to
+//! a temporary file and renamed into place, the oldest removed beyond a
+//! bounded count.
+
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use super::pprof::Encoder;
+use super::{unix_nanos, DeliveryError, Destination, Payload, Window};
+
+const PREFIX: &str = "flare-";
+const SUFFIX: &str = ".pb.gz";
+
+/// A directory of window files.
+pub struct Dir {
+    path: PathBuf,
+    keep: usize,
+    encoder: Encoder,
+}
+
+impl Dir {
+    /// Creates `path` if needed; at most `keep` window files stay in it.
+    pub fn new(path: &Path, keep: usize) -> std::io::Result<Self> {
+        fs::create_dir_all(path)?;
+        Ok(Dir {
+            path: path.to_path_buf(),
+            keep: keep.max(1),
+            encoder: Encoder::new(),
+        })
+    }
+
+    /// The window files in the directory, oldest first.
+    pub fn files(path: &Path) -> std::io::Result<Vec<PathBuf>> {
+        let mut files: Vec<PathBuf> = fs::read_dir(path)?
+            .filter_map(|e| e.ok())
+            .map(|e| e.path())
+            .filter(|p| {
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with(PREFIX) && n.ends_with(SUFFIX))
+            })
+            .collect();
+        files.sort();
+        Ok(files)
+    }
+}
+
+impl Destination for Dir {
+    fn name(&self) -> String {
+        format!("dir {}", self.path.display())
+    }
+
+    fn encode(&mut self, window: &Window) -> std::io::Result<Payload> {
+        Ok(Payload {
+            start_ns: unix_nanos(window.start),
+            end_ns: unix_nanos(window.end),
+            body: self.encoder.encode_gzip(window)?,
+        })
+    }
+
+    fn deliver(&mut self, payload: &Payload) -> Result<(), DeliveryError> {
+        let fail = |e: std::io::Error| DeliveryError::Retry(format!("{}: {e}", self.name()));
+        let name = format!("{PREFIX}{:015}{SUFFIX}", payload.start_ns / 1_000_000);
+        let mut tmp = tempfile::Builder::new()
+            .prefix(".flare-window")
+            .tempfile_in(&self.path)
+            .map_err(fail)?;
+        tmp.write_all(&payload.body).map_err(fail)?;
+        tmp.as_file().sync_data().map_err(fail)?;
+        tmp.persist(self.path.join(name))
+            .map_err(|e| fail(e.error))?;
+        let files = Dir::files(&self.path).map_err(fail)?;
+        for old in files.iter().take(files.len().saturating_sub(self.keep)) {
+            let _ = fs::remove_file(old);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,172 @@
+//! Parca's `ProfileStoreService.WriteRaw` over gRPC (tonic, rustls): one
+//! series per window, labelled with the profile's name and the host,
+//! holding the window's gzipped pprof.
+//!
+//! tonic's generic client is driven with prost's codec and the hand-written
+//! messages of [`super::parca_proto`]; a single-threaded tokio runtime owned
+//! by the destination runs each call to completion, so the sender thread
+//! stays plain blocking code.
+
+use std::time::Duration;
+
+use prost::Message;
+use tonic::codegen::http::uri::PathAndQuery;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
+
+use super::auth::Connection;
+use super::parca_proto as pb;
+use super::pprof::Encoder;
+use super::{unix_nanos, DeliveryError, Destination, Payload, Window};
+
+/// The profile name Parca stores flare's CPU samples under (`__name__`).
+pub const PROFILE_NAME: &str = "flare_cpu";
+
+/// A Parca server (or agent-compatible store).
+pub struct Parca {
+    addr: String,
+    host: String,
+    token: Option<String>,
+    runtime: tokio::runtime::Runtime,
+    channel: Channel,
+    encoder: Encoder,
+}
+
+impl Parca {
+    /// `addr` is `host:port` (plain HTTP/2), or a URL: `https://host:port`
+    /// for TLS.
+    pub fn new(
+        addr: &str,
+        host: &str,
+        token: Option<String>,
+        conn: &Connection,
+    ) -> Result<Self, String> {
+        let url = if addr.contains("://") {
+            addr.to_string()
+        } else {
+            format!("http://{addr}")
+        };
+        let bad = |e: &dyn std::fmt::Display| format!("--parca {addr}: {e}");
+        let mut endpoint = Endpoint::from_shared(url.clone())
+            .map_err(|e| bad(&e))?
+            .timeout(conn.timeout)
+            .connect_timeout(conn.timeout.min(Duration::from_secs(5)));
+        if url.starts_with("https://") {
+            let mut tls = ClientTlsConfig::new();
+            tls = match &conn.ca_pem {
+                Some(pem) => tls.ca_certificate(Certificate::from_pem(pem.as_slice())),
+                None => tls.with_webpki_roots(),
+            };
+            endpoint = endpoint.tls_config(tls).map_err(|e| bad(&e))?;
+        }
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| bad(&e))?;
+        let channel = {
+            let _guard = runtime.enter();
+            endpoint.connect_lazy()
+        };
+        Ok(Parca {
+            addr: url,
+            host: host.to_string(),
+            token,
+            runtime,
+            channel,
+            encoder: Encoder::new(),
+        })
+    }
+
+    /// The request for one gzipped pprof.
+    pub fn request(&self, pprof: Vec<u8>) -> pb::WriteRawRequest {
+        let label = |name: &str, value: &str| pb::Label {
+            name: name.into(),
+            value: value.into(),
+        };
+        pb::WriteRawRequest {
+            tenant: String::new(),
+            series: vec![pb::RawProfileSeries {
+                labels: Some(pb::LabelSet {
+                    labels: vec![
+                        label("__name__", PROFILE_NAME),
+                        label("hostname", &self.host),
+                    ],
+                }),
+                samples: vec![pb::RawSample {
+                    raw_profile: pprof,
+                    executable_info: Vec::new(),
+                }],
+            }],
+            normalized: false,
+        }
+    }
+}
+
+/// Whether a gRPC status is worth retrying.
+fn retryable(code: tonic::Code) -> bool {
+    use tonic::Code::*;
+    matches!(
+        code,
+        Unavailable
+            | DeadlineExceeded
+            | ResourceExhausted
+            | Aborted
+            | Internal
+            | Unknown
+            | Cancelled
+    )
+}
+
+impl Destination for Parca {
+    fn name(&self) -> String {
+        format!("parca {}", self.addr)
+    }
+
+    fn encode(&mut self, window: &Window) -> std::io::Result<Payload> {
+        let pprof = self.encoder.encode_gzip(window)?;
+        Ok(Payload {
+            start_ns: unix_nanos(window.start),
+            end_ns: unix_nanos(window.end),
+            body: self.request(pprof).encode_to_vec(),
+        })
+    }
+
+    fn deliver(&mut self, payload: &Payload) -> Result<(), DeliveryError> {
+        let what = Destination::name(self);
+        let message = pb::WriteRawRequest::decode(payload.body.as_slice()).map_err(|e| {
+            DeliveryError::Rejected(format!("{what}: spooled request unreadable: {e}"))
+        })?;
+        let mut request = tonic::Request::new(message);
+        if let Some(t) = &self.token {
+            let value = format!("Bearer {t}").parse().map_err(|_| {
+                DeliveryError::Rejected(format!(
+                    "{what}: FLARE_PARCA_TOKEN is not a valid header value"
+                ))
+            })?;
+            request.metadata_mut().insert("authorization", value);
+        }
+        let mut grpc = tonic::client::Grpc::new(self.channel.clone());
+        let path = PathAndQuery::from_static(pb::WRITE_RAW_PATH);
+        let result = self.runtime.block_on(async move {
+            grpc.ready()
+                .await
+                .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
+            grpc.unary::<_, pb::WriteRawResponse, _>(
+                request,
+                path,
+                tonic_prost::ProstCodec::default(),
+            )
+            .await
+        });
+        match result {
+            Ok(_) => Ok(()),
+            Err(s) if retryable(s.code()) => {
+                Err(DeliveryError::Retry(format!("{what}: {}", s.message())))
+            }
+            Err(s) => Err(DeliveryError::Rejected(format!(
+                "{what}: {:?}: {}",
+                s.code(),
+                s.message()
+            ))),
+        }
+    }
+}

@@ -1,0 +1,277 @@
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use prost::Message;
+
+use super::sender::{Options, Sender};
+use super::spool::Spool;
+use super::*;
+use crate::profile::{Frame, FrameKind, Kind, Meta, Sample, TaskStack, Trace};
+
+fn payload(n: u64, size: usize) -> Payload {
+    Payload {
+        start_ns: n,
+        end_ns: n + 1,
+        body: vec![n as u8; size],
+    }
+}
+
+fn drain(s: &mut Spool) -> Vec<u64> {
+    let mut out = Vec::new();
+    while let Some(p) = s.front() {
+        out.push(p.start_ns);
+        s.pop();
+    }
+    out
+}
+
+#[test]
+fn memory_spool_is_fifo_and_bounded() {
+    // Each entry is 24 bytes of header + 100 of body: three fit in 400.
+    let mut s = Spool::memory(400);
+    for n in 0..5 {
+        s.push(payload(n, 100)).unwrap();
+        assert!(s.bytes() <= 400);
+    }
+    assert_eq!(s.dropped, 2);
+    assert_eq!(drain(&mut s), vec![2, 3, 4]);
+    s.push(payload(9, 1000)).unwrap();
+    assert!(s.is_empty(), "a window larger than the bound is dropped");
+    assert_eq!(s.dropped, 3);
+}
+
+#[test]
+fn disk_spool_is_bounded_and_survives_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = Spool::disk(dir.path(), 400).unwrap();
+    for n in 0..5 {
+        s.push(payload(n, 100)).unwrap();
+    }
+    let on_disk: u64 = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().metadata().unwrap().len())
+        .sum();
+    assert!(on_disk <= 400, "{on_disk} bytes on disk");
+    assert_eq!(s.dropped, 2);
+    drop(s);
+    let mut s = Spool::disk(dir.path(), 400).unwrap();
+    assert_eq!(s.len(), 3);
+    s.push(payload(7, 4)).unwrap();
+    let first = s.front().unwrap();
+    assert_eq!(first, payload(2, 100));
+    assert_eq!(drain(&mut s), vec![2, 3, 4, 7]);
+    // A restart with a smaller bound trims the oldest.
+    let mut s = Spool::disk(dir.path(), 400).unwrap();
+    for n in 10..13 {
+        s.push(payload(n, 100)).unwrap();
+    }
+    drop(s);
+    let mut s = Spool::disk(dir.path(), 130).unwrap();
+    assert_eq!(drain(&mut s), vec![12]);
+}
+
+/// A destination that fails while `down` is set and records what it got.
+struct Fake {
+    down: Arc<Mutex<bool>>,
+    got: Arc<Mutex<Vec<u64>>>,
+}
+
+impl Destination for Fake {
+    fn name(&self) -> String {
+        "fake".into()
+    }
+    fn encode(&mut self, w: &Window) -> std::io::Result<Payload> {
+        Ok(Payload {
+            start_ns: unix_nanos(w.start),
+            end_ns: unix_nanos(w.end),
+            body: vec![0; 10],
+        })
+    }
+    fn deliver(&mut self, p: &Payload) -> Result<(), DeliveryError> {
+        if *self.down.lock().unwrap() {
+            return Err(DeliveryError::Retry("down".into()));
+        }
+        self.got.lock().unwrap().push(p.start_ns);
+        Ok(())
+    }
+}
+
+fn window(n: u64) -> Arc<Window> {
+    let t = SystemTime::UNIX_EPOCH + Duration::from_secs(n);
+    Arc::new(Window {
+        profile: Profile::new(Meta::new(Kind::Cpu, "cpu-clock")),
+        start: t,
+        end: t + Duration::from_secs(1),
+        host: "h".into(),
+        processes: HashMap::new(),
+    })
+}
+
+#[test]
+fn sender_keeps_every_window_in_order_across_an_outage() {
+    let down = Arc::new(Mutex::new(true));
+    let got = Arc::new(Mutex::new(Vec::new()));
+    let fake = Fake {
+        down: down.clone(),
+        got: got.clone(),
+    };
+    let options = Options {
+        backoff_min: Duration::from_millis(5),
+        backoff_max: Duration::from_millis(20),
+    };
+    let sender = Sender::start(Box::new(fake), Spool::memory(1 << 20), options).unwrap();
+    for n in 1..=3 {
+        sender.submit(window(n));
+    }
+    std::thread::sleep(Duration::from_millis(50));
+    assert!(got.lock().unwrap().is_empty());
+    *down.lock().unwrap() = false;
+    for n in 4..=5 {
+        sender.submit(window(n));
+    }
+    let report = sender.finish(Duration::from_secs(10));
+    let secs: Vec<u64> = got
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|ns| ns / 1_000_000_000)
+        .collect();
+    assert_eq!(secs, vec![1, 2, 3, 4, 5]);
+    assert_eq!((report.delivered, report.dropped, report.left), (5, 0, 0));
+}
+
+#[test]
+fn finish_gives_up_at_the_deadline_with_a_memory_spool() {
+    let fake = Fake {
+        down: Arc::new(Mutex::new(true)),
+        got: Arc::new(Mutex::new(Vec::new())),
+    };
+    let sender = Sender::start(Box::new(fake), Spool::memory(1 << 20), Options::default()).unwrap();
+    sender.submit(window(1));
+    let report = sender.finish(Duration::from_millis(50));
+    assert_eq!((report.delivered, report.left), (0, 1));
+}
+
+fn sample_window() -> Window {
+    let frame = |name: &str, kind| Frame {
+        addr: 0x1000,
+        ..Frame::named(name, kind)
+    };
+    let mut profile = Profile::new(Meta::new(Kind::Cpu, "cpu-clock"));
+    profile.meta.period_ns = Some(1_000_000_000 / 19);
+    profile.samples.push(Sample::new(
+        TaskStack {
+            pid: Some(42),
+            tid: None,
+            comm: "work".into(),
+            user: Trace::Frames(vec![
+                frame("hot", FrameKind::User),
+                frame("main", FrameKind::User),
+            ]),
+            kernel: Trace::Frames(Vec::new()),
+        },
+        None,
+        7,
+    ));
+    let mut processes = HashMap::new();
+    processes.insert(
+        42,
+        ProcessLabels {
+            exe: Some("/usr/bin/work".into()),
+            cgroup: Some("/system.slice/docker-abc.scope".into()),
+            container_id: Some("abc".into()),
+        },
+    );
+    let start = SystemTime::UNIX_EPOCH + Duration::from_secs(1000);
+    Window {
+        profile,
+        start,
+        end: start + Duration::from_secs(10),
+        host: "node1".into(),
+        processes,
+    }
+}
+
+#[test]
+fn pprof_window_carries_process_and_host_labels() {
+    let p = pprof::Encoder::new().build(&sample_window());
+    let s = |i: i64| p.string_table[i as usize].as_str();
+    let labels: HashMap<&str, String> = p.sample[0]
+        .label
+        .iter()
+        .map(|l| {
+            (
+                s(l.key),
+                if l.str != 0 {
+                    s(l.str).to_string()
+                } else {
+                    l.num.to_string()
+                },
+            )
+        })
+        .collect();
+    for (k, v) in [
+        ("pid", "42"),
+        ("comm", "work"),
+        ("exe", "/usr/bin/work"),
+        ("container_id", "abc"),
+        ("cgroup", "/system.slice/docker-abc.scope"),
+        ("hostname", "node1"),
+    ] {
+        assert_eq!(labels.get(k).map(String::as_str), Some(v), "label {k}");
+    }
+    assert_eq!(p.sample[0].value, vec![7, 7 * (1_000_000_000 / 19)]);
+}
+
+#[test]
+fn otlp_request_resolves_to_the_same_stack_and_attributes() {
+    let w = sample_window();
+    let p = pprof::Encoder::new().build(&w);
+    let req = otlp::from_pprof(p, &w, "svc");
+    // Round trip through the wire format, as a collector sees it.
+    let req =
+        otlp_proto::ExportProfilesServiceRequest::decode(req.encode_to_vec().as_slice()).unwrap();
+    let d = req.dictionary.unwrap();
+    assert_eq!(d.string_table[0], "");
+    assert_eq!(d.mapping_table[0], otlp_proto::Mapping::default());
+    let prof = &req.resource_profiles[0].scope_profiles[0].profiles[0];
+    let sample = &prof.samples[0];
+    assert_eq!(sample.values, vec![7]);
+    let names: Vec<&str> = d.stack_table[sample.stack_index as usize]
+        .location_indices
+        .iter()
+        .map(|&l| {
+            let f = d.location_table[l as usize].lines[0].function_index;
+            d.string_table[d.function_table[f as usize].name_strindex as usize].as_str()
+        })
+        .collect();
+    assert_eq!(names, vec!["hot", "main"]);
+    let attrs: HashMap<&str, String> = sample
+        .attribute_indices
+        .iter()
+        .map(|&i| {
+            let a = &d.attribute_table[i as usize];
+            let v = match a.value.as_ref().and_then(|v| v.value.clone()) {
+                Some(otlp_proto::any_value::Value::StringValueStrindex(s)) => {
+                    d.string_table[s as usize].clone()
+                }
+                Some(otlp_proto::any_value::Value::IntValue(n)) => n.to_string(),
+                other => format!("{other:?}"),
+            };
+            (d.string_table[a.key_strindex as usize].as_str(), v)
+        })
+        .collect();
+    assert_eq!(attrs["process.pid"], "42");
+    assert_eq!(attrs["thread.name"], "work");
+    assert_eq!(attrs["container.id"], "abc");
+    assert_eq!(attrs["process.executable.path"], "/usr/bin/work");
+    assert_eq!(prof.time_unix_nano, 1000 * 1_000_000_000);
+    assert_eq!(prof.duration_nano, 10 * 1_000_000_000);
+    let host = &req.resource_profiles[0]
+        .resource
+        .as_ref()
+        .unwrap()
+        .attributes[0];
+    assert_eq!(host.key, "host.name");
+}

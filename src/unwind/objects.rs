@@ -1,0 +1,290 @@
+//! Objects and their tables in BPF. Each object (by build id, else by
+//! file identity) gets its rows once, in an array map of its own size
+//! placed in the `unwind_tables` map-of-maps, and every process mapping
+//! it shares that table. Tables come from the disk cache or are built and
+//! stored there. An object without usable call-frame information gets no
+//! table (frame pointers there) and one warning.
+
+use std::collections::{HashMap, HashSet};
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd};
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use libbpf_rs::libbpf_sys as sys;
+use libbpf_rs::{MapCore, MapFlags, MapHandle, MapType};
+
+use super::cache::{self, DiskCache};
+use super::elf::{Elf, Segment};
+use super::table::{Row, Table};
+
+/// Mirrors unwind_types.h.
+pub const MAX_ROWS: usize = 1 << 23;
+/// Flags of the rows template in unwind.h (BPF_F_INNER_MAP | BPF_F_MMAPABLE).
+const ROWS_FLAGS: u32 = sys::BPF_F_INNER_MAP | sys::BPF_F_MMAPABLE;
+
+/// An object's table in BPF.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Installed {
+    pub id: u32,
+    pub rows: u32,
+    pub base: u64,
+}
+
+/// What a mapping needs of its object.
+#[derive(Debug)]
+pub struct Object {
+    pub segments: Vec<Segment>,
+    pub table: Option<Installed>,
+}
+
+/// Figures for the benchmark and the end-of-run summary.
+#[derive(Clone, Debug, Default)]
+pub struct Stats {
+    pub objects: usize,
+    pub rows: u64,
+    pub built: usize,
+    pub from_cache: usize,
+    pub build_time: Duration,
+    pub cache_time: Duration,
+}
+
+/// Every object seen in this run.
+pub struct Objects {
+    cache: DiskCache,
+    tables: MapHandle,
+    by_file: HashMap<(u64, u64, u64, i64), Arc<Object>>,
+    by_key: HashMap<String, Option<Installed>>,
+    next_id: u32,
+    warned: HashSet<String>,
+    pub stats: Stats,
+    /// Use tables from the disk cache only: an object that would have to
+    /// be built sets `missed` and is left for later.
+    pub cache_only: bool,
+    pub missed: bool,
+}
+
+impl Objects {
+    /// `tables`: the `unwind_tables` map-of-maps.
+    pub fn new(tables: MapHandle, cache: DiskCache) -> Objects {
+        Objects {
+            cache,
+            tables,
+            by_file: HashMap::new(),
+            by_key: HashMap::new(),
+            next_id: 0,
+            warned: HashSet::new(),
+            stats: Stats::default(),
+            cache_only: false,
+            missed: false,
+        }
+    }
+
+    /// The object in the file at `path` (`name`: how to call it in a
+    /// warning). `None` when the file cannot be read as ELF.
+    pub fn file(&mut self, path: &Path, name: &str) -> Option<Arc<Object>> {
+        let file = File::open(path).ok()?;
+        let meta = file.metadata().ok()?;
+        let id = (meta.dev(), meta.ino(), meta.size(), meta.mtime());
+        if let Some(o) = self.by_file.get(&id) {
+            return Some(o.clone());
+        }
+        // SAFETY: the map is only read. A file truncated while mapped
+        // would fault; executables and libraries in use are replaced by
+        // rename, not rewritten in place.
+        let data = unsafe { memmap2::Mmap::map(&file) }.ok()?;
+        let elf = Elf::parse(&data)?;
+        let key = cache::key(elf.build_id.as_deref(), &meta);
+        let missed = self.missed;
+        let table = self.table(&key, name, &data, &elf);
+        let object = Arc::new(Object {
+            segments: elf.segments,
+            table,
+        });
+        if self.missed == missed {
+            self.by_file.insert(id, object.clone());
+        }
+        Some(object)
+    }
+
+    /// The vDSO: the same image in every process, read from flare's own.
+    pub fn vdso(&mut self) -> Option<Arc<Object>> {
+        let key = (u64::MAX, 0, 0, 0);
+        if let Some(o) = self.by_file.get(&key) {
+            return Some(o.clone());
+        }
+        let data = vdso_image()?;
+        let elf = Elf::parse(data)?;
+        // Without a build id, the kernel's release names its vDSO.
+        let name = match &elf.build_id {
+            Some(id) => id.iter().map(|b| format!("{b:02x}")).collect(),
+            None => std::fs::read_to_string("/proc/sys/kernel/osrelease")
+                .unwrap_or_default()
+                .trim()
+                .to_string(),
+        };
+        let missed = self.missed;
+        let table = self.table(&format!("vdso-{name}"), "[vdso]", data, &elf);
+        let object = Arc::new(Object {
+            segments: elf.segments,
+            table,
+        });
+        if self.missed == missed {
+            self.by_file.insert(key, object.clone());
+        }
+        Some(object)
+    }
+
+    /// The table of the object `key`, installed in BPF on first use.
+    fn table(&mut self, key: &str, name: &str, data: &[u8], elf: &Elf) -> Option<Installed> {
+        if let Some(t) = self.by_key.get(key) {
+            return *t;
+        }
+        let t0 = Instant::now();
+        let table = match self.cache.load(key) {
+            Some(t) => {
+                self.stats.from_cache += 1;
+                self.stats.cache_time += t0.elapsed();
+                Ok(t)
+            }
+            None if self.cache_only => {
+                self.missed = true;
+                return None;
+            }
+            None => {
+                let built = Table::from_parsed(data, elf);
+                self.stats.build_time += t0.elapsed();
+                if let Ok(t) = &built {
+                    self.stats.built += 1;
+                    self.cache.store(key, t);
+                }
+                built
+            }
+        };
+        let installed = match table {
+            Ok(t) if t.rows.len() > MAX_ROWS => {
+                self.warn(
+                    name,
+                    &format!("{} unwind rows, more than {MAX_ROWS}", t.rows.len()),
+                );
+                None
+            }
+            Ok(t) if t.rows.is_empty() => {
+                self.warn(name, "no unwind rows");
+                None
+            }
+            Ok(t) => match self.install(&t) {
+                Ok(i) => Some(i),
+                Err(e) => {
+                    self.warn(name, &format!("cannot load its unwind table ({e})"));
+                    None
+                }
+            },
+            Err(e) => {
+                self.warn(name, &e.to_string());
+                None
+            }
+        };
+        self.by_key.insert(key.to_string(), installed);
+        installed
+    }
+
+    fn warn(&mut self, name: &str, why: &str) {
+        if self.warned.insert(name.to_string()) {
+            eprintln!("WARNING: {name}: {why}; its frames are walked by frame pointers.");
+        }
+    }
+
+    /// Puts `t`'s rows in a new array map and that map in `unwind_tables`.
+    fn install(&mut self, t: &Table) -> io::Result<Installed> {
+        let slots = self.tables.max_entries();
+        if self.next_id >= slots {
+            return Err(io::Error::other(format!(
+                "all {slots} table slots are taken"
+            )));
+        }
+        let n = t.rows.len() as u32;
+        let opts = sys::bpf_map_create_opts {
+            sz: std::mem::size_of::<sys::bpf_map_create_opts>() as _,
+            map_flags: ROWS_FLAGS,
+            ..Default::default()
+        };
+        let map = MapHandle::create(MapType::Array, Some("flare_rows"), 4, 8, n, &opts)
+            .map_err(io::Error::other)?;
+        fill(&map, &t.rows)?;
+        let id = self.next_id;
+        let fd = map.as_fd().as_raw_fd() as u32;
+        self.tables
+            .update(&id.to_ne_bytes(), &fd.to_ne_bytes(), MapFlags::ANY)
+            .map_err(io::Error::other)?;
+        self.next_id += 1;
+        self.stats.objects += 1;
+        self.stats.rows += u64::from(n);
+        Ok(Installed {
+            id,
+            rows: n,
+            base: t.base,
+        })
+    }
+}
+
+/// Copies `rows` into the mmapable array `map` (one copy, no syscall per
+/// row).
+fn fill(map: &MapHandle, rows: &[Row]) -> io::Result<()> {
+    let len = std::mem::size_of_val(rows);
+    // SAFETY: a shared, writable mapping of the map's whole value area
+    // (len bytes: n rows of 8 bytes each, the array's element size); it is
+    // written within bounds and unmapped before return.
+    unsafe {
+        let p = libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            map.as_fd().as_raw_fd(),
+            0,
+        );
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        std::ptr::copy_nonoverlapping(rows.as_ptr().cast::<u8>(), p.cast::<u8>(), len);
+        libc::munmap(p, len);
+    }
+    Ok(())
+}
+
+/// flare's own vDSO, as bytes.
+fn vdso_image() -> Option<&'static [u8]> {
+    // SAFETY: getauxval has no preconditions.
+    let base = unsafe { libc::getauxval(libc::AT_SYSINFO_EHDR) } as usize;
+    if base == 0 {
+        return None;
+    }
+    // SAFETY: the vDSO is mapped readable for the life of the process; the
+    // ELF header (64 bytes) is read first, then the length it declares.
+    let head = unsafe { std::slice::from_raw_parts(base as *const u8, 64) };
+    let shoff = u64::from_le_bytes(head.get(40..48)?.try_into().ok()?) as usize;
+    let shentsize = u16::from_le_bytes(head.get(58..60)?.try_into().ok()?) as usize;
+    let shnum = u16::from_le_bytes(head.get(60..62)?.try_into().ok()?) as usize;
+    let len = shoff.checked_add(shentsize.checked_mul(shnum)?)?;
+    if !(64..=1 << 20).contains(&len) {
+        return None;
+    }
+    // SAFETY: as above; the section headers end the vDSO image.
+    Some(unsafe { std::slice::from_raw_parts(base as *const u8, len) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_vdso_has_call_frame_information() {
+        let d = vdso_image().expect("vdso");
+        let t = Table::from_elf(d).expect("vdso table");
+        assert!(!t.rows.is_empty());
+    }
+}

@@ -1,0 +1,320 @@
+//! Unwind tables: an object's `.eh_frame` (or `.debug_frame`) call-frame
+//! information, evaluated by gimli into a sorted array of compact rows
+//! that the BPF unwinder searches. A row says, from its address up to the
+//! next row's, how to find the caller: the canonical frame address (CFA)
+//! from rsp or rbp plus an offset (or the PLT and signal-frame cases), and
+//! where rbp was saved. The return address is always at CFA - 8 (x86-64);
+//! rows where it is not, or whose rules are beyond these cases, say "no
+//! information", and the unwinder falls back to the frame pointer there.
+//!
+//! The row layout is `struct unwind_row` in bpf/unwind.h.
+
+use gimli::{
+    BaseAddresses, CfaRule, CieOrFde, DebugFrame, EhFrame, EndianSlice, LittleEndian, RegisterRule,
+    UnwindContext, UnwindSection, X86_64,
+};
+
+use super::elf::Elf;
+
+/// No unwind information: fall back to the frame pointer.
+pub const CFA_NONE: u8 = 0;
+/// CFA = rsp + offset.
+pub const CFA_RSP: u8 = 1;
+/// CFA = rbp + offset.
+pub const CFA_RBP: u8 = 2;
+/// A PLT entry: CFA = rsp + 8, + 8 more once `(rip & 15) >= offset`.
+pub const CFA_PLT: u8 = 3;
+/// The outermost frame (the return address is undefined): stop, complete.
+pub const CFA_END: u8 = 4;
+/// A signal trampoline (`__restore_rt`): the interrupted registers are in
+/// the `ucontext` at rsp.
+pub const CFA_SIGNAL: u8 = 5;
+
+/// rbp keeps its value in the caller.
+pub const RBP_SAME: u8 = 0;
+/// rbp was saved at CFA + 8 * `rbp_off`.
+pub const RBP_SAVED: u8 = 1;
+/// rbp's rule is beyond what the unwinder evaluates: unknown in the caller.
+pub const RBP_UNKNOWN: u8 = 2;
+
+/// One row, as BPF reads it (8 bytes, `struct unwind_row`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Row {
+    /// Start address, relative to the table's base.
+    pub pc: u32,
+    /// The CFA offset in bytes (or the PLT threshold).
+    pub cfa_off: u16,
+    /// The CFA rule (low 4 bits) and the rbp rule (high 4 bits).
+    pub kind: u8,
+    /// Where rbp was saved, in 8-byte words from the CFA.
+    pub rbp_off: i8,
+}
+
+impl Row {
+    pub fn cfa(&self) -> u8 {
+        self.kind & 0xf
+    }
+
+    pub fn rbp(&self) -> u8 {
+        self.kind >> 4
+    }
+
+    /// The same rule from `pc` on.
+    fn at(pc: u32, rule: Rule) -> Row {
+        Row {
+            pc,
+            cfa_off: rule.cfa_off,
+            kind: rule.cfa | rule.rbp << 4,
+            rbp_off: rule.rbp_off,
+        }
+    }
+}
+
+/// A row's rule, without its address.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Rule {
+    cfa: u8,
+    cfa_off: u16,
+    rbp: u8,
+    rbp_off: i8,
+}
+
+const NONE: Rule = Rule {
+    cfa: CFA_NONE,
+    cfa_off: 0,
+    rbp: RBP_SAME,
+    rbp_off: 0,
+};
+
+/// An object's rows, sorted by address; addresses are `base + pc`, in the
+/// object's virtual addresses (as `.eh_frame` gives them).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Table {
+    pub base: u64,
+    pub rows: Vec<Row>,
+    /// FDEs that could not be read (their ranges have no information).
+    pub bad_fdes: usize,
+}
+
+/// Why an object has no table.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum TableError {
+    #[error("not a 64-bit x86-64 ELF file")]
+    NotElf,
+    #[error("no .eh_frame or .debug_frame")]
+    NoCfi,
+    #[error("malformed call-frame information ({0})")]
+    Malformed(String),
+    #[error("code spans more than 4 GiB")]
+    TooLarge,
+}
+
+type Slice<'a> = EndianSlice<'a, LittleEndian>;
+
+/// One FDE row: an address range and its rule.
+struct Span {
+    start: u64,
+    end: u64,
+    rule: Rule,
+}
+
+impl Table {
+    /// Builds the table of the ELF image in `data`.
+    pub fn from_elf(data: &[u8]) -> Result<Table, TableError> {
+        let elf = Elf::parse(data).ok_or(TableError::NotElf)?;
+        Table::from_parsed(data, &elf)
+    }
+
+    /// Builds the table from an image already parsed.
+    pub fn from_parsed(data: &[u8], elf: &Elf) -> Result<Table, TableError> {
+        let mut spans = Vec::new();
+        let mut bad = 0;
+        if let Some(s) = &elf.eh_frame {
+            let mut section = EhFrame::new(&data[s.file.clone()], LittleEndian);
+            section.set_address_size(8);
+            let bases = BaseAddresses::default().set_eh_frame(s.addr);
+            bad += collect(&section, &bases, &mut spans)?;
+        } else if let Some(s) = &elf.debug_frame {
+            let mut section = DebugFrame::new(&data[s.file.clone()], LittleEndian);
+            section.set_address_size(8);
+            bad += collect(&section, &BaseAddresses::default(), &mut spans)?;
+        } else {
+            return Err(TableError::NoCfi);
+        }
+        let mut table = rows_of(spans)?;
+        table.bad_fdes = bad;
+        Ok(table)
+    }
+
+    /// The row covering virtual address `addr`, as BPF finds it.
+    pub fn lookup(&self, addr: u64) -> Option<&Row> {
+        let rel = u32::try_from(addr.checked_sub(self.base)?).ok()?;
+        let i = self.rows.partition_point(|r| r.pc <= rel);
+        self.rows.get(i.checked_sub(1)?)
+    }
+}
+
+/// Adds every FDE's rows in `section` to `spans`; returns how many FDEs
+/// could not be read.
+fn collect<'a, S>(
+    section: &S,
+    bases: &BaseAddresses,
+    spans: &mut Vec<Span>,
+) -> Result<usize, TableError>
+where
+    S: UnwindSection<Slice<'a>>,
+{
+    let mut ctx = Box::new(UnwindContext::new());
+    let mut entries = section.entries(bases);
+    let mut bad = 0;
+    loop {
+        let entry = match entries.next() {
+            Ok(Some(e)) => e,
+            Ok(None) => break,
+            // The section cannot be walked past a broken length.
+            Err(e) if spans.is_empty() => return Err(TableError::Malformed(e.to_string())),
+            Err(_) => {
+                bad += 1;
+                break;
+            }
+        };
+        let CieOrFde::Fde(partial) = entry else {
+            continue;
+        };
+        let Ok(fde) = partial.parse(S::cie_from_offset) else {
+            bad += 1;
+            continue;
+        };
+        let signal = fde.is_signal_trampoline();
+        let Ok(mut rows) = fde.rows(section, bases, &mut ctx) else {
+            bad += 1;
+            continue;
+        };
+        loop {
+            match rows.next_row() {
+                Ok(Some(row)) => {
+                    let rule = if signal {
+                        Rule {
+                            cfa: CFA_SIGNAL,
+                            ..NONE
+                        }
+                    } else {
+                        rule_of(section, row)
+                    };
+                    spans.push(Span {
+                        start: row.start_address(),
+                        end: row.end_address(),
+                        rule,
+                    });
+                }
+                Ok(None) => break,
+                Err(_) => {
+                    bad += 1;
+                    break;
+                }
+            }
+        }
+    }
+    Ok(bad)
+}
+
+/// The rule of one gimli row, or [`NONE`] where it is beyond the cases the
+/// unwinder evaluates.
+fn rule_of<'a, S>(section: &S, row: &gimli::UnwindTableRow<usize>) -> Rule
+where
+    S: UnwindSection<Slice<'a>>,
+{
+    match row.register(X86_64::RA) {
+        Some(RegisterRule::Undefined) => {
+            return Rule {
+                cfa: CFA_END,
+                ..NONE
+            }
+        }
+        Some(RegisterRule::Offset(-8)) | None => {}
+        Some(_) => return NONE,
+    }
+    let (cfa, cfa_off) = match row.cfa() {
+        CfaRule::RegisterAndOffset { register, offset } => {
+            let Ok(off) = u16::try_from(*offset) else {
+                return NONE;
+            };
+            match *register {
+                X86_64::RSP => (CFA_RSP, off),
+                X86_64::RBP => (CFA_RBP, off),
+                _ => return NONE,
+            }
+        }
+        CfaRule::Expression(e) => {
+            match e.get(section).ok().and_then(|x| plt_threshold(x.0.slice())) {
+                Some(t) => (CFA_PLT, t),
+                None => return NONE,
+            }
+        }
+    };
+    let (rbp, rbp_off) = match row.register(X86_64::RBP) {
+        None | Some(RegisterRule::SameValue) | Some(RegisterRule::Undefined) => (RBP_SAME, 0),
+        Some(RegisterRule::Offset(o)) if o % 8 == 0 && i8::try_from(o / 8).is_ok() => {
+            (RBP_SAVED, (o / 8) as i8)
+        }
+        Some(_) => (RBP_UNKNOWN, 0),
+    };
+    Rule {
+        cfa,
+        cfa_off,
+        rbp,
+        rbp_off,
+    }
+}
+
+/// The threshold of the CFA expression the linker writes for `.plt`:
+/// `rsp + 8 + ((rip & 15) >= T ? 8 : 0)` (after the entry's `push`).
+fn plt_threshold(expr: &[u8]) -> Option<u16> {
+    // DW_OP_breg7 8; DW_OP_breg16 0; DW_OP_lit15; DW_OP_and;
+    // DW_OP_lit<T>; DW_OP_ge; DW_OP_lit3; DW_OP_shl; DW_OP_plus
+    match expr {
+        [0x77, 0x08, 0x80, 0x00, 0x3f, 0x1a, lit @ 0x30..=0x4f, 0x2a, 0x33, 0x24, 0x22] => {
+            Some(u16::from(lit - 0x30))
+        }
+        _ => None,
+    }
+}
+
+/// Sorted, merged rows from FDE rows; gaps between FDEs get "no
+/// information" rows.
+fn rows_of(mut spans: Vec<Span>) -> Result<Table, TableError> {
+    spans.sort_by_key(|s| s.start);
+    let Some(first) = spans.first() else {
+        return Ok(Table::default());
+    };
+    let base = first.start;
+    let rel = |a: u64| u32::try_from(a - base).map_err(|_| TableError::TooLarge);
+    let mut rows: Vec<Row> = Vec::with_capacity(spans.len() + spans.len() / 4);
+    let mut end = base;
+    let push = |rows: &mut Vec<Row>, pc: u32, rule: Rule| match rows.last_mut() {
+        Some(last) if last.pc == pc => *last = Row::at(pc, rule),
+        Some(last) if Row::at(last.pc, rule) == *last => {}
+        _ => rows.push(Row::at(pc, rule)),
+    };
+    for s in &spans {
+        if s.end <= s.start {
+            continue;
+        }
+        if s.start > end {
+            push(&mut rows, rel(end)?, NONE);
+        }
+        push(&mut rows, rel(s.start)?, s.rule);
+        end = end.max(s.end);
+    }
+    push(&mut rows, rel(end)?, NONE);
+    Ok(Table {
+        base,
+        rows,
+        bad_fdes: 0,
+    })
+}
+
+#[cfg(test)]
+#[path = "table_tests.rs"]
+mod tests;

@@ -1,0 +1,288 @@
+//! Ground truth for `--unwind`: `flare profile` on workloads built without
+//! frame pointers (C -O2 -fomit-frame-pointer, frameless leaves, C++ -O2,
+//! Rust release), from tests/workloads/nofp.{c,rs}. The worker spends a
+//! known share of its CPU time in func_a (the rest in func_b), each
+//! calling the frameless leaf spin() and the libc wrapper clock_gettime
+//! (no frame pointers in Debian's libc). A stack is complete when it runs
+//! from the thread's first frame (clone3 and start_thread, or _start for
+//! Rust's main thread) through run to func_a or func_b. Needs root; see
+//! `common::bpf::require_bpf`.
+//!
+//! Tolerances: at least 99 % of samples complete; func_a's share within 3
+//! points of the workload's (25 %).
+//!
+//! Also: a stack through JIT-like code without tables (tests/workloads/
+//! jit.c, listed in a perf map), walked by its frame pointer and by
+//! tables on either side.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::bpf::{build, require_bpf, serial};
+use common::session::{parse_folded, Flare, Workload};
+
+/// A frame's bare function name: no `nofp::` path, no C++ parameters.
+fn bare(f: &str) -> &str {
+    let f = f.strip_prefix("nofp::").unwrap_or(f);
+    f.split('(').next().unwrap_or(f)
+}
+
+/// The function of `frames` (root first, after the comm) under `run`, if
+/// the stack is complete: `root` holds for the frames above `run`.
+fn complete<'a>(frames: &'a [String], root: &dyn Fn(&[&str]) -> bool) -> Option<&'a str> {
+    let names: Vec<&str> = frames.iter().map(|f| bare(f)).collect();
+    let i = names.iter().position(|&f| f == "run")?;
+    let func = *names.get(i + 1)?;
+    (root(&names[..i]) && (func == "func_a" || func == "func_b")).then_some(func)
+}
+
+/// C and C++: clone3 and start_thread (which libc's symbols may not
+/// name), then worker.
+fn thread_root(above: &[&str]) -> bool {
+    above.len() == 3 && above[2] == "worker"
+}
+
+/// Rust's main thread: from _start through main.
+fn main_root(above: &[&str]) -> bool {
+    above.first() == Some(&"_start") && above.last() == Some(&"main")
+}
+
+struct Result {
+    samples: u64,
+    complete: u64,
+    share_a: f64,
+    incomplete: Vec<String>,
+}
+
+/// Profiles one run of `exe` with `--unwind mode`, user stacks only.
+fn profile(exe: &Path, mode: &str, root: &dyn Fn(&[&str]) -> bool) -> Result {
+    let mut w = Workload::start_exe(&[], exe, &["3", "25"]);
+    let pid = w.pid.to_string();
+    let flare = Flare::start(
+        &[
+            "profile", "-F", "499", "-U", "-f", "-p", &pid, "--unwind", mode,
+        ],
+        1,
+    );
+    w.go();
+    w.wait_done();
+    let (out, err) = flare.stop();
+    let (mut samples, mut done, mut a) = (0, 0, 0);
+    let mut incomplete = Vec::new();
+    for (frames, n) in parse_folded(&out) {
+        samples += n;
+        match complete(&frames[1..], root) {
+            Some(f) => {
+                done += n;
+                if f == "func_a" {
+                    a += n;
+                }
+            }
+            None => incomplete.push(format!("{} {n}", frames.join(";"))),
+        }
+    }
+    assert!(samples > 200, "too few samples ({samples}); stderr: {err}");
+    Result {
+        samples,
+        complete: done,
+        share_a: 100.0 * a as f64 / done.max(1) as f64,
+        incomplete,
+    }
+}
+
+fn assert_full(what: &str, r: &Result) {
+    let pct = 100.0 * r.complete as f64 / r.samples as f64;
+    assert!(
+        pct >= 99.0,
+        "{what}: {pct:.1} % of {} samples complete; incomplete:\n{}",
+        r.samples,
+        r.incomplete.join("\n")
+    );
+    assert!(
+        (r.share_a - 25.0).abs() <= 3.0,
+        "{what}: func_a has {:.1} % of complete samples, expected 25 ± 3",
+        r.share_a
+    );
+}
+
+fn c_build(out: &str, flags: &[&str]) -> PathBuf {
+    let mut cmd = vec!["gcc", "-g", "-pthread"];
+    cmd.extend_from_slice(flags);
+    build(out, "nofp.c", &cmd)
+}
+
+#[test]
+fn c_without_frame_pointers_has_full_stacks() {
+    if !require_bpf() {
+        return;
+    }
+    let _g = serial();
+    let exe = c_build("nofp-c", &["-O2", "-fomit-frame-pointer"]);
+    assert_full(
+        "C -O2 -fomit-frame-pointer",
+        &profile(&exe, "auto", &thread_root),
+    );
+}
+
+#[test]
+fn c_dwarf_mode_has_full_stacks() {
+    if !require_bpf() {
+        return;
+    }
+    let _g = serial();
+    let exe = c_build("nofp-c", &["-O2", "-fomit-frame-pointer"]);
+    assert_full("C, --unwind dwarf", &profile(&exe, "dwarf", &thread_root));
+}
+
+#[test]
+fn frameless_leaves_keep_their_callers() {
+    if !require_bpf() {
+        return;
+    }
+    let _g = serial();
+    let exe = c_build(
+        "nofp-leaves",
+        &[
+            "-O2",
+            "-fno-omit-frame-pointer",
+            "-momit-leaf-frame-pointer",
+        ],
+    );
+    let r = profile(&exe, "auto", &thread_root);
+    assert_full("frameless leaves", &r);
+    // Frame pointers lose func_X under the frameless leaves (spin, and
+    // libc's clock_gettime): the failure --unwind fixes, and proof that
+    // --unwind fp is still the kernel's frame-pointer walk.
+    let fp = profile(&exe, "fp", &thread_root);
+    assert!(
+        (fp.complete as f64) < 0.5 * fp.samples as f64,
+        "--unwind fp: {} of {} samples complete, expected frame pointers to lose callers",
+        fp.complete,
+        fp.samples
+    );
+}
+
+#[test]
+fn cpp_o2_has_full_stacks() {
+    if !require_bpf() {
+        return;
+    }
+    let _g = serial();
+    let exe = build(
+        "nofp-cpp",
+        "nofp.c",
+        &["g++", "-x", "c++", "-O2", "-g", "-pthread"],
+    );
+    assert_full("C++ -O2", &profile(&exe, "auto", &thread_root));
+}
+
+#[test]
+fn rust_release_has_full_stacks() {
+    if !require_bpf() {
+        return;
+    }
+    let _g = serial();
+    let exe = build("nofp-rust", "nofp.rs", &["rustc", "-O", "-g"]);
+    assert_full("Rust release", &profile(&exe, "auto", &main_root));
+}
+
+#[test]
+fn a_stack_through_jit_code_without_tables_is_complete() {
+    if !require_bpf() {
+        return;
+    }
+    let _g = serial();
+    let exe = build(
+        "jit",
+        "jit.c",
+        &["gcc", "-g", "-O2", "-fomit-frame-pointer"],
+    );
+    let mut w = Workload::start_exe(&[], &exe, &["2"]);
+    let pid = w.pid.to_string();
+    let flare = Flare::start(&["profile", "-F", "499", "-U", "-f", "-p", &pid], 1);
+    w.go();
+    w.wait_done();
+    let (out, err) = flare.stop();
+    let (mut samples, mut complete) = (0u64, 0u64);
+    for (frames, n) in parse_folded(&out) {
+        samples += n;
+        let names: Vec<&str> = frames[1..].iter().map(String::as_str).collect();
+        // Tables down to run, the JIT frame by its frame pointer (named
+        // from the perf map), tables again in back_in_c.
+        let Some(i) = names.iter().position(|&f| f == "run") else {
+            continue;
+        };
+        if main_root(&names[..i])
+            && names.get(i + 1) == Some(&"jit_trampoline")
+            && names.get(i + 2) == Some(&"back_in_c")
+        {
+            complete += n;
+        }
+    }
+    assert!(samples > 100, "too few samples ({samples}): {err}");
+    assert!(
+        complete as f64 >= 0.99 * samples as f64,
+        "{complete} of {samples} samples complete:\n{out}"
+    );
+}
+
+#[test]
+fn an_object_without_unwind_tables_falls_back_to_frame_pointers_with_one_warning() {
+    if !require_bpf() {
+        return;
+    }
+    let _g = serial();
+    // Frame pointers everywhere in the program, but no .eh_frame.
+    let with_fp = c_build("nofp-fp", &["-O2", "-fno-omit-frame-pointer"]);
+    let exe = with_fp.with_file_name("workload-nofp-stripped");
+    let status = std::process::Command::new("objcopy")
+        .args([
+            "--remove-section",
+            ".eh_frame",
+            "--remove-section",
+            ".eh_frame_hdr",
+        ])
+        .arg(&with_fp)
+        .arg(&exe)
+        .status()
+        .expect("running objcopy");
+    assert!(status.success());
+    let mut w = Workload::start_exe(&[], &exe, &["3", "25"]);
+    let pid = w.pid.to_string();
+    let flare = Flare::start(&["profile", "-F", "499", "-U", "-f", "-p", &pid], 1);
+    w.go();
+    w.wait_done();
+    let (out, err) = flare.stop();
+    let warnings: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("workload-nofp-stripped") && l.contains("frame pointers"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "one warning for the object:\n{err}");
+    assert!(
+        warnings[0].contains("no .eh_frame or .debug_frame"),
+        "{err}"
+    );
+    let (mut samples, mut complete) = (0, 0);
+    for (frames, n) in parse_folded(&out) {
+        samples += n;
+        if fp_complete(&frames[1..]) {
+            complete += n;
+        }
+    }
+    assert!(
+        complete as f64 >= 0.99 * samples as f64,
+        "{complete} of {samples} samples complete:\n{out}"
+    );
+}
+
+/// Complete as far as frame pointers go: from the thread's start through
+/// run (gcc 12 gives the leaf spin no frame even with
+/// -fno-omit-frame-pointer, so frame pointers lose its caller).
+fn fp_complete(frames: &[String]) -> bool {
+    let names: Vec<&str> = frames.iter().map(String::as_str).collect();
+    names
+        .iter()
+        .position(|&f| f == "run")
+        .is_some_and(|i| thread_root(&names[..i]) && names.len() > i + 1)
+}

@@ -1,0 +1,73 @@
+/*
+ * Ground truth for JIT symbol maps: copies a tiny counting loop into
+ * anonymous executable memory, names it jit_spin_loop in
+ * /tmp/perf-PID.map, and runs it.
+ *
+ * usage: jitmap SECONDS exit|stay [other|drop]
+ *   other  the map is given to uid 65534 while the process stays root
+ *          (a map flare must not trust)
+ *   drop   the process becomes uid 65534 first and writes its own map
+ * Protocol on stdio: prints "ready", waits for a line, spins for SECONDS,
+ * prints "done"; then removes its map and exits, or with "stay" waits for
+ * stdin to close.
+ */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+/* mov rax, rdi; 1: dec rax; jnz 1b; ret */
+static const unsigned char code[] = {0x48, 0x89, 0xf8, 0x48, 0xff, 0xc8, 0x75, 0xfb, 0xc3};
+
+static double now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+__attribute__((noinline)) void jit_caller(long (*f)(long), double end)
+{
+	while (now() < end)
+		f(1000000);
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 3) {
+		fprintf(stderr, "usage: jitmap SECONDS exit|stay [other|drop]\n");
+		return 2;
+	}
+	const char *how = argc > 3 ? argv[3] : "";
+	if (strcmp(how, "drop") == 0 && (setgid(65534) || setuid(65534)))
+		return 1;
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	unsigned char *page = mmap(NULL, 4096, PROT_READ | PROT_WRITE | PROT_EXEC,
+				   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (page == MAP_FAILED)
+		return 1;
+	memcpy(page, code, sizeof code);
+	char path[64];
+	snprintf(path, sizeof path, "/tmp/perf-%d.map", getpid());
+	FILE *map = fopen(path, "w");
+	if (!map)
+		return 1;
+	fprintf(map, "%lx %zx jit_spin_loop\n", (unsigned long)page, sizeof code);
+	fclose(map);
+	if (strcmp(how, "other") == 0 && chown(path, 65534, 65534))
+		return 1;
+	printf("ready\n");
+	char line[64];
+	if (!fgets(line, sizeof line, stdin))
+		return 1;
+	jit_caller((long (*)(long))page, now() + atof(argv[1]));
+	printf("done\n");
+	if (strcmp(argv[2], "stay") == 0)
+		while (fgets(line, sizeof line, stdin))
+			;
+	unlink(path);
+	return 0;
+}

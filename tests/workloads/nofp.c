@@ -1,0 +1,132 @@
+/*
+ * A workload with known truth for unwinding without frame pointers: the
+ * worker thread spends SHARE percent of its CPU time in func_a and the
+ * rest in func_b (measured with the thread CPU clock), each running a
+ * frameless leaf, spin(). Built by the tests without frame pointers, with
+ * frameless leaves only, and as C++ (tests/unwind_profile.rs); a full
+ * stack is clone3;start_thread;worker;run;func_X;spin.
+ *
+ * usage: nofp SECONDS [SHARE_A]
+ * Protocol on stdio (as twofuncs.c): "tid TID 0", "ready", wait for a
+ * line, work, "tcpu TID S", "cpu S", stay alive until stdin closes.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+
+static double seconds;
+static int share_a = 25;
+static pthread_barrier_t start;
+static long worker_tid;
+static double worker_cpu;
+static volatile unsigned long sink;
+
+static double clock_of(clockid_t id)
+{
+	struct timespec ts;
+
+	clock_gettime(id, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static double process_cpu(void)
+{
+	struct rusage ru;
+
+	getrusage(RUSAGE_SELF, &ru);
+	return ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 +
+	       ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6;
+}
+
+/* A leaf that sets up no frame: nothing on the stack but the return
+ * address. */
+__attribute__((noinline)) unsigned long spin(unsigned long n)
+{
+	unsigned long s = 0;
+
+	for (unsigned long i = 0; i < n; i++)
+		s = s * 31 + (i ^ (i >> 3));
+	return s;
+}
+
+__attribute__((noinline)) void func_a(double cpu_seconds)
+{
+	double end = clock_of(CLOCK_THREAD_CPUTIME_ID) + cpu_seconds;
+
+	do
+		sink += spin(2000000);
+	while (clock_of(CLOCK_THREAD_CPUTIME_ID) < end);
+}
+
+/* A bigger frame than func_a's, so that the two differ in CFA offset. */
+__attribute__((noinline)) void func_b(double cpu_seconds)
+{
+	volatile char pad[512];
+	double end = clock_of(CLOCK_THREAD_CPUTIME_ID) + cpu_seconds;
+
+	pad[0] = 1;
+	do
+		sink += spin(2000000) + pad[0];
+	while (clock_of(CLOCK_THREAD_CPUTIME_ID) < end);
+}
+
+__attribute__((noinline)) void run(void)
+{
+	double stop = clock_of(CLOCK_MONOTONIC) + seconds;
+
+	while (clock_of(CLOCK_MONOTONIC) < stop) {
+		func_a(share_a / 1000.0);
+		func_b((100 - share_a) / 1000.0);
+	}
+	__asm__ volatile("" ::: "memory");
+}
+
+static void *worker(void *arg)
+{
+	(void)arg;
+	worker_tid = (long)syscall(SYS_gettid);
+	printf("tid %ld 0\n", worker_tid);
+	fflush(stdout);
+	pthread_barrier_wait(&start);
+	double cpu0 = clock_of(CLOCK_THREAD_CPUTIME_ID);
+	run();
+	worker_cpu = clock_of(CLOCK_THREAD_CPUTIME_ID) - cpu0;
+	return NULL;
+}
+
+int main(int argc, char **argv)
+{
+	char line[64];
+	pthread_t tid;
+
+	if (argc < 2) {
+		fprintf(stderr, "usage: %s SECONDS [SHARE_A]\n", argv[0]);
+		return 2;
+	}
+	seconds = atof(argv[1]);
+	if (argc > 2)
+		share_a = atoi(argv[2]);
+	pthread_barrier_init(&start, NULL, 2);
+	pthread_create(&tid, NULL, worker, NULL);
+	usleep(10000);
+	printf("ready\n");
+	fflush(stdout);
+	if (!fgets(line, sizeof(line), stdin))
+		return 1;
+	double before = process_cpu();
+	pthread_barrier_wait(&start);
+	pthread_join(tid, NULL);
+	printf("tcpu %ld %.6f\n", worker_tid, worker_cpu);
+	printf("cpu %.6f\n", process_cpu() - before);
+	fflush(stdout);
+	while (fgets(line, sizeof(line), stdin))
+		;
+	return 0;
+}
