@@ -9,6 +9,7 @@
 //! ([`Collector::header`]); it never prints, symbolizes or writes.
 
 use crate::error::Result;
+use crate::procmaps::Mappings;
 use crate::profile::{Lost, Meta, Sample};
 
 pub use crate::symbolize::{RawSample, RawTask, RawTrace};
@@ -91,5 +92,13 @@ pub trait Collector {
     /// What symbolization may load while collecting.
     fn warm_up(&self) -> WarmUp {
         WarmUp::default()
+    }
+
+    /// Processes' mappings, when the collector records them itself (perf
+    /// events on its targets, without the privileges the pipeline's
+    /// system-wide [`crate::procmaps::Tracker`] needs); `None` for that
+    /// tracker.
+    fn mappings(&self) -> Option<Mappings> {
+        None
     }
 }

@@ -133,10 +133,13 @@ pub fn run(
     // Mappings are recorded as they happen, so that processes that exit
     // before the end are named.
     let warm = collector.warm_up();
-    let (_tracker, mappings) = procmaps::track(match warm.pids.is_empty() {
-        true => Scope::All,
-        false => Scope::Pids(warm.pids),
-    });
+    let (_tracker, mappings) = match collector.mappings() {
+        Some(m) => (None, m),
+        None => procmaps::track(match warm.pids.is_empty() {
+            true => Scope::All,
+            false => Scope::Pids(warm.pids),
+        }),
+    };
     match plan.mode {
         Mode::Once => once(collector, sinks, plan, stop, mappings),
         Mode::Periodic {

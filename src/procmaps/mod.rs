@@ -16,7 +16,7 @@
 
 mod history;
 pub(crate) mod objects;
-mod perf;
+pub(crate) mod perf;
 mod perfmap;
 pub(crate) mod procfs;
 mod tracker;
@@ -185,6 +185,34 @@ impl Mappings {
     /// (call before symbolizing, so that the last moments count).
     pub fn sync(&self) {
         self.shared.drain();
+    }
+
+    /// Mappings kept up to date by their owner rather than by a
+    /// [`Tracker`]: a collector that reads the mapping records of its own
+    /// perf events (perf-event mode, without the privileges a tracker's
+    /// system-wide events need) hands them over with [`Mappings::apply`].
+    pub(crate) fn fed() -> Self {
+        Mappings {
+            shared: Arc::new(Shared {
+                state: Mutex::new(State {
+                    tracking: true,
+                    ..State::default()
+                }),
+                rings: Mutex::new(None),
+            }),
+        }
+    }
+
+    /// Applies mapping records (in time order) read by the owner of a
+    /// [`Mappings::fed`].
+    pub(crate) fn apply(&self, records: Vec<perf::Record>) {
+        tracker::apply(&self.shared, records);
+    }
+
+    /// Reads the running processes `pids` from `/proc` (before their
+    /// mapping records start to come).
+    pub(crate) fn snapshot(&self, pids: &[u32]) {
+        tracker::snapshot(&self.shared, &Scope::Pids(pids.to_vec()));
     }
 
     /// Mapping records the kernel could not hand over (its buffer was

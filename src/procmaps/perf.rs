@@ -125,8 +125,8 @@ pub(crate) fn parse(rec: &[u8]) -> Option<Record> {
     }
 }
 
-/// One CPU's event and its mapped ring buffer.
-struct Ring {
+/// One event and its mapped ring buffer.
+pub(crate) struct Ring {
     fd: OwnedFd,
     base: *mut u8,
     len: usize,
@@ -146,6 +146,49 @@ impl Drop for Ring {
     }
 }
 
+/// Asks the kernel for the records that keep mappings known: `mmap2`
+/// (executable mappings, with build ids when `build_id`), `comm` (exec),
+/// `fork` and `exit`, each stamped with the pid, tid and `CLOCK_MONOTONIC`
+/// time at its end (`sample_id_all` with `PERF_SAMPLE_TID |
+/// PERF_SAMPLE_TIME`, which the event's `sample_type` must hold and
+/// [`parse`] expects).
+pub(crate) fn track_mappings(attr: &mut sys::perf_event_attr, build_id: bool) {
+    attr.sample_type |= (sys::PERF_SAMPLE_TID | sys::PERF_SAMPLE_TIME) as u64;
+    attr.set_sample_id_all(1);
+    // The kernel only reports mappings to events with `mmap` set;
+    // `mmap2` chooses the record format.
+    attr.set_mmap(1);
+    attr.set_mmap2(1);
+    attr.set_comm(1);
+    attr.set_comm_exec(1);
+    attr.set_task(1);
+    attr.set_build_id(build_id as u64);
+    attr.set_use_clockid(1);
+    attr.clockid = libc::CLOCK_MONOTONIC;
+}
+
+/// Opens a perf event (`perf_event_open(attr, pid, cpu, -1)`), not yet
+/// mapped.
+pub(crate) fn open_event(attr: &sys::perf_event_attr, pid: i32, cpu: i32) -> io::Result<OwnedFd> {
+    // SAFETY: attr is initialised and outlives the call; the syscall
+    // returns a new descriptor or -1 and keeps no pointer.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_perf_event_open,
+            attr as *const sys::perf_event_attr,
+            pid,
+            cpu,
+            -1,
+            sys::PERF_FLAG_FD_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fd is a new descriptor nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
 impl Ring {
     fn open(cpu: u32, build_id: bool) -> io::Result<Ring> {
         // SAFETY: perf_event_attr is a plain C struct for which all zeroes
@@ -154,40 +197,19 @@ impl Ring {
         attr.size = std::mem::size_of::<sys::perf_event_attr>() as u32;
         attr.type_ = sys::PERF_TYPE_SOFTWARE;
         attr.config = sys::PERF_COUNT_SW_DUMMY as u64;
-        attr.sample_type = (sys::PERF_SAMPLE_TID | sys::PERF_SAMPLE_TIME) as u64;
-        attr.set_sample_id_all(1);
-        // The kernel only reports mappings to events with `mmap` set;
-        // `mmap2` chooses the record format.
-        attr.set_mmap(1);
-        attr.set_mmap2(1);
-        attr.set_comm(1);
-        attr.set_comm_exec(1);
-        attr.set_task(1);
-        attr.set_build_id(build_id as u64);
-        attr.set_use_clockid(1);
-        attr.clockid = libc::CLOCK_MONOTONIC;
+        track_mappings(&mut attr, build_id);
         attr.set_watermark(1);
         attr.__bindgen_anon_2.wakeup_watermark = 4096;
-        // SAFETY: attr is initialised and outlives the call; the syscall
-        // returns a new descriptor or -1 and keeps no pointer.
-        let fd = unsafe {
-            libc::syscall(
-                libc::SYS_perf_event_open,
-                &attr as *const sys::perf_event_attr,
-                -1,
-                cpu as i32,
-                -1,
-                sys::PERF_FLAG_FD_CLOEXEC,
-            )
-        };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: fd is a new descriptor nothing else owns.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+        let fd = open_event(&attr, -1, cpu as i32)?;
+        Ring::map(fd, DATA_PAGES)
+    }
+
+    /// Maps the ring buffer of event `fd`: `data_pages` (a power of two)
+    /// pages of data after the control page.
+    pub(crate) fn map(fd: OwnedFd, data_pages: usize) -> io::Result<Ring> {
         // SAFETY: sysconf has no preconditions.
         let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
-        let len = page * (1 + DATA_PAGES);
+        let len = page * (1 + data_pages);
         // SAFETY: a fresh shared mapping of the event's buffer; the result
         // is checked before use.
         let base = unsafe {
@@ -208,7 +230,7 @@ impl Ring {
             base: base.cast(),
             len,
             data_offset: page,
-            data_size: page * DATA_PAGES,
+            data_size: page * data_pages,
         };
         // SAFETY: the first page is the kernel's perf_event_mmap_page.
         let meta = unsafe { &*(ring.base as *const sys::perf_event_mmap_page) };
@@ -217,6 +239,12 @@ impl Ring {
             ring.data_size = meta.data_size as usize;
         }
         Ok(ring)
+    }
+
+    /// The event's descriptor (to poll, or to redirect other events into
+    /// this buffer).
+    pub(crate) fn fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
     }
 
     fn head_tail(&self) -> (&AtomicU64, &AtomicU64) {
@@ -234,6 +262,16 @@ impl Ring {
 
     /// Parses every record waiting in the buffer and frees its room.
     fn read(&mut self, out: &mut Vec<Record>) {
+        self.read_raw(|rec| {
+            if let Some(r) = parse(rec) {
+                out.push(r);
+            }
+        });
+    }
+
+    /// Hands every whole record waiting in the buffer (header included)
+    /// to `f`, in order, and frees its room.
+    pub(crate) fn read_raw(&mut self, mut f: impl FnMut(&[u8])) {
         let (head, tail_ptr) = self.head_tail();
         let head = head.load(Ordering::Acquire);
         let mut tail = tail_ptr.load(Ordering::Relaxed);
@@ -258,9 +296,7 @@ impl Ring {
                 break;
             }
             copy(&mut rec, len as usize);
-            if let Some(r) = parse(&rec) {
-                out.push(r);
-            }
+            f(&rec);
             tail += len;
         }
         tail_ptr.store(tail, Ordering::Release);

@@ -136,7 +136,7 @@ fn run(shared: &Shared, stop: &AtomicBool, fds: &[i32], scope: &Scope) {
 }
 
 /// Reads the running processes in `scope` from `/proc`.
-fn snapshot(shared: &Shared, scope: &Scope) {
+pub(crate) fn snapshot(shared: &Shared, scope: &Scope) {
     let pids: Vec<u32> = match scope {
         Scope::Pids(p) => p.clone(),
         Scope::All => fs::read_dir("/proc")

@@ -294,6 +294,9 @@ pub struct Lost {
     /// Events the kernel did not run the program for (another BPF program
     /// was running on the same CPU).
     pub missed_events: u64,
+    /// Samples the kernel dropped because flare's perf buffer was full
+    /// (perf-event mode: `PERF_RECORD_LOST`).
+    pub samples: u64,
 }
 
 impl Lost {
@@ -304,6 +307,7 @@ impl Lost {
         self.hash_full += other.hash_full;
         self.untracked += other.untracked;
         self.missed_events += other.missed_events;
+        self.samples += other.samples;
     }
 
     /// True when nothing was lost.

@@ -43,6 +43,12 @@ pub fn lines(lost: &Lost) -> Vec<String> {
             lost.missed_events
         ));
     }
+    if lost.samples > 0 {
+        out.push(format!(
+            "WARNING: {} samples were lost: flare's perf buffers were full. Consider a lower -F.",
+            lost.samples
+        ));
+    }
     out
 }
 

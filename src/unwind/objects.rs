@@ -19,7 +19,7 @@ use libbpf_rs::{MapCore, MapFlags, MapHandle, MapType};
 
 use super::cache::{self, DiskCache};
 use super::elf::{Elf, Segment};
-use super::table::{Row, Table};
+use super::table::{Row, Table, TableError};
 
 /// Mirrors unwind_types.h.
 pub const MAX_ROWS: usize = 1 << 23;
@@ -143,26 +143,16 @@ impl Objects {
         if let Some(t) = self.by_key.get(key) {
             return *t;
         }
-        let t0 = Instant::now();
-        let table = match self.cache.load(key) {
-            Some(t) => {
-                self.stats.from_cache += 1;
-                self.stats.cache_time += t0.elapsed();
-                Ok(t)
-            }
-            None if self.cache_only => {
-                self.missed = true;
-                return None;
-            }
-            None => {
-                let built = Table::from_parsed(data, elf);
-                self.stats.build_time += t0.elapsed();
-                if let Ok(t) = &built {
-                    self.stats.built += 1;
-                    self.cache.store(key, t);
-                }
-                built
-            }
+        let Some(table) = load_table(
+            &self.cache,
+            key,
+            data,
+            elf,
+            &mut self.stats,
+            self.cache_only,
+        ) else {
+            self.missed = true;
+            return None;
         };
         let installed = match table {
             Ok(t) if t.rows.len() > MAX_ROWS => {
@@ -231,6 +221,39 @@ impl Objects {
     }
 }
 
+/// The table of object `key` (its image `data`, parsed as `elf`): from
+/// the disk cache, else built and stored there (the cache is best effort:
+/// one that cannot be written only costs time). `None` when `cache_only`
+/// and it is not cached. Shared by the BPF unwinder's loader and the
+/// user-space walk of perf-event mode.
+pub fn load_table(
+    cache: &DiskCache,
+    key: &str,
+    data: &[u8],
+    elf: &Elf,
+    stats: &mut Stats,
+    cache_only: bool,
+) -> Option<Result<Table, TableError>> {
+    let t0 = Instant::now();
+    match cache.load(key) {
+        Some(t) => {
+            stats.from_cache += 1;
+            stats.cache_time += t0.elapsed();
+            Some(Ok(t))
+        }
+        None if cache_only => None,
+        None => {
+            let built = Table::from_parsed(data, elf);
+            stats.build_time += t0.elapsed();
+            if let Ok(t) = &built {
+                stats.built += 1;
+                cache.store(key, t);
+            }
+            Some(built)
+        }
+    }
+}
+
 /// Copies `rows` into the mmapable array `map` (one copy, no syscall per
 /// row).
 fn fill(map: &MapHandle, rows: &[Row]) -> io::Result<()> {
@@ -256,8 +279,8 @@ fn fill(map: &MapHandle, rows: &[Row]) -> io::Result<()> {
     Ok(())
 }
 
-/// flare's own vDSO, as bytes.
-fn vdso_image() -> Option<&'static [u8]> {
+/// flare's own vDSO, as bytes (the same image every process maps).
+pub fn vdso_image() -> Option<&'static [u8]> {
     // SAFETY: getauxval has no preconditions.
     let base = unsafe { libc::getauxval(libc::AT_SYSINFO_EHDR) } as usize;
     if base == 0 {
