@@ -59,6 +59,39 @@ pub fn tp_btf(tp: &str) -> bool {
     true
 }
 
+/// False when this process may not load BPF programs that sample (a
+/// trivial perf-event program is refused with EPERM or EACCES: no root,
+/// no CAP_BPF and CAP_PERFMON). Other failures count as allowed, so that
+/// loading the real program reports them.
+pub fn bpf_allowed() -> bool {
+    super::system::raise_memlock();
+    // r0 = 0; exit
+    // SAFETY: bpf_insn is a plain C struct; all zeroes is a valid value.
+    let mut insns: [sys::bpf_insn; 2] = unsafe { std::mem::zeroed() };
+    insns[0].code = (sys::BPF_ALU64 | sys::BPF_MOV | sys::BPF_K) as u8;
+    insns[1].code = (sys::BPF_JMP | sys::BPF_EXIT) as u8;
+    let license = c"GPL";
+    // SAFETY: the instructions and license outlive the call; NULL options
+    // are allowed; bpf_prog_load returns a new descriptor or a negative
+    // error.
+    let fd = unsafe {
+        sys::bpf_prog_load(
+            sys::BPF_PROG_TYPE_PERF_EVENT,
+            std::ptr::null(),
+            license.as_ptr(),
+            insns.as_ptr(),
+            insns.len() as _,
+            std::ptr::null_mut(),
+        )
+    };
+    if fd >= 0 {
+        // SAFETY: fd is a descriptor we own and close once.
+        unsafe { libc::close(fd) };
+        return true;
+    }
+    !matches!(-fd, libc::EPERM | libc::EACCES)
+}
+
 /// True when raw tracepoint programs can be loaded (Linux 4.17 and later).
 pub fn raw_tp() -> bool {
     // SAFETY: the probe takes no pointers besides the (NULL) options.

@@ -4,6 +4,7 @@
 //! through [`crate::pipeline`].
 
 pub mod offcpu;
+pub mod perfmode;
 pub mod profile;
 pub mod stackcount;
 pub mod wallclock;
@@ -78,9 +79,15 @@ fn object_storage() -> &'static mut MaybeUninit<OpenObject> {
     Box::leak(Box::new(MaybeUninit::uninit()))
 }
 
-/// Loads and attaches the tool `config` names.
+/// Loads and attaches the tool `config` names. Where BPF programs may not
+/// be loaded (no root, no CAP_BPF and CAP_PERFMON: probed), `profile`
+/// samples with perf events instead ([`perfmode`]); the other tools say
+/// what they need.
 pub fn start(config: ToolConfig) -> Result<Box<dyn Collector>> {
     Ok(match config {
+        ToolConfig::Profile(c) if !crate::bpf::probe::bpf_allowed() => {
+            Box::new(perfmode::Session::start(c)?)
+        }
         ToolConfig::Profile(c) => Box::new(profile::Session::start(c, object_storage())?),
         ToolConfig::OffCpu(c) => Box::new(offcpu::Session::start(c, object_storage())?),
         ToolConfig::Stackcount(c) => Box::new(stackcount::Session::start(c, object_storage())?),

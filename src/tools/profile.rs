@@ -109,6 +109,22 @@ pub fn header(c: &Config) -> String {
     line
 }
 
+/// What a profile of these options measures (either collector's).
+pub(crate) fn meta(c: &Config) -> Meta {
+    let mut meta = Meta::new(Kind::Cpu, "cpu-clock");
+    meta.period_ns = match c.sampling {
+        Sampling::Frequency(hz) if hz > 0 => Some(1_000_000_000 / hz),
+        Sampling::Period(n) => Some(n),
+        _ => None,
+    };
+    meta.target = match &c.target {
+        Target::All => "all threads".into(),
+        Target::Pids(p) => format!("PID {}", py_list(p)),
+        Target::Tids(t) => format!("TID {}", py_list(t)),
+    };
+    meta
+}
+
 /// A list as Python prints it (`[1, 2]`), which is what bcc's header shows.
 fn py_list(v: &[u32]) -> String {
     let items: Vec<String> = v.iter().map(u32::to_string).collect();
@@ -364,18 +380,7 @@ impl<'obj> Session<'obj> {
 
 impl Collector for Session<'_> {
     fn meta(&self) -> Meta {
-        let mut meta = Meta::new(Kind::Cpu, "cpu-clock");
-        meta.period_ns = match self.config.sampling {
-            Sampling::Frequency(hz) if hz > 0 => Some(1_000_000_000 / hz),
-            Sampling::Period(n) => Some(n),
-            _ => None,
-        };
-        meta.target = match &self.config.target {
-            Target::All => "all threads".into(),
-            Target::Pids(p) => format!("PID {}", py_list(p)),
-            Target::Tids(t) => format!("TID {}", py_list(t)),
-        };
-        meta
+        meta(&self.config)
     }
 
     fn header(&self) -> String {

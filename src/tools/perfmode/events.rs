@@ -1,0 +1,184 @@
+//! Opening perf-event mode's sampling events: a software CPU clock per
+//! CPU for each target thread, `inherit` set so that threads and
+//! processes they start are sampled too (as `perf record` does), every
+//! event of a CPU writing into that CPU's one ring buffer. The events
+//! also carry the mapping, exec, fork and exit records of their targets
+//! ([`crate::procmaps`]'s `track_mappings`), which is how mappings are
+//! known without the system-wide events a tracker needs privileges for.
+//! What the kernel refuses becomes an error that names the way out.
+
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
+
+use libbpf_rs::libbpf_sys as sys;
+
+use super::sample::{Layout, REGS_MASK};
+use crate::bpf::perf::Sampling;
+use crate::error::{Error, Result};
+use crate::procmaps::perf::{open_event, track_mappings, Ring};
+
+/// Bytes of user stack copied with each sample (`--unwind auto|dwarf`).
+pub const STACK_BYTES: u32 = 16 * 1024;
+
+/// Data pages per CPU tried first; halved while the kernel refuses (an
+/// unprivileged user may lock only `kernel.perf_event_mlock_kb` per CPU,
+/// plus RLIMIT_MEMLOCK).
+const MAX_PAGES: usize = 256;
+const MIN_PAGES: usize = 8;
+
+/// `_IO('$', 5)` (linux/perf_event.h): send this event's records to
+/// another event's buffer.
+const PERF_EVENT_IOC_SET_OUTPUT: libc::c_ulong = 0x2405;
+
+/// What to open.
+pub struct Plan<'a> {
+    pub sampling: Sampling,
+    pub layout: Layout,
+    /// Kernel stacks (and kernel samples) too.
+    pub kernel: bool,
+    /// Threads to sample, with `inherit`.
+    pub tids: &'a [u32],
+    pub inherit: bool,
+    pub cpus: &'a [u32],
+    /// Enabled when the (held) target calls exec: a launched command.
+    pub on_exec: bool,
+}
+
+/// The open events: one ring buffer per CPU, and the events redirected
+/// into them.
+pub struct Events {
+    pub rings: Vec<Ring>,
+    _redirected: Vec<OwnedFd>,
+}
+
+fn attr(plan: &Plan<'_>, build_id: bool) -> sys::perf_event_attr {
+    // SAFETY: perf_event_attr is a plain C struct for which all zeroes is a
+    // valid (empty) value.
+    let mut a: sys::perf_event_attr = unsafe { std::mem::zeroed() };
+    a.size = std::mem::size_of::<sys::perf_event_attr>() as u32;
+    a.type_ = sys::PERF_TYPE_SOFTWARE;
+    a.config = sys::PERF_COUNT_SW_CPU_CLOCK as u64;
+    match plan.sampling {
+        Sampling::Frequency(hz) => {
+            a.__bindgen_anon_1.sample_freq = hz;
+            a.set_freq(1);
+        }
+        Sampling::Period(n) => a.__bindgen_anon_1.sample_period = n,
+    }
+    a.sample_type = plan.layout.sample_type();
+    if plan.layout.user_stack {
+        a.sample_regs_user = REGS_MASK;
+        a.sample_stack_user = STACK_BYTES;
+        // The user stack is walked from the copy, not by the kernel.
+        a.set_exclude_callchain_user(1);
+    }
+    a.set_exclude_kernel(!plan.kernel as u64);
+    a.set_exclude_callchain_kernel(!plan.kernel as u64);
+    a.set_exclude_hv(1);
+    a.set_inherit(plan.inherit as u64);
+    if plan.on_exec {
+        a.set_disabled(1);
+        a.set_enable_on_exec(1);
+    }
+    track_mappings(&mut a, build_id);
+    a
+}
+
+/// Opens every event of `plan`. `refused` turns a refusal (EACCES/EPERM)
+/// for thread `tid` into the error to show.
+pub fn open(plan: &Plan<'_>, refused: &dyn Fn(u32, io::Error) -> Error) -> Result<Events> {
+    let mut build_id = true;
+    let mut rings = Vec::new();
+    let mut redirected = Vec::new();
+    let mut pages = MAX_PAGES;
+    for &cpu in plan.cpus {
+        let mut ring: Option<&Ring> = None;
+        for &tid in plan.tids {
+            let fd = match open_event(&attr(plan, build_id), tid as i32, cpu as i32) {
+                // Build ids in mmap2 records: 5.12 and later.
+                Err(e) if build_id && e.raw_os_error() == Some(libc::EINVAL) => {
+                    build_id = false;
+                    open_event(&attr(plan, build_id), tid as i32, cpu as i32)
+                }
+                r => r,
+            };
+            let fd = match fd {
+                Ok(fd) => fd,
+                // A thread that exited meanwhile.
+                Err(e) if e.raw_os_error() == Some(libc::ESRCH) => continue,
+                Err(e) if matches!(e.raw_os_error(), Some(libc::EACCES | libc::EPERM)) => {
+                    return Err(refused(tid, e))
+                }
+                Err(source) => {
+                    let hint = match source.raw_os_error() {
+                        Some(libc::EINVAL) => " (the frequency may be above /proc/sys/kernel/perf_event_max_sample_rate)",
+                        Some(libc::EMFILE) => " (too many open files: raise ulimit -n)",
+                        _ => "",
+                    };
+                    return Err(Error::PerfEvent {
+                        what: format!("CPU clock (thread {tid}, CPU {cpu})"),
+                        source,
+                        hint,
+                    });
+                }
+            };
+            match ring {
+                Some(r) => {
+                    // SAFETY: both descriptors are open perf events; the
+                    // ioctl only links the first's output to the second's
+                    // buffer.
+                    let rc =
+                        unsafe { libc::ioctl(fd.as_raw_fd(), PERF_EVENT_IOC_SET_OUTPUT, r.fd()) };
+                    if rc != 0 {
+                        return Err(Error::PerfEvent {
+                            what: format!("CPU clock (thread {tid}, CPU {cpu})"),
+                            source: io::Error::last_os_error(),
+                            hint: " (cannot share the CPU's buffer)",
+                        });
+                    }
+                    redirected.push(fd);
+                }
+                None => {
+                    rings.push(map(fd, &mut pages)?);
+                    ring = rings.last();
+                }
+            }
+        }
+    }
+    if rings.is_empty() {
+        return Err(Error::Unsupported(
+            "no thread of the target is left to sample (has it exited?)".into(),
+        ));
+    }
+    Ok(Events {
+        rings,
+        _redirected: redirected,
+    })
+}
+
+/// Maps an event's buffer, as large as the kernel lets this user lock.
+fn map(fd: OwnedFd, pages: &mut usize) -> Result<Ring> {
+    loop {
+        // The descriptor is needed again after a refusal: map a duplicate.
+        let dup = fd.try_clone().map_err(|source| Error::Io {
+            what: "duplicating a perf event descriptor".into(),
+            source,
+        })?;
+        match Ring::map(dup, *pages) {
+            Ok(r) => return Ok(r),
+            Err(e)
+                if *pages > MIN_PAGES
+                    && matches!(e.raw_os_error(), Some(libc::EPERM | libc::ENOMEM)) =>
+            {
+                *pages /= 2;
+            }
+            Err(source) => {
+                return Err(Error::PerfEvent {
+                    what: "sampling buffer of the CPU clock".into(),
+                    source,
+                    hint: " (the perf buffers of this user exceed kernel.perf_event_mlock_kb and ulimit -l: close other perf sessions or raise them)",
+                })
+            }
+        }
+    }
+}

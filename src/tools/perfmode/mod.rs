@@ -1,0 +1,454 @@
+//! `flare profile` without BPF: perf-event mode, for users who may not
+//! load BPF programs (no root, no CAP_BPF and CAP_PERFMON).
+//!
+//! With `kernel.perf_event_paranoid` at 2, as most distributions ship it,
+//! a user may still sample their own processes' user space with perf
+//! events — what `perf record -g -- CMD` does. This collector does that
+//! for a command flare starts (`-- CMD`), processes of the user's own
+//! (`-p`) or threads (`-L`): CPU-clock samples carrying the kernel's
+//! callchain (`--unwind fp`, and kernel stacks where paranoid ≤ 1) or the
+//! user registers and a copy of the top of the user stack, walked in user
+//! space with flare's unwind tables ([`walk`], the same rows and rules as
+//! the BPF unwinder). The same events report their targets' mappings,
+//! which feed the [`Mappings`] the symbolizer and the walk read, so no
+//! privileged tracker is needed. Samples are counted into the same raw
+//! samples the BPF collector returns, so the pipeline, printers, files,
+//! `--serve` and warnings work unchanged. A thread drains the ring
+//! buffers as they fill ([`Reader`]).
+
+mod events;
+mod sample;
+mod tables;
+pub mod walk;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+
+use libbpf_rs::libbpf_sys as sys;
+
+use self::sample::{Layout, Sample};
+use self::tables::Tables;
+use crate::bpf::system;
+use crate::collect::{Collection, Collector, RawSample, RawTask, RawTrace, WarmUp};
+use crate::error::{Error, Result};
+use crate::procmaps::perf::{self as records, Record, Ring};
+use crate::procmaps::{procfs, Mappings};
+use crate::profile::{Lost, Meta};
+use crate::tools::profile::{Config, Target};
+use crate::unwind::cache::DiskCache;
+use crate::unwind::Mode;
+
+/// Frames kept per stack (as the BPF side's FLARE_MAX_STACK_DEPTH).
+const MAX_DEPTH: usize = 127;
+
+/// How long the reading thread sleeps when no buffer fills (and how long
+/// a stop may take).
+const POLL_MS: i32 = 50;
+
+/// The one message every perf-event-mode run starts with.
+const NOT_ROOT: &str = "flare: not root: sampling with perf events";
+
+/// The way out when BPF is needed.
+const RUN_AS_ROOT: &str = "run flare as root (sudo), or grant it CAP_BPF and CAP_PERFMON";
+
+/// `kernel.perf_event_paranoid` (2, the usual default, when unreadable).
+pub fn paranoid() -> i32 {
+    std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(2)
+}
+
+/// A running perf-event-mode profiler.
+pub struct Session {
+    config: Config,
+    reader: Arc<Reader>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+    note: String,
+}
+
+/// The ring buffers and what was read from them, shared by the reading
+/// thread and [`Collector::collect`].
+struct Reader {
+    rings: Mutex<Vec<Ring>>,
+    state: Mutex<State>,
+    mappings: Mappings,
+}
+
+/// A counted stack.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct Key {
+    pid: u32,
+    /// 0 unless threads are kept apart.
+    tid: u32,
+    comm: Arc<str>,
+    user: Option<Arc<[u64]>>,
+    kernel: Option<Arc<[u64]>>,
+}
+
+/// What the samples read so far came to.
+struct State {
+    layout: Layout,
+    mode: Mode,
+    user: bool,
+    kernel: bool,
+    per_thread: bool,
+    max_keys: usize,
+    counts: HashMap<Key, u64>,
+    stacks: std::collections::HashSet<Arc<[u64]>>,
+    comms: HashMap<u32, Arc<str>>,
+    tables: Tables,
+    lost: Lost,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Reader {
+    /// Reads every waiting record: mapping records first (in time order),
+    /// then names and samples, each sample walked against the mappings of
+    /// its moment.
+    fn drain(&self) {
+        let mut raw: Vec<Vec<u8>> = Vec::new();
+        for ring in lock(&self.rings).iter_mut() {
+            ring.read_raw(|rec| raw.push(rec.to_vec()));
+        }
+        if raw.is_empty() {
+            return;
+        }
+        raw.sort_by_key(|r| sample::time(r));
+        let mut maps = Vec::new();
+        let mut lost = 0;
+        for rec in &raw {
+            match records::parse(rec) {
+                Some(Record::Lost(n)) => lost += n,
+                Some(r) => maps.push(r),
+                None => {}
+            }
+        }
+        self.mappings.apply(maps);
+        let mut state = lock(&self.state);
+        state.lost.samples += lost;
+        for rec in &raw {
+            match sample::kind(rec) {
+                Some(sys::PERF_RECORD_SAMPLE) => {
+                    let layout = state.layout;
+                    if let Some(s) = sample::parse_sample(rec, layout) {
+                        state.add(&s, &self.mappings);
+                    }
+                }
+                Some(sys::PERF_RECORD_COMM) => {
+                    if let Some((tid, comm)) = sample::parse_comm(rec) {
+                        state.comms.insert(tid, comm.into());
+                    }
+                }
+                Some(sys::PERF_RECORD_FORK) => {
+                    if let Some((tid, parent)) = sample::parse_fork(rec) {
+                        if let Some(c) = state.comms.get(&parent).cloned() {
+                            state.comms.insert(tid, c);
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+impl State {
+    fn intern(&mut self, pcs: Vec<u64>) -> Arc<[u64]> {
+        if let Some(s) = self.stacks.get(pcs.as_slice()) {
+            return s.clone();
+        }
+        let s: Arc<[u64]> = pcs.into();
+        self.stacks.insert(s.clone());
+        s
+    }
+
+    fn comm(&mut self, pid: u32, tid: u32) -> Arc<str> {
+        if let Some(c) = self.comms.get(&tid) {
+            return c.clone();
+        }
+        let c: Arc<str> = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm"))
+            .map(|s| s.trim_end_matches('\n').to_string())
+            .unwrap_or_else(|_| "[unknown]".into())
+            .into();
+        self.comms.insert(tid, c.clone());
+        c
+    }
+
+    /// Counts one sample.
+    fn add(&mut self, s: &Sample<'_>, mappings: &Mappings) {
+        let user = match (self.user, self.mode, s.regs) {
+            (false, ..) => None,
+            (true, Mode::Fp, _) => Some(s.user.clone()),
+            (true, _, None) => Some(Vec::new()),
+            (true, mode, Some((pc, sp, bp))) => {
+                let space = mappings.space(s.pid, Some(s.time));
+                let stack = walk::StackCopy { sp, data: s.stack };
+                let regs = walk::Regs { pc, sp, bp };
+                let tables = &mut self.tables;
+                let w = walk::walk(mode, regs, &stack, MAX_DEPTH, |addr| {
+                    tables.row(space.as_ref()?, addr)
+                });
+                Some(w.pcs)
+            }
+        };
+        let user = user.map(|u| self.intern(u));
+        let kernel = self.kernel.then(|| self.intern(s.kernel.clone()));
+        let key = Key {
+            pid: s.pid,
+            tid: if self.per_thread { s.tid } else { 0 },
+            comm: self.comm(s.pid, s.tid),
+            user,
+            kernel,
+        };
+        if let Some(n) = self.counts.get_mut(&key) {
+            *n += 1;
+        } else if self.counts.len() >= self.max_keys {
+            self.lost.hash_full += 1;
+        } else {
+            self.counts.insert(key, 1);
+        }
+    }
+}
+
+/// The error for an event the kernel refused on thread `tid` of `pid`.
+fn refused(pid: u32, paranoid: i32) -> Error {
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    if procfs::effective_uid(pid).is_some_and(|uid| uid != me) {
+        return Error::Unsupported(format!(
+            "cannot sample PID {pid}: it belongs to another user, and without root flare samples only your own processes (run flare as root with sudo, or grant it CAP_PERFMON and CAP_SYS_PTRACE; lowering kernel.perf_event_paranoid does not open other users' processes)"
+        ));
+    }
+    if paranoid >= 3 {
+        return Error::Unsupported(format!(
+            "cannot sample PID {pid}: perf events are off for unprivileged users here (kernel.perf_event_paranoid = {paranoid}): run flare as root, grant it CAP_PERFMON, or set kernel.perf_event_paranoid to 2 (user stacks) or 1 (kernel stacks too)"
+        ));
+    }
+    Error::Unsupported(format!(
+        "cannot sample PID {pid}: permission denied (run flare as root, grant it CAP_PERFMON, or lower kernel.perf_event_paranoid, now {paranoid})"
+    ))
+}
+
+impl Session {
+    /// Checks that perf events can do what `config` asks, opens them and
+    /// starts the reading thread.
+    pub fn start(mut config: Config) -> Result<Session> {
+        let paranoid = paranoid();
+        for (set, option) in [
+            (config.cgroup_map.is_some(), "--cgroupmap"),
+            (config.mntns_map.is_some(), "--mntnsmap"),
+        ] {
+            if set {
+                return Err(Error::Unsupported(format!(
+                    "{option} filters through a BPF map, which needs BPF: {RUN_AS_ROOT}"
+                )));
+            }
+        }
+        let kernel_allowed = paranoid <= 1;
+        if !config.stacks.user && !kernel_allowed {
+            return Err(Error::Unsupported(format!(
+                "-K (kernel stacks only) without root needs kernel.perf_event_paranoid <= 1 (now {paranoid}; sudo sysctl kernel.perf_event_paranoid=1), or {RUN_AS_ROOT}"
+            )));
+        }
+        // (pid, tid) of every thread to open events on.
+        let mut threads: Vec<(u32, u32)> = Vec::new();
+        let (inherit, launched) = match &config.target {
+            Target::All => return Err(Error::Unsupported(format!(
+                "without root, flare profile samples only a command it starts (flare profile -- CMD) or your own processes (-p PID); sampling all threads needs BPF: {RUN_AS_ROOT}"
+            ))),
+            Target::Pids(pids) if config.follow_children => {
+                threads.extend(pids.iter().map(|&p| (p, p)));
+                (true, true)
+            }
+            Target::Pids(pids) => {
+                for &pid in pids {
+                    system::check_process(pid)?;
+                    threads.extend(system::threads(pid)?.into_iter().map(|t| (pid, t)));
+                }
+                (true, false)
+            }
+            Target::Tids(tids) => {
+                for &tid in tids {
+                    system::check_thread(tid)?;
+                    threads.push((tid, tid));
+                }
+                (false, false)
+            }
+        };
+        let cpus = match config.cpu {
+            Some(c) => {
+                system::check_cpu(c)?;
+                vec![c]
+            }
+            None => system::online_cpus()?.0,
+        };
+        let kernel = config.stacks.kernel && kernel_allowed;
+        let wanted_kernel = config.stacks.kernel;
+        config.stacks.kernel = kernel;
+        let user = config.stacks.user;
+        let mode = match (user, cfg!(target_arch = "x86_64")) {
+            (true, true) => config.unwind,
+            _ => Mode::Fp,
+        };
+        let layout = Layout {
+            callchain: kernel || (user && mode == Mode::Fp),
+            user_stack: user && mode != Mode::Fp,
+        };
+        let mappings = Mappings::fed();
+        if !launched {
+            let pids: Vec<u32> = threads.iter().map(|&(p, _)| p).collect();
+            mappings.snapshot(&pids);
+        }
+        system::raise_nofile();
+        let tids: Vec<u32> = threads.iter().map(|&(_, t)| t).collect();
+        let pid_of: HashMap<u32, u32> = threads.iter().map(|&(p, t)| (t, p)).collect();
+        let events = events::open(
+            &events::Plan {
+                sampling: config.sampling,
+                layout,
+                kernel,
+                tids: &tids,
+                inherit,
+                cpus: &cpus,
+                on_exec: launched,
+            },
+            &|tid, _| refused(pid_of.get(&tid).copied().unwrap_or(tid), paranoid),
+        )?;
+        let fds: Vec<i32> = events.rings.iter().map(Ring::fd).collect();
+        let reader = Arc::new(Reader {
+            rings: Mutex::new(events.rings),
+            state: Mutex::new(State {
+                layout,
+                mode,
+                user,
+                kernel,
+                per_thread: config.per_thread || matches!(config.target, Target::Tids(_)),
+                max_keys: config.hash_storage_size as usize,
+                counts: HashMap::new(),
+                stacks: Default::default(),
+                comms: HashMap::new(),
+                tables: Tables::new(DiskCache::from_env()),
+                lost: Lost::default(),
+            }),
+            mappings,
+        });
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let (reader, stop) = (reader.clone(), stop.clone());
+            std::thread::Builder::new()
+                .name("flare-perf".into())
+                .spawn(move || read_until(&reader, &stop, &fds))
+                .map_err(|source| Error::Io {
+                    what: "starting the perf-event reader".into(),
+                    source,
+                })?
+        };
+        let what = match (user, kernel, wanted_kernel) {
+            (_, false, true) => "user stacks only; kernel stacks need root, CAP_PERFMON or kernel.perf_event_paranoid <= 1",
+            (true, true, _) => "user and kernel stacks",
+            (false, true, _) => "kernel stacks",
+            (_, false, false) => "user stacks",
+        };
+        Ok(Session {
+            config,
+            reader,
+            stop,
+            thread: Some(thread),
+            note: format!("{NOT_ROOT} ({what})"),
+        })
+    }
+}
+
+/// The reading thread: drains the buffers whenever one fills past its
+/// watermark, or every [`POLL_MS`].
+fn read_until(reader: &Reader, stop: &AtomicBool, fds: &[i32]) {
+    let mut polls: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|&fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    while !stop.load(Ordering::Relaxed) {
+        // SAFETY: polls is a valid array of pollfd of the given length; the
+        // descriptors stay open while the reader holds the rings.
+        unsafe { libc::poll(polls.as_mut_ptr(), polls.len() as libc::nfds_t, POLL_MS) };
+        reader.drain();
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Collector for Session {
+    fn meta(&self) -> Meta {
+        crate::tools::profile::meta(&self.config)
+    }
+
+    fn header(&self) -> String {
+        crate::tools::profile::header(&self.config)
+    }
+
+    fn notes(&self) -> Vec<String> {
+        vec![self.note.clone()]
+    }
+
+    fn warm_up(&self) -> WarmUp {
+        WarmUp {
+            kernel: self.config.stacks.kernel,
+            pids: match &self.config.target {
+                Target::Pids(p) => p.clone(),
+                _ => Vec::new(),
+            },
+        }
+    }
+
+    fn mappings(&self) -> Option<Mappings> {
+        Some(self.reader.mappings.clone())
+    }
+
+    fn collect(&mut self, clear: bool) -> Result<Collection> {
+        self.reader.drain();
+        let mut state = lock(&self.reader.state);
+        let trace = |t: &Option<Arc<[u64]>>| match t {
+            Some(a) => RawTrace::Addrs(a.clone()),
+            None => RawTrace::NotCollected,
+        };
+        let samples = state
+            .counts
+            .iter()
+            .map(|(k, &n)| RawSample {
+                task: RawTask {
+                    pid: Some(k.pid),
+                    tid: (k.tid != 0).then_some(k.tid),
+                    comm: k.comm.to_string(),
+                    user: trace(&k.user),
+                    kernel: trace(&k.kernel),
+                },
+                waker: None,
+                value: n,
+            })
+            .collect();
+        let lost = if clear {
+            state.counts.clear();
+            std::mem::take(&mut state.lost)
+        } else {
+            state.lost.clone()
+        };
+        Ok(Collection { samples, lost })
+    }
+}

@@ -1,0 +1,177 @@
+//! The user-space twin of the BPF unwinder (`unwind_step` in
+//! bpf/unwind.h): the same rows ([`crate::unwind::table`]), evaluated over
+//! the copy of the user stack a perf sample carries instead of live
+//! memory. It exists because without BPF nothing can walk a stack inside
+//! the kernel but its frame-pointer walk; the kernel copies the registers
+//! and the top of the stack, and flare walks them here, with the semantics
+//! BPF has — rows where an object has them, the frame pointer where it has
+//! none (`--unwind auto`; `dwarf` ends the stack there), the PLT and
+//! signal-frame rows — so that both modes give the same stacks.
+
+use crate::unwind::table::{
+    Row, CFA_END, CFA_PLT, CFA_RBP, CFA_RSP, CFA_SIGNAL, RBP_SAVED, RBP_UNKNOWN,
+};
+use crate::unwind::Mode;
+
+/// The user registers the walk starts from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Regs {
+    pub pc: u64,
+    pub sp: u64,
+    pub bp: u64,
+}
+
+/// The bytes of the user stack the kernel copied at the sample, from the
+/// sampled `sp` up.
+#[derive(Clone, Copy, Debug)]
+pub struct StackCopy<'a> {
+    pub sp: u64,
+    pub data: &'a [u8],
+}
+
+impl StackCopy<'_> {
+    /// The word at `addr`, if the copy holds it (a read outside it ends
+    /// the walk, as a failed `bpf_probe_read_user` does).
+    pub fn read(&self, addr: u64) -> Option<u64> {
+        let at = usize::try_from(addr.checked_sub(self.sp)?).ok()?;
+        let bytes = self.data.get(at..at.checked_add(8)?)?;
+        Some(u64::from_ne_bytes(bytes.try_into().ok()?))
+    }
+}
+
+/// A walked stack: return addresses, leaf first.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Walk {
+    pub pcs: Vec<u64>,
+    /// The walk reached the outermost frame (a row said so).
+    pub complete: bool,
+}
+
+/// The state carried from one step to the next.
+struct State {
+    regs: Regs,
+    /// `pc` is a return address (every frame but the first): its row is
+    /// looked up at `pc - 1`, inside the call.
+    return_address: bool,
+}
+
+/// Walks the stack from `regs` over `stack`, at most `max` frames. `row`
+/// gives the row covering an address (`None`: no mapping, no table, or
+/// no information there). `mode` is `auto` or `dwarf` (with `fp` no rows
+/// are asked for: the frame pointer alone).
+pub fn walk(
+    mode: Mode,
+    regs: Regs,
+    stack: &StackCopy<'_>,
+    max: usize,
+    mut row: impl FnMut(u64) -> Option<Row>,
+) -> Walk {
+    let mut out = Walk::default();
+    let mut s = State {
+        regs,
+        return_address: false,
+    };
+    while s.regs.pc != 0 && out.pcs.len() < max {
+        let pc = s.regs.pc;
+        out.pcs.push(pc);
+        let lookup = if s.return_address { pc - 1 } else { pc };
+        let r = match mode {
+            Mode::Fp => None,
+            _ => row(lookup),
+        };
+        let more = match r {
+            Some(r) => match r.cfa() {
+                CFA_END => {
+                    out.complete = true;
+                    false
+                }
+                CFA_SIGNAL => signal_step(&mut s, stack),
+                CFA_RSP | CFA_RBP | CFA_PLT => row_step(&mut s, stack, &r),
+                _ => fp_step(mode, &mut s, stack),
+            },
+            None => fp_step(mode, &mut s, stack),
+        };
+        if !more {
+            break;
+        }
+    }
+    out
+}
+
+/// One step by the frame pointer: false to end the walk.
+fn fp_step(mode: Mode, s: &mut State, stack: &StackCopy<'_>) -> bool {
+    let bp = s.regs.bp;
+    if mode == Mode::Dwarf || bp == 0 || bp < s.regs.sp {
+        return false;
+    }
+    let (Some(next_bp), Some(ra)) = (stack.read(bp), stack.read(bp.wrapping_add(8))) else {
+        return false;
+    };
+    s.regs = Regs {
+        pc: ra,
+        sp: bp.wrapping_add(16),
+        bp: next_bp,
+    };
+    s.return_address = true;
+    true
+}
+
+/// One step by a row whose CFA is rsp-, rbp- or PLT-based.
+fn row_step(s: &mut State, stack: &StackCopy<'_>, r: &Row) -> bool {
+    let Regs { pc, sp, bp } = s.regs;
+    let off = u64::from(r.cfa_off);
+    let cfa = match r.cfa() {
+        CFA_RSP => sp.wrapping_add(off),
+        CFA_RBP => bp.wrapping_add(off),
+        _ => sp + 8 + if (pc & 15) >= off { 8 } else { 0 },
+    };
+    // The caller's frame is above this one.
+    if cfa <= sp {
+        return false;
+    }
+    let Some(ra) = stack.read(cfa - 8) else {
+        return false;
+    };
+    let bp = match r.rbp() {
+        RBP_SAVED => match stack.read(cfa.wrapping_add_signed(i64::from(r.rbp_off) * 8)) {
+            Some(v) => v,
+            None => return false,
+        },
+        RBP_UNKNOWN => 0,
+        _ => bp,
+    };
+    s.regs = Regs {
+        pc: ra,
+        sp: cfa,
+        bp,
+    };
+    s.return_address = true;
+    true
+}
+
+/// Offsets in the `ucontext` a signal trampoline finds at rsp: its
+/// mcontext (x86-64 sigcontext) holds the interrupted rbp, rsp and rip.
+const UC_MCONTEXT: u64 = 40;
+const MC_RBP: u64 = UC_MCONTEXT + 10 * 8;
+const MC_RSP: u64 = UC_MCONTEXT + 15 * 8;
+const MC_RIP: u64 = UC_MCONTEXT + 16 * 8;
+
+/// One step out of a signal handler, to the interrupted code.
+fn signal_step(s: &mut State, stack: &StackCopy<'_>) -> bool {
+    let sp = s.regs.sp;
+    let (Some(bp), Some(nsp), Some(pc)) = (
+        stack.read(sp + MC_RBP),
+        stack.read(sp + MC_RSP),
+        stack.read(sp + MC_RIP),
+    ) else {
+        return false;
+    };
+    s.regs = Regs { pc, sp: nsp, bp };
+    // The interrupted pc is no return address: its own row counts.
+    s.return_address = false;
+    true
+}
+
+#[cfg(test)]
+#[path = "walk_tests.rs"]
+mod tests;
