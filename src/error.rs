@@ -7,7 +7,7 @@ use std::path::PathBuf;
 /// Errors from collecting a profile.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("flare needs root, or the capabilities CAP_BPF and CAP_PERFMON (and CAP_SYS_ADMIN on kernels before 5.8): run it with sudo")]
+    #[error("flare needs root, or the capabilities CAP_BPF and CAP_PERFMON (and CAP_SYS_ADMIN on kernels before 5.8): run it with sudo (without them, only `flare profile` of a command it starts or of your own processes runs, with perf events)")]
     NotPermitted,
     #[error("this kernel has no BTF type information (/sys/kernel/btf/vmlinux is missing): flare needs a kernel built with CONFIG_DEBUG_INFO_BTF=y (5.4 or later; most distributions ship one)")]
     NoBtf,

@@ -48,7 +48,9 @@ pub struct Plan<'a> {
 /// into them.
 pub struct Events {
     pub rings: Vec<Ring>,
-    _redirected: Vec<OwnedFd>,
+    /// Events writing into another's buffer: sampling stops when they
+    /// are closed.
+    pub redirected: Vec<OwnedFd>,
 }
 
 fn attr(plan: &Plan<'_>, build_id: bool) -> sys::perf_event_attr {
@@ -150,10 +152,7 @@ pub fn open(plan: &Plan<'_>, refused: &dyn Fn(u32, io::Error) -> Error) -> Resul
             "no thread of the target is left to sample (has it exited?)".into(),
         ));
     }
-    Ok(Events {
-        rings,
-        _redirected: redirected,
-    })
+    Ok(Events { rings, redirected })
 }
 
 /// Maps an event's buffer, as large as the kernel lets this user lock.

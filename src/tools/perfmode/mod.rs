@@ -74,6 +74,9 @@ pub struct Session {
 /// thread and [`Collector::collect`].
 struct Reader {
     rings: Mutex<Vec<Ring>>,
+    /// The events without a buffer of their own (open as long as the
+    /// reader lives).
+    _redirected: Vec<std::os::fd::OwnedFd>,
     state: Mutex<State>,
     mappings: Mappings,
 }
@@ -261,7 +264,7 @@ impl Session {
         let mut threads: Vec<(u32, u32)> = Vec::new();
         let (inherit, launched) = match &config.target {
             Target::All => return Err(Error::Unsupported(format!(
-                "without root, flare profile samples only a command it starts (flare profile -- CMD) or your own processes (-p PID); sampling all threads needs BPF: {RUN_AS_ROOT}"
+                "without root, flare profile samples only a command it starts (flare profile -- CMD) or your own processes (-p PID): sampling all threads needs root, or the capabilities CAP_BPF and CAP_PERFMON (run it with sudo)"
             ))),
             Target::Pids(pids) if config.follow_children => {
                 threads.extend(pids.iter().map(|&p| (p, p)));
@@ -324,6 +327,7 @@ impl Session {
         let fds: Vec<i32> = events.rings.iter().map(Ring::fd).collect();
         let reader = Arc::new(Reader {
             rings: Mutex::new(events.rings),
+            _redirected: events.redirected,
             state: Mutex::new(State {
                 layout,
                 mode,

@@ -1,0 +1,417 @@
+//! `flare profile` without root: perf-event mode. flare runs as user
+//! nobody (`setpriv --reuid=nobody --regid=nogroup --clear-groups`, from a
+//! test run as root; a test run as another user runs flare as itself),
+//! with its binary and the workloads copied into a directory nobody can
+//! read, and `XDG_CACHE_HOME` in a directory nobody owns.
+//!
+//! Ground truth: twofuncs' worker spends 25 % of its CPU time in func_a
+//! (the rest in func_b); nofp, built without frame pointers, runs
+//! clone3 → start_thread → worker → run → func_a/func_b (→ spin), so a
+//! complete stack holds `start_thread;worker;run;func_X`. Tolerances:
+//! func_a's share within 5 points; ≥ 95 % complete stacks with `--unwind
+//! auto`, < 50 % with `--unwind fp` (which proves the tables did it).
+//!
+//! Needs `setpriv` and user nobody when run as root; without them the
+//! tests are skipped, unless `FLARE_REQUIRE_BPF=1`, when they fail.
+
+mod common;
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use common::bpf::{build, serial};
+
+extern "C" {
+    fn geteuid() -> u32;
+}
+
+const NOBODY: u32 = 65534;
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { geteuid() == 0 }
+}
+
+/// True when flare can be run without root here; otherwise the test is
+/// skipped (or fails with FLARE_REQUIRE_BPF=1).
+fn can_run_as_nobody() -> bool {
+    if !is_root() {
+        return true;
+    }
+    let setpriv = Command::new("setpriv")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    let nobody = fs::read_to_string("/etc/passwd")
+        .is_ok_and(|p| p.lines().any(|l| l.starts_with("nobody:x:65534:")));
+    if setpriv && nobody {
+        return true;
+    }
+    let why = if setpriv {
+        "no user nobody"
+    } else {
+        "no setpriv"
+    };
+    if std::env::var("FLARE_REQUIRE_BPF").as_deref() == Ok("1") {
+        panic!("non-root tests are required (FLARE_REQUIRE_BPF=1) but cannot run: {why}");
+    }
+    eprintln!("skipping non-root test: {why}");
+    false
+}
+
+/// A directory nobody can use: flare and the workloads in it (0755), a
+/// cache directory nobody owns.
+struct Sandbox {
+    dir: tempfile::TempDir,
+}
+
+impl Sandbox {
+    fn new(workloads: &[(&str, &Path)]) -> Sandbox {
+        let dir = tempfile::tempdir().expect("tempdir");
+        fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).expect("chmod");
+        let copy = |from: &Path, name: &str| {
+            let to = dir.path().join(name);
+            fs::copy(from, &to).expect("copying a binary");
+            fs::set_permissions(&to, fs::Permissions::from_mode(0o755)).expect("chmod");
+        };
+        copy(Path::new(env!("CARGO_BIN_EXE_flare")), "flare");
+        for (name, path) in workloads {
+            copy(path, name);
+        }
+        let s = Sandbox { dir };
+        let cache = s.path("cache");
+        fs::create_dir(&cache).expect("cache dir");
+        s.give(&cache);
+        s
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// Makes `p` nobody's (when running as root).
+    fn give(&self, p: &Path) {
+        if is_root() {
+            std::os::unix::fs::chown(p, Some(NOBODY), Some(NOBODY)).expect("chown");
+        }
+    }
+
+    /// flare, as nobody, in the sandbox, with `cache` as XDG_CACHE_HOME.
+    fn flare(&self, args: &[&str], cache: &Path) -> Command {
+        let mut c = if is_root() {
+            let mut c = Command::new("setpriv");
+            c.args([
+                "--reuid=nobody",
+                "--regid=nogroup",
+                "--clear-groups",
+                "--inh-caps=-all",
+            ]);
+            c.arg(self.path("flare"));
+            c
+        } else {
+            Command::new(self.path("flare"))
+        };
+        c.args(args)
+            .current_dir(self.dir.path())
+            .env("XDG_CACHE_HOME", cache)
+            .env_remove("FLARE_CACHE_DIR");
+        c
+    }
+
+    /// Runs flare to the end with `input` on its (and the command's) stdin.
+    fn run(&self, args: &[&str], cache: &Path, input: &str) -> Output {
+        let mut child = self
+            .flare(args, cache)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("running flare");
+        if let Some(mut stdin) = child.stdin.take() {
+            use std::io::Write;
+            let _ = stdin.write_all(input.as_bytes());
+        }
+        child.wait_with_output().expect("waiting for flare")
+    }
+}
+
+fn twofuncs() -> PathBuf {
+    build(
+        "nonroot-twofuncs",
+        "twofuncs.c",
+        &[
+            "gcc",
+            "-O1",
+            "-g",
+            "-fno-omit-frame-pointer",
+            "-fno-inline",
+            "-pthread",
+        ],
+    )
+}
+
+fn nofp() -> PathBuf {
+    build(
+        "nonroot-nofp",
+        "nofp.c",
+        &["gcc", "-O2", "-g", "-fomit-frame-pointer", "-pthread"],
+    )
+}
+
+/// Folded stacks (comm first) of `comm` in flare's standard output (the
+/// workload's own lines are mixed in; they are not folded stacks).
+fn stacks_of(out: &[u8], comm: &str) -> Vec<(Vec<String>, u64)> {
+    String::from_utf8_lossy(out)
+        .lines()
+        .filter_map(|l| {
+            let (stack, n) = l.rsplit_once(' ')?;
+            let frames: Vec<String> = stack.split(';').map(str::to_string).collect();
+            (frames.len() > 1 && frames[0] == comm).then_some((frames, n.parse().ok()?))
+        })
+        .collect()
+}
+
+#[test]
+fn a_command_is_profiled_without_root_with_its_shares_and_exit_status() {
+    if !can_run_as_nobody() {
+        return;
+    }
+    let _g = serial();
+    let sb = Sandbox::new(&[("twofuncs", &twofuncs())]);
+    let out_dir = sb.path("out");
+    fs::create_dir(&out_dir).expect("out dir");
+    sb.give(&out_dir);
+    let svg = out_dir.join("cpu.svg");
+    let svg_arg = svg.to_string_lossy().into_owned();
+    // sh starts twofuncs as its child, then exits 7.
+    let out = sb.run(
+        &[
+            "profile",
+            "-F",
+            "499",
+            "-f",
+            "-o",
+            &svg_arg,
+            "--",
+            "sh",
+            "-c",
+            "./twofuncs 3 25; exit 7",
+        ],
+        &sb.path("cache"),
+        "go\n",
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(7),
+        "the command's status; stderr: {err}"
+    );
+    assert!(
+        err.contains("not root: sampling with perf events"),
+        "stderr names the mode: {err}"
+    );
+    let (mut a, mut b) = (0, 0);
+    for (frames, n) in stacks_of(&out.stdout, "twofuncs") {
+        if frames.iter().any(|f| f == "func_a") {
+            a += n;
+        } else if frames.iter().any(|f| f == "func_b") {
+            b += n;
+        }
+    }
+    assert!(
+        a + b > 200,
+        "too few samples in func_a/func_b ({a} + {b}); stdout:\n{}\nstderr: {err}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let share = 100.0 * a as f64 / (a + b) as f64;
+    assert!(
+        (share - 25.0).abs() <= 5.0,
+        "func_a has {share:.1} % of samples, the workload gave it 25 %"
+    );
+    let svg = fs::read_to_string(&svg).expect("the -o flame graph was written");
+    assert!(svg.contains("func_a"), "the flame graph names func_a");
+}
+
+/// Profiles nofp without frame pointers as nobody with `--unwind mode`:
+/// (complete samples, all samples, stderr).
+fn nofp_stacks(sb: &Sandbox, mode: &str, cache: &Path) -> (u64, u64, String) {
+    let out = sb.run(
+        &[
+            "profile", "-F", "499", "-f", "--unwind", mode, "--", "./nofp", "3", "25",
+        ],
+        cache,
+        "go\n",
+    );
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(0), "stderr: {err}");
+    let (mut complete, mut all) = (0, 0);
+    let mut incomplete = Vec::new();
+    for (frames, n) in stacks_of(&out.stdout, "nofp") {
+        all += n;
+        let full = frames.windows(4).any(|w| {
+            w[0] == "start_thread"
+                && w[1] == "worker"
+                && w[2] == "run"
+                && (w[3] == "func_a" || w[3] == "func_b")
+        });
+        if full {
+            complete += n;
+        } else {
+            incomplete.push(format!("{} {n}", frames.join(";")));
+        }
+    }
+    assert!(
+        all >= 100,
+        "--unwind {mode}: too few samples ({all}); stderr: {err}"
+    );
+    if mode == "auto" && (complete as f64) < 0.95 * all as f64 {
+        panic!(
+            "--unwind auto: {complete} of {all} samples complete; incomplete:\n{}",
+            incomplete.join("\n")
+        );
+    }
+    (complete, all, err)
+}
+
+#[test]
+fn code_without_frame_pointers_has_full_stacks_from_the_copied_stack() {
+    if !can_run_as_nobody() {
+        return;
+    }
+    let _g = serial();
+    let sb = Sandbox::new(&[("nofp", &nofp())]);
+    let (complete, all, _) = nofp_stacks(&sb, "auto", &sb.path("cache"));
+    assert!(complete as f64 >= 0.95 * all as f64);
+    // Frame pointers alone (the kernel's callchain) lose the callers.
+    let (complete, all, _) = nofp_stacks(&sb, "fp", &sb.path("cache"));
+    assert!(
+        (complete as f64) < 0.5 * all as f64,
+        "--unwind fp: {complete} of {all} samples complete, expected frame pointers to lose callers"
+    );
+}
+
+#[test]
+fn an_unwritable_cache_is_not_fatal() {
+    if !can_run_as_nobody() {
+        return;
+    }
+    let _g = serial();
+    let sb = Sandbox::new(&[("nofp", &nofp())]);
+    // The sandbox itself: readable, not writable by nobody (as root), and
+    // a path under a file, which no one can create.
+    let not_a_dir = sb.path("flare");
+    for cache in [sb.dir.path(), not_a_dir.as_path()] {
+        let (complete, all, err) = nofp_stacks(&sb, "auto", cache);
+        assert!(
+            complete as f64 >= 0.95 * all as f64,
+            "cache {}: {complete} of {all}; {err}",
+            cache.display()
+        );
+    }
+}
+
+#[test]
+fn another_users_process_is_a_clear_error() {
+    if !can_run_as_nobody() {
+        return;
+    }
+    let sb = Sandbox::new(&[]);
+    let out = sb.run(&["profile", "-p", "1", "1"], &sb.path("cache"), "");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    for word in ["root", "CAP_PERFMON", "perf_event_paranoid", "PID 1"] {
+        assert!(err.contains(word), "the error names {word}: {err}");
+    }
+}
+
+#[test]
+fn system_wide_without_root_is_a_clear_error() {
+    if !can_run_as_nobody() {
+        return;
+    }
+    let sb = Sandbox::new(&[]);
+    let out = sb.run(&["profile", "1"], &sb.path("cache"), "");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    for word in ["-- CMD", "-p PID", "root", "CAP_BPF"] {
+        assert!(err.contains(word), "the error names {word}: {err}");
+    }
+    // Tools that need BPF say so, and what does run.
+    let out = sb.run(&["offcputime", "1"], &sb.path("cache"), "");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("needs root") && err.contains("flare profile"),
+        "{err}"
+    );
+}
+
+/// The user's own running process (`-p`), every thread of it: the
+/// workers were started before flare attached (regression: events of all
+/// but the first thread were closed as soon as sampling began).
+#[test]
+fn an_own_process_is_profiled_by_pid_with_all_its_threads() {
+    if !can_run_as_nobody() {
+        return;
+    }
+    let _g = serial();
+    use std::io::{BufRead, BufReader, Write};
+    let sb = Sandbox::new(&[("twofuncs", &twofuncs())]);
+    let mut workload = if is_root() {
+        let mut c = Command::new("setpriv");
+        c.args(["--reuid=nobody", "--regid=nogroup", "--clear-groups"]);
+        c.arg(sb.path("twofuncs"));
+        c
+    } else {
+        Command::new(sb.path("twofuncs"))
+    };
+    let mut w = workload
+        .args(["2", "25", "2"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("starting twofuncs");
+    let mut w_out = BufReader::new(w.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    while w_out.read_line(&mut line).expect("twofuncs output") > 0 && line.trim() != "ready" {
+        line.clear();
+    }
+    let pid = w.id().to_string();
+    let mut flare = sb
+        .flare(
+            &["profile", "-F", "499", "-f", "-p", &pid, "4"],
+            &sb.path("cache"),
+        )
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("running flare");
+    // The mode's note is printed once the events are open.
+    let mut err = BufReader::new(flare.stderr.take().expect("stderr"));
+    let mut note = String::new();
+    err.read_line(&mut note).expect("flare's stderr");
+    assert!(note.contains("sampling with perf events"), "{note}");
+    let mut stdin = w.stdin.take().expect("stdin");
+    stdin.write_all(b"go\n").expect("go");
+    let out = flare.wait_with_output().expect("flare");
+    drop(stdin);
+    let _ = w.wait();
+    let (mut a, mut b) = (0, 0);
+    for (frames, n) in stacks_of(&out.stdout, "twofuncs") {
+        if frames.iter().any(|f| f == "func_a") {
+            a += n;
+        } else if frames.iter().any(|f| f == "func_b") {
+            b += n;
+        }
+    }
+    // Two workers with swapped shares (25/75 and 75/25): half each.
+    assert!(a + b > 300, "too few samples ({a} + {b})");
+    let share = 100.0 * a as f64 / (a + b) as f64;
+    assert!(
+        (share - 50.0).abs() <= 7.0,
+        "func_a has {share:.1} % of both workers' samples, expected 50"
+    );
+}
