@@ -23,7 +23,8 @@ Examples:
     flare profile -o cpu.pb.gz -o cpu.json 5  # pprof and speedscope files from one run
     flare profile --serve        # and a live flame graph in the browser (URL on stderr)
     flare profile -- ./app --opt # start ./app, profile it and its children until it exits
-    flare profile -p 185         # only profile process with PID 185
+    flare profile -F 99 -o app.svg -- ./app  # works without root too: your own command, user stacks (perf events)
+    flare profile -p 185         # only profile process with PID 185 (without root: your own processes only)
     flare profile -p 185,186     # only profile processes 185 and 186
     flare profile -L 185         # only profile thread with TID 185
     flare profile -U             # only show user space stacks (no kernel)

@@ -263,9 +263,9 @@ impl Session {
         // (pid, tid) of every thread to open events on.
         let mut threads: Vec<(u32, u32)> = Vec::new();
         let (inherit, launched) = match &config.target {
-            Target::All => return Err(Error::Unsupported(format!(
-                "without root, flare profile samples only a command it starts (flare profile -- CMD) or your own processes (-p PID): sampling all threads needs root, or the capabilities CAP_BPF and CAP_PERFMON (run it with sudo)"
-            ))),
+            Target::All => return Err(Error::Unsupported(
+                "without root, flare profile samples only a command it starts (flare profile -- CMD) or your own processes (-p PID): sampling all threads needs root, or the capabilities CAP_BPF and CAP_PERFMON (run it with sudo)".into()
+            )),
             Target::Pids(pids) if config.follow_children => {
                 threads.extend(pids.iter().map(|&p| (p, p)));
                 (true, true)
@@ -451,7 +451,7 @@ impl Collector for Session {
             state.counts.clear();
             std::mem::take(&mut state.lost)
         } else {
-            state.lost.clone()
+            state.lost
         };
         Ok(Collection { samples, lost })
     }
