@@ -23,6 +23,7 @@ mod tracker;
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
+pub(crate) use objects::vdso_image;
 pub use objects::Object;
 pub use perfmap::PerfMap;
 pub use tracker::{track, Scope, Tracker};

@@ -20,6 +20,7 @@ use libbpf_rs::{MapCore, MapFlags, MapHandle, MapType};
 use super::cache::{self, DiskCache};
 use super::elf::{Elf, Segment};
 use super::table::{Row, Table};
+use crate::procmaps::vdso_image;
 
 /// Mirrors unwind_types.h.
 pub const MAX_ROWS: usize = 1 << 23;
@@ -254,27 +255,6 @@ fn fill(map: &MapHandle, rows: &[Row]) -> io::Result<()> {
         libc::munmap(p, len);
     }
     Ok(())
-}
-
-/// flare's own vDSO, as bytes.
-fn vdso_image() -> Option<&'static [u8]> {
-    // SAFETY: getauxval has no preconditions.
-    let base = unsafe { libc::getauxval(libc::AT_SYSINFO_EHDR) } as usize;
-    if base == 0 {
-        return None;
-    }
-    // SAFETY: the vDSO is mapped readable for the life of the process; the
-    // ELF header (64 bytes) is read first, then the length it declares.
-    let head = unsafe { std::slice::from_raw_parts(base as *const u8, 64) };
-    let shoff = u64::from_le_bytes(head.get(40..48)?.try_into().ok()?) as usize;
-    let shentsize = u16::from_le_bytes(head.get(58..60)?.try_into().ok()?) as usize;
-    let shnum = u16::from_le_bytes(head.get(60..62)?.try_into().ok()?) as usize;
-    let len = shoff.checked_add(shentsize.checked_mul(shnum)?)?;
-    if !(64..=1 << 20).contains(&len) {
-        return None;
-    }
-    // SAFETY: as above; the section headers end the vDSO image.
-    Some(unsafe { std::slice::from_raw_parts(base as *const u8, len) })
 }
 
 #[cfg(test)]
