@@ -97,6 +97,7 @@ def peers(freq, pid=None):
     out = {}
     if pid is None:
         out["flare"] = ([FLARE, "profile", "-F", str(freq), "-f"], NCPU)
+        out["flare --unwind fp"] = ([FLARE, "profile", "--unwind", "fp", "-F", str(freq), "-f"], NCPU)
         if shutil.which("perf"):
             out["perf record -g"] = (["perf", "record", "-F", str(freq), "-a", "-g", "-o", "/tmp/flare-bench-perf.data", "-q"], NCPU)
         if shutil.which("bpftrace"):

@@ -58,16 +58,19 @@ pub struct Entry {
     pub bias: u64,
     pub table: u32,
     pub rows: u32,
+    /// Page index entries before the rows.
+    pub pages: u32,
 }
 
 impl Entry {
-    fn bytes(&self) -> [u8; 32] {
-        let mut b = [0u8; 32];
+    fn bytes(&self) -> [u8; 40] {
+        let mut b = [0u8; 40];
         b[..8].copy_from_slice(&self.start.to_ne_bytes());
         b[8..16].copy_from_slice(&self.end.to_ne_bytes());
         b[16..24].copy_from_slice(&self.bias.to_ne_bytes());
         b[24..28].copy_from_slice(&self.table.to_ne_bytes());
-        b[28..].copy_from_slice(&self.rows.to_ne_bytes());
+        b[28..32].copy_from_slice(&self.rows.to_ne_bytes());
+        b[32..36].copy_from_slice(&self.pages.to_ne_bytes());
         b
     }
 }
@@ -81,6 +84,7 @@ pub fn entry(m: &ExecMapping, object: Option<&Object>) -> Entry {
         bias: 0,
         table: NO_TABLE,
         rows: 0,
+        pages: 0,
     };
     let Some(o) = object else { return none };
     let Some(t) = o.table else { return none };
@@ -92,6 +96,7 @@ pub fn entry(m: &ExecMapping, object: Option<&Object>) -> Entry {
         bias: m.start.wrapping_sub(vaddr).wrapping_add(t.base),
         table: t.id,
         rows: t.rows,
+        pages: t.pages,
         ..none
     }
 }
@@ -405,6 +410,7 @@ mod tests {
             table: Some(Installed {
                 id: 3,
                 rows: 10,
+                pages: 0,
                 base: 0x1040,
             }),
         };
