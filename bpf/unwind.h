@@ -97,13 +97,19 @@ struct unwind_walk {
 	bool complete;
 };
 
+/* A process is reported at most this often: soon enough that a process
+ * that has just exec'd (its old mappings loaded, its new ones not) gets
+ * full stacks again within a few samples, rarely enough that a process
+ * running code outside every mapping does not flood user space. */
+#define UNWIND_REPORT_GAP_NS	20000000ULL
+
 static __always_inline void unwind_report(__u32 pid, __u32 kind, __u64 pc)
 {
 	__u64 now = bpf_ktime_get_ns();
 	__u64 *last = bpf_map_lookup_elem(&unwind_reported, &pid);
 	struct unwind_event *e;
 
-	if (last && now - *last < 200000000ULL)
+	if (last && now - *last < UNWIND_REPORT_GAP_NS)
 		return;
 	bpf_map_update_elem(&unwind_reported, &pid, &now, BPF_ANY);
 	e = bpf_ringbuf_reserve(&unwind_events, sizeof(*e), 0);

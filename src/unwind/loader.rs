@@ -260,8 +260,10 @@ impl Loader {
                 self.load(pid);
             }
             Some(l) if kind == EVENT_PC => {
+                // Reloaded at once after an exec (the loaded mappings
+                // are the old program's), else at most every RELOAD_GAP.
                 let known = l.ranges.iter().any(|r| r.contains(&pc));
-                if !known && l.at.elapsed() > Duration::from_millis(200) {
+                if !known && (l.at.elapsed() > RELOAD_GAP || exe_id(pid) != l.exe) {
                     self.load(pid);
                 }
             }
@@ -289,6 +291,10 @@ impl Loader {
         }
     }
 }
+
+/// A process whose code runs outside every known mapping is read again
+/// at most this often (as unwind.h reports it at most every 20 ms).
+const RELOAD_GAP: Duration = Duration::from_millis(20);
 
 /// The loader at work on a thread of its own, until dropped.
 pub struct Unwinder {
