@@ -202,10 +202,11 @@ impl Loader {
         let mut entries = Vec::with_capacity(maps.len());
         for m in maps.iter().take(MAX_MAPS) {
             let object = match &m.backing {
-                Backing::File(path) => m
-                    .open_paths(pid)
-                    .iter()
-                    .find_map(|p| self.objects.file(p, path)),
+                Backing::File(path) => self.objects.by_inode(m.dev_ino).or_else(|| {
+                    m.open_paths(pid)
+                        .iter()
+                        .find_map(|p| self.objects.file(p, path))
+                }),
                 Backing::Vdso => self.objects.vdso(),
                 Backing::Other => None,
             };
@@ -425,6 +426,7 @@ mod tests {
             end: 0x5555_5555_7000,
             offset: 0x1000,
             backing: Backing::File("/x".into()),
+            dev_ino: (0, 0),
         };
         let e = entry(&m, Some(&object));
         assert_eq!(e.table, 3);

@@ -60,6 +60,9 @@ pub struct Objects {
     cache: DiskCache,
     tables: MapHandle,
     by_file: HashMap<(u64, u64, u64, i64), Arc<Object>>,
+    /// The same objects by device and inode alone: how a process's
+    /// mappings find them without opening each file again.
+    by_inode: HashMap<(u64, u64), Arc<Object>>,
     by_key: HashMap<String, Option<Installed>>,
     next_id: u32,
     warned: HashSet<String>,
@@ -77,6 +80,7 @@ impl Objects {
             cache,
             tables,
             by_file: HashMap::new(),
+            by_inode: HashMap::new(),
             by_key: HashMap::new(),
             next_id: 0,
             warned: HashSet::new(),
@@ -86,6 +90,14 @@ impl Objects {
         }
     }
 
+    /// The object already read from the file with this device and inode.
+    pub fn by_inode(&self, dev_ino: (u64, u64)) -> Option<Arc<Object>> {
+        if dev_ino.1 == 0 {
+            return None;
+        }
+        self.by_inode.get(&dev_ino).cloned()
+    }
+
     /// The object in the file at `path` (`name`: how to call it in a
     /// warning). `None` when the file cannot be read as ELF.
     pub fn file(&mut self, path: &Path, name: &str) -> Option<Arc<Object>> {
@@ -93,6 +105,7 @@ impl Objects {
         let meta = file.metadata().ok()?;
         let id = (meta.dev(), meta.ino(), meta.size(), meta.mtime());
         if let Some(o) = self.by_file.get(&id) {
+            self.by_inode.insert((id.0, id.1), o.clone());
             return Some(o.clone());
         }
         // SAFETY: the map is only read. A file truncated while mapped
@@ -109,6 +122,7 @@ impl Objects {
         });
         if self.missed == missed {
             self.by_file.insert(id, object.clone());
+            self.by_inode.insert((id.0, id.1), object.clone());
         }
         Some(object)
     }
