@@ -24,6 +24,14 @@ fn libc_of_two_processes_is_one_object() {
         .stdout(Stdio::null())
         .spawn()
         .expect("starting sleep");
+    // Until the dynamic loader has mapped libc, the child has none.
+    let maps = format!("/proc/{}/maps", child.id());
+    for _ in 0..500 {
+        if std::fs::read_to_string(&maps).is_ok_and(|m| m.contains("libc.so")) {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
     let mappings = Mappings::on_demand();
     let mut s = Symbolizer::with_mappings(Options::default(), mappings.clone());
     let me = std::process::id();

@@ -339,8 +339,13 @@ impl Unwinder {
 }
 
 impl Drop for Unwinder {
+    /// Tells the thread to stop without waiting for it: it may be in the
+    /// middle of loading a process, which nobody needs any more, and the
+    /// output should not wait for that. Its map handles keep what it
+    /// still touches alive until it ends.
     fn drop(&mut self) {
-        self.stop_thread();
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.take();
     }
 }
 
