@@ -2,13 +2,16 @@
  * A fixed, context-switch-heavy workload for the off-CPU benchmark: two
  * threads pass one byte back and forth over a pair of pipes ROUNDS times,
  * so each round is two blocking reads, two wakeups and two context
- * switches. Prints the seconds it took.
+ * switches. Prints the seconds it took (and, with `cpu`, the CPU seconds
+ * its two threads used, user + system).
  *
- * usage: pingpong ROUNDS
+ * usage: pingpong ROUNDS [cpu]
  */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -48,6 +51,14 @@ int main(int argc, char **argv)
 	}
 	clock_gettime(CLOCK_MONOTONIC, &b);
 	pthread_join(t, NULL);
-	printf("%.6f\n", (b.tv_sec - a.tv_sec) + (b.tv_nsec - a.tv_nsec) / 1e9);
+	printf("%.6f", (b.tv_sec - a.tv_sec) + (b.tv_nsec - a.tv_nsec) / 1e9);
+	if (argc > 2 && !strcmp(argv[2], "cpu")) {
+		struct rusage u;
+
+		getrusage(RUSAGE_SELF, &u);
+		printf(" %.6f", u.ru_utime.tv_sec + u.ru_stime.tv_sec +
+		       (u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6);
+	}
+	printf("\n");
 	return 0;
 }

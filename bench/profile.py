@@ -97,6 +97,7 @@ def peers(freq, pid=None):
     out = {}
     if pid is None:
         out["flare"] = ([FLARE, "profile", "-F", str(freq), "-f"], NCPU)
+        out["flare --unwind fp"] = ([FLARE, "profile", "--unwind", "fp", "-F", str(freq), "-f"], NCPU)
         if shutil.which("perf"):
             out["perf record -g"] = (["perf", "record", "-F", str(freq), "-a", "-g", "-o", "/tmp/flare-bench-perf.data", "-q"], NCPU)
         if shutil.which("bpftrace"):
@@ -139,6 +140,50 @@ def overhead(workload, rounds, profilers):
         print(f"  (skipped {n})")
 
 
+def bpf_cost(workload, profilers):
+    """Time the kernel spends in each profiler's BPF programs per sample
+    (kernel.bpf_stats_enabled): the part of the slowdown that run-to-run
+    noise cannot hide. Profilers without BPF programs are left out."""
+    try:
+        with open("/proc/sys/kernel/bpf_stats_enabled") as f:
+            was = f.read().strip()
+        with open("/proc/sys/kernel/bpf_stats_enabled", "w") as f:
+            f.write("1")
+    except OSError as e:
+        print(f"  (skipped: cannot enable BPF statistics: {e})")
+        return
+    w = subprocess.Popen(workload, stdout=subprocess.DEVNULL)
+    try:
+        for name, (cmd, events) in profilers.items():
+            try:
+                p, _ = start_profiler(cmd, events)
+            except (RuntimeError, OSError):
+                continue
+            time.sleep(3)
+            run_ns = runs = 0
+            try:
+                for fd in os.listdir(f"/proc/{p.pid}/fdinfo"):
+                    try:
+                        with open(f"/proc/{p.pid}/fdinfo/{fd}") as f:
+                            info = dict(l.split(":", 1) for l in f.read().splitlines() if ":" in l)
+                    except OSError:
+                        continue
+                    # 7: BPF_PROG_TYPE_PERF_EVENT, the sampling program.
+                    if info.get("prog_type", "").strip() == "7":
+                        run_ns += int(info.get("run_time_ns", "0"))
+                        runs += int(info.get("run_cnt", "0"))
+            except OSError:
+                pass
+            stop(p)
+            if runs:
+                print(f"  {name:<22} {run_ns / runs / 1000:7.2f} us per sample ({runs} samples)")
+    finally:
+        w.kill()
+        w.wait()
+        with open("/proc/sys/kernel/bpf_stats_enabled", "w") as f:
+            f.write(was)
+
+
 def stop_to_output(tmp, manystacks):
     w = subprocess.Popen([manystacks, "8", str(NCPU)])
     out_path = os.path.join(tmp, "many.folded")
@@ -176,6 +221,8 @@ def main():
         work_all = [spin, str(args.iterations), str(NCPU)]
         print(f"System-wide at {args.hz} Hz, {NCPU} CPUs busy (median of {args.rounds}; ratio to the workload alone):")
         overhead(work_all, args.rounds, peers(args.hz))
+        print(f"\nIn-kernel cost at {args.hz} Hz (BPF program run time per sample, same workload):")
+        bpf_cost([spin, str(args.iterations * 10), str(NCPU)], peers(args.hz))
         if args.system_wide_only:
             return
 

@@ -56,13 +56,14 @@ storm_under() {
 median() { sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 
 declare -A runs
-names=(alone flare perf)
+names=(alone flare flare-fp perf)
 [ -n "$probee" ] && names+=(probee)
 for ((r = 0; r < repeats; r++)); do
     runs[alone]+="$(storm_under) "
     runs[flare]+="$(storm_under "$flare" profile -F 99 -f) "
+    runs[flare-fp]+="$(storm_under "$flare" profile --unwind fp -F 99 -f) "
     runs[perf]+="$(storm_under perf record -a -g -F 99 -o "$work/perf.data" -q) "
-    [ -n "$probee" ] && runs[probee]+="$(storm_under "$probee" --frequency 99 --collapse "$work/probee.txt") "
+    [ -n "$probee" ] && runs[probee]+="$(storm_under "$probee" --frequency 99 --time 0 -o "$work/probee.folded") "
 done
 echo "fork storm: $n processes x $ms ms, median of $repeats (seconds, change vs alone)"
 base=$(tr ' ' '\n' <<<"${runs[alone]}" | grep . | median)
@@ -96,5 +97,5 @@ stop_and_rss() {
 echo "200 processes of one binary, 3 s system-wide at 99 Hz: stop to output, peak RSS"
 echo "  flare:  $(stop_and_rss "$flare" profile -F 99 -f)"
 echo "  perf:   $(stop_and_rss perf record -a -g -F 99 -o "$work/perf.data" -q) (record only; perf report afterwards is extra)"
-[ -n "$probee" ] && echo "  probee: $(stop_and_rss "$probee" --frequency 99 --collapse "$work/probee.txt")"
+[ -n "$probee" ] && echo "  probee: $(stop_and_rss "$probee" --frequency 99 --time 0 -o "$work/probee.folded")"
 true

@@ -97,13 +97,19 @@ struct unwind_walk {
 	bool complete;
 };
 
+/* A process is reported at most this often: soon enough that a process
+ * that has just exec'd (its old mappings loaded, its new ones not) gets
+ * full stacks again within a few samples, rarely enough that a process
+ * running code outside every mapping does not flood user space. */
+#define UNWIND_REPORT_GAP_NS	20000000ULL
+
 static __always_inline void unwind_report(__u32 pid, __u32 kind, __u64 pc)
 {
 	__u64 now = bpf_ktime_get_ns();
 	__u64 *last = bpf_map_lookup_elem(&unwind_reported, &pid);
 	struct unwind_event *e;
 
-	if (last && now - *last < 200000000ULL)
+	if (last && now - *last < UNWIND_REPORT_GAP_NS)
 		return;
 	bpf_map_update_elem(&unwind_reported, &pid, &now, BPF_ANY);
 	e = bpf_ringbuf_reserve(&unwind_events, sizeof(*e), 0);
@@ -122,7 +128,8 @@ static __always_inline void unwind_report(__u32 pid, __u32 kind, __u64 pc)
 struct unwind_search {
 	__u64 key;
 	__u32 lo, hi;
-	__u32 first;		/* mappings: the process's first index */
+	__u32 first;		/* mappings: the process's first index; rows:
+				 * the page index entries before them */
 	__u32 table;		/* rows: the object's table */
 };
 
@@ -156,7 +163,7 @@ static long unwind_row_step(__u64 i, void *ctx)
 	struct unwind_search *s = ctx;
 	struct unwind_row *r;
 	void *inner;
-	__u32 mid;
+	__u32 mid, idx;
 
 	if (s->lo >= s->hi)
 		return 1;
@@ -166,7 +173,8 @@ static long unwind_row_step(__u64 i, void *ctx)
 		return 1;
 	}
 	mid = (s->lo + s->hi) / 2;
-	r = bpf_map_lookup_elem(inner, &mid);
+	idx = s->first + mid;
+	r = bpf_map_lookup_elem(inner, &idx);
 	if (!r) {
 		s->lo = 0;
 		return 1;
@@ -198,21 +206,32 @@ static __always_inline struct unwind_mapping *unwind_find_mapping(struct unwind_
 /* The row of `m`'s table covering `pc`, or NULL. */
 static __always_inline struct unwind_row *unwind_find_row(struct unwind_mapping *m, __u64 pc)
 {
-	struct unwind_search s = { .hi = m->rows, .table = m->table };
-	__u64 rel = pc - m->bias;
+	struct unwind_search s = { .hi = m->rows, .table = m->table, .first = m->pages };
+	__u64 rel = pc - m->bias, *at, *next;
+	__u32 page, idx;
 	void *inner;
-	__u32 idx;
 
 	if (s.table == UNWIND_NO_TABLE || pc < m->bias || rel > 0xffffffffULL)
 		return NULL;
 	s.key = rel;
-	bpf_loop(UNWIND_MAX_ROWS_LOG2 + 1, unwind_row_step, &s, 0);
-	if (s.lo == 0)
-		return NULL;
 	inner = bpf_map_lookup_elem(&unwind_tables, &s.table);
 	if (!inner)
 		return NULL;
-	idx = s.lo - 1;
+	/* Narrow the search to the rows of pc's page. */
+	page = rel >> UNWIND_PAGE_SHIFT;
+	if (page + 1 < m->pages) {
+		idx = page + 1;
+		next = bpf_map_lookup_elem(inner, &idx);
+		at = bpf_map_lookup_elem(inner, &page);
+		if (at && next && *at < *next + 1 && *next < m->rows) {
+			s.lo = *at;
+			s.hi = *next + 1;
+		}
+	}
+	bpf_loop(UNWIND_MAX_ROWS_LOG2 + 1, unwind_row_step, &s, 0);
+	if (s.lo == 0)
+		return NULL;
+	idx = s.first + s.lo - 1;
 	return bpf_map_lookup_elem(inner, &idx);
 }
 

@@ -34,6 +34,10 @@
 #define UNWIND_MAX_ROWS		(1U << UNWIND_MAX_ROWS_LOG2)
 /* A process has no more executable mappings than this. */
 #define UNWIND_MAX_MAPS_LOG2	10
+/* A table's page index: entry p is the row covering the start of page p
+ * (rows are found from address - bias >> UNWIND_PAGE_SHIFT), so that a
+ * lookup searches a page's few rows, not the whole table. */
+#define UNWIND_PAGE_SHIFT	12
 /* Mapping without a table (JIT, no CFI): frame pointers. */
 #define UNWIND_NO_TABLE		0xffffffffU
 
@@ -54,9 +58,11 @@ struct unwind_mapping {
 	__u64 bias;		/* row pc = address - bias */
 	__u32 table;		/* index in `unwind_tables`, or UNWIND_NO_TABLE */
 	__u32 rows;		/* rows in that table */
+	__u32 pages;		/* page index entries before the rows (0: none) */
+	__u32 pad;
 };
 
-_Static_assert(sizeof(struct unwind_mapping) == 32, "unwind_mapping layout");
+_Static_assert(sizeof(struct unwind_mapping) == 40, "unwind_mapping layout");
 
 /* A process's mappings: a slice of `unwind_mappings`. */
 struct unwind_proc {

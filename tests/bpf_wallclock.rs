@@ -59,17 +59,19 @@ fn wall_time_splits_into_compute_and_sleep_and_adds_up_to_the_lifetime() {
     let dir = tempfile::tempdir().unwrap();
     let pb = dir.path().join("wall.pb.gz");
     let pb_arg = pb.to_string_lossy().into_owned();
-    // 2 s: 30 % computing, 70 % asleep, in cycles of 20 ms.
+    // 4 s: 30 % computing, 70 % asleep, in cycles of 20 ms. At 997 Hz
+    // that is some 1,200 on-CPU samples, so that sampling error (about 1
+    // point) stays well inside the 3-point tolerance.
     let out = run(&[
         "wallclock",
         "-F",
-        "199",
+        "997",
         "-f",
         "-o",
         &pb_arg,
         "--",
         &path,
-        "2",
+        "4",
         "30",
         "20",
     ]);

@@ -59,6 +59,7 @@ impl Config {
 /// window into `sink`. The caller finishes the sink (flushing the
 /// senders) afterwards.
 pub fn run(config: &Config, sink: &mut PushSink, stop: Receiver<()>) -> Result<()> {
+    limit_heaps();
     // The pipeline ends a run on a stop or at its duration; which one is
     // told by this flag, set by a thread that passes the stop on.
     let stopped = Arc::new(AtomicBool::new(false));
@@ -98,8 +99,46 @@ pub fn run(config: &Config, sink: &mut PushSink, stop: Receiver<()>) -> Result<(
         let mut object = MaybeUninit::uninit();
         let session = Session::start(profile.clone(), &mut object)?;
         sink.restart();
-        let mut sinks: [&mut dyn Sink; 1] = [sink];
+        let mut trim = Trim;
+        let mut sinks: [&mut dyn Sink; 2] = [sink, &mut trim];
         pipeline::run(Box::new(session), &mut sinks, &plan, &rx)?;
+        release_free_memory();
     }
     Ok(())
+}
+
+/// Gives the allocator's free memory back to the system after each
+/// window. Symbolizing a window and building unwind tables for the
+/// processes that appeared in it allocate and free megabytes at a time;
+/// without this, the freed pages stay in the process's heaps and the
+/// agent's RSS climbs to the largest such moment and stays there.
+struct Trim;
+
+impl Sink for Trim {
+    fn report(&mut self, _profile: &crate::profile::Profile) -> Result<()> {
+        release_free_memory();
+        Ok(())
+    }
+}
+
+/// Asks the C allocator to give free memory back to the system.
+pub fn release_free_memory() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: malloc_trim has no preconditions; it only releases free
+    // memory of the allocator's own heaps.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
+/// Caps the C allocator's per-thread heaps: the agent's threads (sampling,
+/// symbolizing, one sender per destination) would each get a heap of their
+/// own, and free memory strands in each.
+pub fn limit_heaps() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: mallopt has no preconditions; M_ARENA_MAX only bounds how
+    // many heaps later allocations may create.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, 2);
+    }
 }

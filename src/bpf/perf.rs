@@ -69,3 +69,47 @@ pub fn open_cpu_clock(scope: Scope, sampling: Sampling) -> io::Result<OwnedFd> {
     // SAFETY: fd is a freshly opened descriptor that nothing else owns.
     Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
 }
+
+/// Opens a CPU-clock event for `scope` and attaches `prog` to it: the
+/// link, or `None` for a thread that exited between being listed and
+/// being opened. `name` says which tool's program it is, for errors.
+pub fn attach_cpu_clock(
+    prog: &libbpf_rs::ProgramMut<'_>,
+    scope: Scope,
+    sampling: Sampling,
+    name: &str,
+) -> crate::error::Result<Option<libbpf_rs::Link>> {
+    use crate::error::Error;
+    use std::os::fd::{AsRawFd, IntoRawFd};
+
+    let fd = match open_cpu_clock(scope, sampling) {
+        Ok(fd) => fd,
+        Err(e)
+            if e.raw_os_error() == Some(libc::ESRCH) && matches!(scope, Scope::Thread { .. }) =>
+        {
+            return Ok(None)
+        }
+        Err(source) => {
+            let what = match scope {
+                Scope::Cpu(c) => format!("CPU clock (CPU {c})"),
+                Scope::Thread { tid, .. } => format!("CPU clock (thread {tid})"),
+            };
+            let hint = match source.raw_os_error() {
+                Some(libc::EACCES) | Some(libc::EPERM) => " (run as root, or grant CAP_PERFMON and CAP_BPF; check /proc/sys/kernel/perf_event_paranoid)",
+                Some(libc::EINVAL) => " (the frequency may be above /proc/sys/kernel/perf_event_max_sample_rate)",
+                _ => "",
+            };
+            return Err(Error::PerfEvent { what, source, hint });
+        }
+    };
+    let link = prog
+        .attach_perf_event(fd.as_raw_fd())
+        .map_err(|source| Error::Attach {
+            what: format!("the {name} program to a perf event"),
+            source,
+        })?;
+    // libbpf's perf-event link owns the descriptor from here on and
+    // closes it when the link is dropped.
+    let _ = fd.into_raw_fd();
+    Ok(Some(link))
+}

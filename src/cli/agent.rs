@@ -184,6 +184,8 @@ impl AgentArgs {
 
 /// Runs the agent until SIGINT/SIGTERM.
 pub fn run(args: &AgentArgs) -> Result<()> {
+    // Before the senders' threads exist.
+    flare::agent::limit_heaps();
     let config = args.config();
     let dir = args.output_dir.clone().map(|d| (d, args.keep as usize));
     let push = args.push.config(dir)?;

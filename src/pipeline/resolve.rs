@@ -1,8 +1,10 @@
 //! Symbolization for periodic runs: each interval's raw samples are named
 //! through one long-lived [`Symbolizer`] (its caches persist across
-//! intervals), and a raw stack seen in an earlier interval is not named
+//! intervals), and a raw stack seen in the interval before is not named
 //! again: the kernel keeps a stack's addresses for the whole run, so it
-//! means the same in every interval.
+//! means the same in every interval. What a run no longer needs — stacks
+//! not seen for an interval, mappings of processes that exited before the
+//! last read — is forgotten, so that a run without end stays flat.
 
 use std::collections::HashMap;
 
@@ -11,10 +13,10 @@ use crate::procmaps::Mappings;
 use crate::profile::{Sample, TaskStack};
 use crate::symbolize::{self, Symbolizer};
 
-/// Known raw stacks are forgotten this often (in intervals), so that a
-/// process that reuses a PID (and the same addresses) is named afresh,
-/// and so that the map stays small.
-const FORGET_EVERY: u64 = 60;
+/// What a raw stack was named: the task's stacks and the waker's.
+type Named = (TaskStack, Option<TaskStack>);
+
+/// Past this many known raw stacks, all are forgotten.
 const MAX_KNOWN: usize = 1 << 20;
 
 #[derive(Clone, PartialEq, Eq, Hash)]
@@ -26,25 +28,43 @@ struct RawKey {
 /// Names raw samples, remembering what each distinct raw stack became.
 pub struct Resolver {
     symbolizer: Symbolizer,
-    known: HashMap<RawKey, (TaskStack, Option<TaskStack>)>,
-    batches: u64,
+    mappings: Mappings,
+    /// Raw stacks seen in this interval (`known`) and in the one before
+    /// but not yet in this one (`older`): a stack missing from a whole
+    /// interval is forgotten (its process may be gone, or its PID reused),
+    /// so that memory follows what runs, not what ever ran.
+    known: HashMap<RawKey, Named>,
+    older: HashMap<RawKey, Named>,
+    /// Exits known when the previous interval was named.
+    exits_before: u64,
 }
 
 impl Resolver {
     pub fn new(options: symbolize::Options, mappings: Mappings) -> Self {
         Resolver {
-            symbolizer: Symbolizer::with_mappings(options, mappings),
+            symbolizer: Symbolizer::with_mappings(options, mappings.clone()),
+            exits_before: mappings.exits(),
+            mappings,
             known: HashMap::new(),
-            batches: 0,
+            older: HashMap::new(),
         }
     }
 
     /// Names one interval's samples (tidied by `collector`, not merged).
     pub fn resolve(&mut self, collector: &dyn Collector, raw: Vec<RawSample>) -> Vec<Sample> {
-        self.batches += 1;
-        if self.batches % FORGET_EVERY == 0 || self.known.len() > MAX_KNOWN {
+        if self.known.len() > MAX_KNOWN {
             self.known.clear();
         }
+        self.older = std::mem::take(&mut self.known);
+        let (known, older) = (&mut self.known, &mut self.older);
+        let mut lookup = |key: &RawKey| -> Option<Named> {
+            if let Some(n) = known.get(key) {
+                return Some(n.clone());
+            }
+            let (k, n) = older.remove_entry(key)?;
+            known.insert(k, n.clone());
+            Some(n)
+        };
         let mut out = Vec::with_capacity(raw.len());
         let mut new = Vec::new();
         let mut new_keys = Vec::new();
@@ -53,8 +73,8 @@ impl Resolver {
                 task: s.task,
                 waker: s.waker,
             };
-            match self.known.get(&key) {
-                Some((task, waker)) => out.push(Sample::new(task.clone(), waker.clone(), s.value)),
+            match lookup(&key) {
+                Some((task, waker)) => out.push(Sample::new(task, waker, s.value)),
                 None => {
                     new.push(RawSample {
                         task: key.task.clone(),
@@ -71,6 +91,12 @@ impl Resolver {
             self.known.insert(key, (s.task.clone(), s.waker.clone()));
         }
         out.extend(named);
+        // A process whose exit was known when the previous interval was
+        // named had exited before this interval's counts were read: all
+        // its samples are named now, and its mappings can go.
+        let exits = self.mappings.exits();
+        self.mappings.forget_exited(self.exits_before);
+        self.exits_before = exits;
         out
     }
 }

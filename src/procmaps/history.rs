@@ -42,7 +42,10 @@ const MAX_FORK_DEPTH: usize = 16;
 #[derive(Default)]
 pub(crate) struct History {
     procs: HashMap<u32, Vec<AddressSpace>>,
-    exited: VecDeque<u32>,
+    /// Exited processes, oldest first, each with its exit's number.
+    exited: VecDeque<(u64, u32)>,
+    /// Exits seen so far.
+    exits: u64,
 }
 
 impl History {
@@ -110,15 +113,37 @@ impl History {
 
     /// `pid` exited; its mappings are kept for a while.
     pub(crate) fn exit(&mut self, pid: u32) {
-        self.exited.push_back(pid);
+        self.exits += 1;
+        self.exited.push_back((self.exits, pid));
         while self.exited.len() > MAX_EXITED {
-            if let Some(old) = self.exited.pop_front() {
-                // Forget it only if it did not come back (a reused PID).
-                if !self.exited.contains(&old) {
-                    self.procs.remove(&old);
-                }
-            }
+            self.forget_oldest();
         }
+    }
+
+    /// The number of exits seen so far: a mark for [`History::forget_exited`].
+    pub(crate) fn exits(&self) -> u64 {
+        self.exits
+    }
+
+    /// Forgets the processes whose exit came at or before `mark` (a value
+    /// of [`History::exits`]). Returns them.
+    pub(crate) fn forget_exited(&mut self, mark: u64) -> Vec<u32> {
+        let mut gone = Vec::new();
+        while self.exited.front().is_some_and(|&(n, _)| n <= mark) {
+            gone.extend(self.forget_oldest());
+        }
+        gone
+    }
+
+    /// Forgets the process that exited first, unless it came back (a
+    /// reused PID that exited again later).
+    fn forget_oldest(&mut self) -> Option<u32> {
+        let (_, old) = self.exited.pop_front()?;
+        if self.exited.iter().any(|&(_, p)| p == old) {
+            return None;
+        }
+        self.procs.remove(&old);
+        Some(old)
     }
 
     /// `pid`'s mappings at `at` (the latest known when `None`), sorted by
@@ -251,5 +276,27 @@ mod tests {
         h.map(5, 9, anon("dlopened", 0x1000, 0x2000));
         assert!(!h.mappings(5, None).expect("known").1);
         assert!(h.mappings(6, None).is_none());
+    }
+
+    #[test]
+    fn exited_processes_are_forgotten_up_to_a_mark() {
+        let mut h = History::default();
+        for pid in [1, 2, 3] {
+            h.snapshot(pid, 1, vec![anon("app", 0x1000, 0x2000)]);
+        }
+        h.exit(1);
+        let mark = h.exits();
+        h.exit(2);
+        assert_eq!(h.forget_exited(mark), [1]);
+        assert!(h.mappings(1, None).is_none(), "exited before the mark");
+        assert!(h.mappings(2, None).is_some(), "exited after the mark");
+        assert!(h.mappings(3, None).is_some(), "still running");
+        // A reused PID that exits again is kept until its last exit.
+        h.snapshot(2, 5, vec![anon("again", 0x1000, 0x2000)]);
+        h.exit(2);
+        assert_eq!(h.forget_exited(mark + 1), Vec::<u32>::new());
+        assert!(h.mappings(2, None).is_some());
+        assert_eq!(h.forget_exited(h.exits()), [2]);
+        assert!(h.mappings(2, None).is_none());
     }
 }

@@ -23,6 +23,7 @@ mod tracker;
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
+pub(crate) use objects::vdso_image;
 pub use objects::Object;
 pub use perfmap::PerfMap;
 pub use tracker::{track, Scope, Tracker};
@@ -213,6 +214,22 @@ impl Mappings {
     /// mapping records start to come).
     pub(crate) fn snapshot(&self, pids: &[u32]) {
         tracker::snapshot(&self.shared, &Scope::Pids(pids.to_vec()));
+    }
+
+    /// A mark of the exits known now, for [`Mappings::forget_exited`].
+    pub fn exits(&self) -> u64 {
+        self.shared.state().history.exits()
+    }
+
+    /// Forgets the mappings (and JIT maps) of processes whose exit was
+    /// known at `mark` ([`Mappings::exits`]): a periodic run no longer
+    /// needs them once every sample they could have taken is named, and a
+    /// run without end must not keep every process it ever saw.
+    pub fn forget_exited(&self, mark: u64) {
+        let mut state = self.shared.state();
+        for pid in state.history.forget_exited(mark) {
+            state.perf_maps.forget(pid);
+        }
     }
 
     /// Mapping records the kernel could not hand over (its buffer was

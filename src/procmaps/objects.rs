@@ -83,6 +83,56 @@ impl Object {
     }
 }
 
+impl Object {
+    /// The vDSO, which no file holds: the same image in every process of a
+    /// kernel, copied from flare's own into an anonymous memory file so
+    /// that it can be named like any object.
+    pub(crate) fn vdso() -> Option<Object> {
+        let data = vdso_image()?;
+        // SAFETY: memfd_create takes a NUL-terminated name and flags; the
+        // descriptor it returns is new and owned by nothing else.
+        let fd = unsafe { libc::memfd_create(c"flare-vdso".as_ptr(), libc::MFD_CLOEXEC) };
+        if fd < 0 {
+            return None;
+        }
+        // SAFETY: `fd` was just created and is owned here alone.
+        let mut file = unsafe { <File as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+        std::io::Write::write_all(&mut file, data).ok()?;
+        Some(Object {
+            // Apart from the store's ids, which count up from 1.
+            id: u64::MAX,
+            path: Arc::from("[vdso]"),
+            dev: 0,
+            ino: 0,
+            file: Some(file),
+            build_id: OnceLock::new(),
+            reference: OnceLock::new(),
+        })
+    }
+}
+
+/// flare's own vDSO, as bytes: its ELF image, up to the end of the section
+/// headers.
+pub(crate) fn vdso_image() -> Option<&'static [u8]> {
+    // SAFETY: getauxval has no preconditions.
+    let base = unsafe { libc::getauxval(libc::AT_SYSINFO_EHDR) } as usize;
+    if base == 0 {
+        return None;
+    }
+    // SAFETY: the vDSO is mapped readable for the life of the process; the
+    // ELF header (64 bytes) is read first, then the length it declares.
+    let head = unsafe { std::slice::from_raw_parts(base as *const u8, 64) };
+    let shoff = u64::from_le_bytes(head.get(40..48)?.try_into().ok()?) as usize;
+    let shentsize = u16::from_le_bytes(head.get(58..60)?.try_into().ok()?) as usize;
+    let shnum = u16::from_le_bytes(head.get(60..62)?.try_into().ok()?) as usize;
+    let len = shoff.checked_add(shentsize.checked_mul(shnum)?)?;
+    if !(64..=1 << 20).contains(&len) {
+        return None;
+    }
+    // SAFETY: as above; the section headers end the vDSO image.
+    Some(unsafe { std::slice::from_raw_parts(base as *const u8, len) })
+}
+
 /// Every object seen in a run, found by build id or by device and inode.
 #[derive(Default)]
 pub(crate) struct ObjectStore {

@@ -33,7 +33,8 @@ pub(crate) fn parse_maps(text: &str) -> Vec<MapsLine> {
     text.lines().filter_map(parse_line).collect()
 }
 
-fn parse_line(line: &str) -> Option<MapsLine> {
+/// One line of `/proc/PID/maps`, if it is executable.
+pub(crate) fn parse_line(line: &str) -> Option<MapsLine> {
     let mut f = line.splitn(6, ' ');
     let (start, end) = f.next()?.split_once('-')?;
     let perms = f.next()?;

@@ -3,6 +3,7 @@
 //! processes that were running before tracking began.
 
 use std::fs::{self, File};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -30,6 +31,8 @@ pub enum Scope {
 pub struct Tracker {
     mappings: Mappings,
     stop: Arc<AtomicBool>,
+    /// Written to wake the thread at once when it should stop.
+    wake: Option<OwnedFd>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -56,9 +59,15 @@ impl Tracker {
             rings: Mutex::new(Some(rings)),
         });
         let stop = Arc::new(AtomicBool::new(false));
+        // SAFETY: eventfd takes no pointers.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        // SAFETY: a non-negative result is a new descriptor owned here alone.
+        let wake = (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd) });
         let thread = {
             let shared = shared.clone();
             let stop = stop.clone();
+            let mut fds = fds;
+            fds.extend(wake.as_ref().map(|w| w.as_raw_fd()));
             thread::Builder::new()
                 .name("flare-procmaps".into())
                 .spawn(move || run(&shared, &stop, &fds, &scope))
@@ -70,6 +79,7 @@ impl Tracker {
         Ok(Tracker {
             mappings: Mappings::from_shared(shared),
             stop,
+            wake,
             thread: Some(thread),
         })
     }
@@ -102,6 +112,12 @@ pub fn track(scope: Scope) -> (Option<Tracker>, Mappings) {
 impl Drop for Tracker {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
+        if let Some(w) = &self.wake {
+            let one = 1u64.to_ne_bytes();
+            // SAFETY: writes 8 bytes from a live buffer to an eventfd this
+            // tracker owns; failure only means the thread wakes by timeout.
+            let _ = unsafe { libc::write(w.as_raw_fd(), one.as_ptr().cast(), one.len()) };
+        }
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }

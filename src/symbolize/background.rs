@@ -4,8 +4,9 @@
 //!
 //! The warm-up runs at idle priority (`SCHED_IDLE`): it only takes CPU the
 //! profiled workload leaves free, so flare does not slow down what it
-//! measures. Once results are wanted, the thread is put back to normal
-//! priority so that stop-to-output does not wait on a busy machine.
+//! measures. Once results are wanted, the thread is put ahead of the
+//! workload (nice -10) so that stop-to-output does not wait on a busy
+//! machine.
 
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
@@ -29,6 +30,8 @@ pub struct Background {
 struct Priority {
     /// The thread's kernel id, once it runs at idle priority.
     idle_tid: Option<i32>,
+    /// The thread's kernel id, once it runs.
+    tid: Option<i32>,
     /// Results are wanted: no more idling.
     wanted: bool,
 }
@@ -41,6 +44,21 @@ fn set_policy(tid: i32, policy: libc::c_int) {
     // acts on a thread of this process (or the caller); it has no other
     // effect on memory.
     let _ = unsafe { libc::sched_setscheduler(tid, policy, &param) };
+}
+
+/// The nice value of the thread once results are wanted: the user is
+/// waiting for them, and on a machine kept busy by the workload a thread
+/// at the workload's own priority would finish its warm-up at the pace
+/// of one runnable task among many.
+const WANTED_NICE: libc::c_int = -10;
+
+/// Puts thread `tid` back to normal scheduling, ahead of the workload
+/// (where allowed: raising priority needs CAP_SYS_NICE).
+fn hurry(tid: i32) {
+    set_policy(tid, libc::SCHED_OTHER);
+    // SAFETY: setpriority takes no pointers; on Linux PRIO_PROCESS with a
+    // thread id sets that thread's nice value.
+    let _ = unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, WANTED_NICE) };
 }
 
 impl Background {
@@ -67,7 +85,11 @@ impl Background {
             .spawn(move || {
                 {
                     let mut p = own.lock().unwrap_or_else(|e| e.into_inner());
-                    if !p.wanted {
+                    // SAFETY: gettid has no preconditions.
+                    p.tid = Some(unsafe { libc::gettid() });
+                    if p.wanted {
+                        hurry(0);
+                    } else {
                         set_policy(0, libc::SCHED_IDLE);
                         // SAFETY: gettid has no preconditions.
                         p.idle_tid = Some(unsafe { libc::gettid() });
@@ -105,9 +127,12 @@ impl Background {
         // The rest of the warm-up, if any, is now on the way to output.
         {
             let mut p = self.priority.lock().unwrap_or_else(|e| e.into_inner());
-            p.wanted = true;
-            if let Some(tid) = p.idle_tid.take() {
-                set_policy(tid, libc::SCHED_OTHER);
+            if !p.wanted {
+                p.wanted = true;
+                p.idle_tid = None;
+                if let Some(tid) = p.tid {
+                    hurry(tid);
+                }
             }
         }
         match tx.send(raw) {

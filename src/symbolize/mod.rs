@@ -80,6 +80,9 @@ pub struct Symbolizer {
     mappings: Mappings,
     kernel_cache: HashMap<u64, Resolved>,
     objects: objects::ObjectCache,
+    /// The vDSO as an object, made when first met (`None` inside: it
+    /// could not be).
+    vdso: Option<Option<Arc<Object>>>,
 }
 
 /// The frames of a symbolized address (`None` when it was not found).
@@ -145,6 +148,7 @@ impl Symbolizer {
             mappings,
             kernel_cache: HashMap::new(),
             objects: objects::ObjectCache::default(),
+            vdso: None,
         }
     }
 
@@ -194,9 +198,12 @@ impl Symbolizer {
         // Address -> (object id, file offset), or None: in no file.
         let mut placed: Vec<(u64, Option<(u64, u64)>)> = Vec::with_capacity(addrs.len());
         for &a in addrs {
-            let at = space
-                .find(a)
-                .and_then(|m| Some((m.object()?, m.file_offset(a))));
+            let at = space.find(a).and_then(|m| match m.object() {
+                Some(o) => Some((o.clone(), m.file_offset(a))),
+                // The vDSO image is linked at address 0 and mapped whole.
+                None if m.name() == "[vdso]" => Some((self.vdso()?, a - m.start)),
+                None => None,
+            });
             match at {
                 Some((o, off)) => {
                     by_object
@@ -243,6 +250,13 @@ impl Symbolizer {
                 (a, r)
             })
             .collect()
+    }
+
+    /// The vDSO as an object.
+    fn vdso(&mut self) -> Option<Arc<Object>> {
+        self.vdso
+            .get_or_insert_with(|| Object::vdso().map(Arc::new))
+            .clone()
     }
 
     /// Loads what later lookups will need: the kernel's symbols and, for

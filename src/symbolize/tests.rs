@@ -24,6 +24,14 @@ fn libc_of_two_processes_is_one_object() {
         .stdout(Stdio::null())
         .spawn()
         .expect("starting sleep");
+    // Until the dynamic loader has mapped libc, the child has none.
+    let maps = format!("/proc/{}/maps", child.id());
+    for _ in 0..500 {
+        if std::fs::read_to_string(&maps).is_ok_and(|m| m.contains("libc.so")) {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
     let mappings = Mappings::on_demand();
     let mut s = Symbolizer::with_mappings(Options::default(), mappings.clone());
     let me = std::process::id();
@@ -57,5 +65,54 @@ fn libc_of_two_processes_is_one_object() {
         s.objects.objects(),
         1,
         "libc is named through one cache for both processes"
+    );
+}
+
+/// The value of the dynamic symbol `name` in an ELF image (64-bit, little
+/// endian), read by hand: the test must not trust the code under test.
+fn dynamic_symbol(image: &[u8], name: &str) -> Option<u64> {
+    let u64_at = |o: usize| Some(u64::from_le_bytes(image.get(o..o + 8)?.try_into().ok()?));
+    let u32_at = |o: usize| Some(u32::from_le_bytes(image.get(o..o + 4)?.try_into().ok()?));
+    let u16_at = |o: usize| Some(u16::from_le_bytes(image.get(o..o + 2)?.try_into().ok()?));
+    let (shoff, shentsize, shnum) = (u64_at(40)? as usize, u16_at(58)? as usize, u16_at(60)?);
+    let section = |i: usize| shoff + i * shentsize;
+    for i in 0..shnum as usize {
+        // SHT_DYNSYM
+        if u32_at(section(i) + 4)? != 11 {
+            continue;
+        }
+        let (off, size) = (u64_at(section(i) + 24)?, u64_at(section(i) + 32)?);
+        let strtab = u64_at(section(u32_at(section(i) + 40)? as usize) + 24)? as usize;
+        for sym in (off..off + size).step_by(24) {
+            let sym = sym as usize;
+            let at = strtab + u32_at(sym)? as usize;
+            let end = at + image.get(at..)?.iter().position(|&b| b == 0)?;
+            if &image[at..end] == name.as_bytes() {
+                return u64_at(sym + 8);
+            }
+        }
+    }
+    None
+}
+
+#[test]
+fn vdso_functions_are_named() {
+    let image = crate::procmaps::vdso_image().expect("this process has a vDSO");
+    let value = dynamic_symbol(image, "__vdso_clock_gettime").expect("the vDSO exports it");
+    let mappings = Mappings::on_demand();
+    let me = std::process::id();
+    let space = mappings.space(me, None).expect("own mappings");
+    let vdso = space
+        .mappings
+        .iter()
+        .find(|m| m.name() == "[vdso]")
+        .expect("[vdso] is mapped");
+    let addr = vdso.start + value + 4;
+    let mut s = Symbolizer::with_mappings(Options::default(), mappings.clone());
+    let named = s.resolve_user(me, &BTreeSet::from([addr]));
+    let frame = &named[&addr][0];
+    assert!(
+        frame.name.ends_with("clock_gettime"),
+        "a vDSO address is named: {frame:?}"
     );
 }

@@ -6,7 +6,7 @@
 //! views). [`header`] is bcc's first line for the chosen options.
 
 use std::mem::MaybeUninit;
-use std::os::fd::{AsFd, AsRawFd, IntoRawFd};
+use std::os::fd::{AsFd, AsRawFd};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -337,41 +337,10 @@ impl<'obj> Session<'obj> {
             if done.contains(&scope) {
                 continue;
             }
-            let fd = match perf::open_cpu_clock(scope, sampling) {
-                Ok(fd) => fd,
-                // A thread that exited between listing and opening.
-                Err(e)
-                    if e.raw_os_error() == Some(libc::ESRCH)
-                        && matches!(scope, Scope::Thread { .. }) =>
-                {
-                    continue
-                }
-                Err(source) => {
-                    let what = match scope {
-                        Scope::Cpu(c) => format!("CPU clock (CPU {c})"),
-                        Scope::Thread { tid, .. } => format!("CPU clock (thread {tid})"),
-                    };
-                    let hint = match source.raw_os_error() {
-                        Some(libc::EACCES) | Some(libc::EPERM) => " (run as root, or grant CAP_PERFMON and CAP_BPF; check /proc/sys/kernel/perf_event_paranoid)",
-                        Some(libc::EINVAL) => " (the frequency may be above /proc/sys/kernel/perf_event_max_sample_rate)",
-                        _ => "",
-                    };
-                    return Err(Error::PerfEvent { what, source, hint });
-                }
-            };
-            let link = self
-                .skel
-                .progs
-                .flare_profile_sample
-                .attach_perf_event(fd.as_raw_fd())
-                .map_err(|source| Error::Attach {
-                    what: "the profile program to a perf event".into(),
-                    source,
-                })?;
-            // libbpf's perf-event link owns the descriptor from here on and
-            // closes it when the link is dropped.
-            let _ = fd.into_raw_fd();
-            self._links.push(link);
+            let prog = &self.skel.progs.flare_profile_sample;
+            if let Some(link) = perf::attach_cpu_clock(prog, scope, sampling, "profile")? {
+                self._links.push(link);
+            }
             done.insert(scope);
         }
         Ok(())

@@ -16,7 +16,6 @@
 
 use std::collections::HashSet;
 use std::mem::MaybeUninit;
-use std::os::fd::{AsRawFd, IntoRawFd};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -319,35 +318,10 @@ impl<'obj> Session<'obj> {
     }
 
     fn attach_event(&mut self, scope: Scope, sampling: Sampling) -> Result<()> {
-        let fd = match perf::open_cpu_clock(scope, sampling) {
-            Ok(fd) => fd,
-            // A thread that exited between listing and opening.
-            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => return Ok(()),
-            Err(source) => {
-                let hint = match source.raw_os_error() {
-                    Some(libc::EACCES) | Some(libc::EPERM) => " (run as root, or grant CAP_PERFMON and CAP_BPF; check /proc/sys/kernel/perf_event_paranoid)",
-                    Some(libc::EINVAL) => " (the frequency may be above /proc/sys/kernel/perf_event_max_sample_rate)",
-                    _ => "",
-                };
-                return Err(Error::PerfEvent {
-                    what: format!("CPU clock ({scope:?})"),
-                    source,
-                    hint,
-                });
-            }
-        };
-        let link = self
-            .skel
-            .progs
-            .flare_wall_sample
-            .attach_perf_event(fd.as_raw_fd())
-            .map_err(|source| Error::Attach {
-                what: "the wallclock program to a perf event".into(),
-                source,
-            })?;
-        // The perf-event link owns the descriptor from here on.
-        let _ = fd.into_raw_fd();
-        self._links.push(link);
+        let prog = &self.skel.progs.flare_wall_sample;
+        if let Some(link) = perf::attach_cpu_clock(prog, scope, sampling, "wallclock")? {
+            self._links.push(link);
+        }
         Ok(())
     }
 

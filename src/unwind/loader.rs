@@ -58,16 +58,19 @@ pub struct Entry {
     pub bias: u64,
     pub table: u32,
     pub rows: u32,
+    /// Page index entries before the rows.
+    pub pages: u32,
 }
 
 impl Entry {
-    fn bytes(&self) -> [u8; 32] {
-        let mut b = [0u8; 32];
+    fn bytes(&self) -> [u8; 40] {
+        let mut b = [0u8; 40];
         b[..8].copy_from_slice(&self.start.to_ne_bytes());
         b[8..16].copy_from_slice(&self.end.to_ne_bytes());
         b[16..24].copy_from_slice(&self.bias.to_ne_bytes());
         b[24..28].copy_from_slice(&self.table.to_ne_bytes());
-        b[28..].copy_from_slice(&self.rows.to_ne_bytes());
+        b[28..32].copy_from_slice(&self.rows.to_ne_bytes());
+        b[32..36].copy_from_slice(&self.pages.to_ne_bytes());
         b
     }
 }
@@ -81,6 +84,7 @@ pub fn entry(m: &ExecMapping, object: Option<&Object>) -> Entry {
         bias: 0,
         table: NO_TABLE,
         rows: 0,
+        pages: 0,
     };
     let Some(o) = object else { return none };
     let Some(t) = o.table else { return none };
@@ -92,6 +96,7 @@ pub fn entry(m: &ExecMapping, object: Option<&Object>) -> Entry {
         bias: m.start.wrapping_sub(vaddr).wrapping_add(t.base),
         table: t.id,
         rows: t.rows,
+        pages: t.pages,
         ..none
     }
 }
@@ -197,10 +202,11 @@ impl Loader {
         let mut entries = Vec::with_capacity(maps.len());
         for m in maps.iter().take(MAX_MAPS) {
             let object = match &m.backing {
-                Backing::File(path) => m
-                    .open_paths(pid)
-                    .iter()
-                    .find_map(|p| self.objects.file(p, path)),
+                Backing::File(path) => self.objects.by_inode(m.dev_ino).or_else(|| {
+                    m.open_paths(pid)
+                        .iter()
+                        .find_map(|p| self.objects.file(p, path))
+                }),
                 Backing::Vdso => self.objects.vdso(),
                 Backing::Other => None,
             };
@@ -255,8 +261,10 @@ impl Loader {
                 self.load(pid);
             }
             Some(l) if kind == EVENT_PC => {
+                // Reloaded at once after an exec (the loaded mappings
+                // are the old program's), else at most every RELOAD_GAP.
                 let known = l.ranges.iter().any(|r| r.contains(&pc));
-                if !known && l.at.elapsed() > Duration::from_millis(200) {
+                if !known && (l.at.elapsed() > RELOAD_GAP || exe_id(pid) != l.exe) {
                     self.load(pid);
                 }
             }
@@ -284,6 +292,10 @@ impl Loader {
         }
     }
 }
+
+/// A process whose code runs outside every known mapping is read again
+/// at most this often (as unwind.h reports it at most every 20 ms).
+const RELOAD_GAP: Duration = Duration::from_millis(20);
 
 /// The loader at work on a thread of its own, until dropped.
 pub struct Unwinder {
@@ -327,8 +339,13 @@ impl Unwinder {
 }
 
 impl Drop for Unwinder {
+    /// Tells the thread to stop without waiting for it: it may be in the
+    /// middle of loading a process, which nobody needs any more, and the
+    /// output should not wait for that. Its map handles keep what it
+    /// still touches alive until it ends.
     fn drop(&mut self) {
-        self.stop_thread();
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.take();
     }
 }
 
@@ -405,6 +422,7 @@ mod tests {
             table: Some(Installed {
                 id: 3,
                 rows: 10,
+                pages: 0,
                 base: 0x1040,
             }),
         };
@@ -413,6 +431,7 @@ mod tests {
             end: 0x5555_5555_7000,
             offset: 0x1000,
             backing: Backing::File("/x".into()),
+            dev_ino: (0, 0),
         };
         let e = entry(&m, Some(&object));
         assert_eq!(e.table, 3);

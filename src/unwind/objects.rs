@@ -20,6 +20,7 @@ use libbpf_rs::{MapCore, MapFlags, MapHandle, MapType};
 use super::cache::{self, DiskCache};
 use super::elf::{Elf, Segment};
 use super::table::{Row, Table, TableError};
+use crate::procmaps::vdso_image;
 
 /// Mirrors unwind_types.h.
 pub const MAX_ROWS: usize = 1 << 23;
@@ -31,6 +32,8 @@ const ROWS_FLAGS: u32 = sys::BPF_F_INNER_MAP | sys::BPF_F_MMAPABLE;
 pub struct Installed {
     pub id: u32,
     pub rows: u32,
+    /// Page index entries before the rows ([`page_index`]).
+    pub pages: u32,
     pub base: u64,
 }
 
@@ -57,6 +60,9 @@ pub struct Objects {
     cache: DiskCache,
     tables: MapHandle,
     by_file: HashMap<(u64, u64, u64, i64), Arc<Object>>,
+    /// The same objects by device and inode alone: how a process's
+    /// mappings find them without opening each file again.
+    by_inode: HashMap<(u64, u64), Arc<Object>>,
     by_key: HashMap<String, Option<Installed>>,
     next_id: u32,
     warned: HashSet<String>,
@@ -74,6 +80,7 @@ impl Objects {
             cache,
             tables,
             by_file: HashMap::new(),
+            by_inode: HashMap::new(),
             by_key: HashMap::new(),
             next_id: 0,
             warned: HashSet::new(),
@@ -83,6 +90,14 @@ impl Objects {
         }
     }
 
+    /// The object already read from the file with this device and inode.
+    pub fn by_inode(&self, dev_ino: (u64, u64)) -> Option<Arc<Object>> {
+        if dev_ino.1 == 0 {
+            return None;
+        }
+        self.by_inode.get(&dev_ino).cloned()
+    }
+
     /// The object in the file at `path` (`name`: how to call it in a
     /// warning). `None` when the file cannot be read as ELF.
     pub fn file(&mut self, path: &Path, name: &str) -> Option<Arc<Object>> {
@@ -90,6 +105,7 @@ impl Objects {
         let meta = file.metadata().ok()?;
         let id = (meta.dev(), meta.ino(), meta.size(), meta.mtime());
         if let Some(o) = self.by_file.get(&id) {
+            self.by_inode.insert((id.0, id.1), o.clone());
             return Some(o.clone());
         }
         // SAFETY: the map is only read. A file truncated while mapped
@@ -106,6 +122,7 @@ impl Objects {
         });
         if self.missed == missed {
             self.by_file.insert(id, object.clone());
+            self.by_inode.insert((id.0, id.1), object.clone());
         }
         Some(object)
     }
@@ -196,7 +213,8 @@ impl Objects {
                 "all {slots} table slots are taken"
             )));
         }
-        let n = t.rows.len() as u32;
+        let index = page_index(&t.rows);
+        let n = (index.len() + t.rows.len()) as u32;
         let opts = sys::bpf_map_create_opts {
             sz: std::mem::size_of::<sys::bpf_map_create_opts>() as _,
             map_flags: ROWS_FLAGS,
@@ -204,7 +222,9 @@ impl Objects {
         };
         let map = MapHandle::create(MapType::Array, Some("flare_rows"), 4, 8, n, &opts)
             .map_err(io::Error::other)?;
-        fill(&map, &t.rows)?;
+        let mut entries: Vec<u64> = index.iter().map(|&i| u64::from(i)).collect();
+        entries.extend(t.rows.iter().map(|r| r.to_bits()));
+        fill(&map, &entries)?;
         let id = self.next_id;
         let fd = map.as_fd().as_raw_fd() as u32;
         self.tables
@@ -212,10 +232,11 @@ impl Objects {
             .map_err(io::Error::other)?;
         self.next_id += 1;
         self.stats.objects += 1;
-        self.stats.rows += u64::from(n);
+        self.stats.rows += t.rows.len() as u64;
         Ok(Installed {
             id,
-            rows: n,
+            rows: t.rows.len() as u32,
+            pages: index.len() as u32,
             base: t.base,
         })
     }
@@ -254,12 +275,44 @@ pub fn load_table(
     }
 }
 
-/// Copies `rows` into the mmapable array `map` (one copy, no syscall per
-/// row).
-fn fill(map: &MapHandle, rows: &[Row]) -> io::Result<()> {
-    let len = std::mem::size_of_val(rows);
+/// Index entries per row at most: past it (rows spread thin over a large
+/// range) the table goes without an index.
+const MAX_PAGES_PER_ROW: usize = 4;
+
+/// The page index of `rows` (sorted by pc): entry `p` is the position of
+/// the row covering the first address of page `p` (`pc >>
+/// UNWIND_PAGE_SHIFT`), one entry past the last page so that every page
+/// has an end. The BPF walker searches only a page's rows. Empty when it
+/// would cost more than it saves.
+pub fn page_index(rows: &[Row]) -> Vec<u32> {
+    let Some(last) = rows.last() else {
+        return Vec::new();
+    };
+    let pages = (last.pc >> PAGE_SHIFT) as usize + 2;
+    if pages > rows.len() * MAX_PAGES_PER_ROW {
+        return Vec::new();
+    }
+    let mut index = Vec::with_capacity(pages);
+    let mut at = 0usize;
+    for p in 0..pages as u64 {
+        let start = p << PAGE_SHIFT;
+        while at + 1 < rows.len() && u64::from(rows[at + 1].pc) <= start {
+            at += 1;
+        }
+        index.push(at as u32);
+    }
+    index
+}
+
+/// Mirrors UNWIND_PAGE_SHIFT in unwind_types.h.
+const PAGE_SHIFT: u32 = 12;
+
+/// Copies `entries` into the mmapable array `map` (one copy, no syscall
+/// per entry).
+fn fill(map: &MapHandle, entries: &[u64]) -> io::Result<()> {
+    let len = std::mem::size_of_val(entries);
     // SAFETY: a shared, writable mapping of the map's whole value area
-    // (len bytes: n rows of 8 bytes each, the array's element size); it is
+    // (len bytes: one 8-byte element per entry, as the map was created); it is
     // written within bounds and unmapped before return.
     unsafe {
         let p = libc::mmap(
@@ -273,36 +326,76 @@ fn fill(map: &MapHandle, rows: &[Row]) -> io::Result<()> {
         if p == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
         }
-        std::ptr::copy_nonoverlapping(rows.as_ptr().cast::<u8>(), p.cast::<u8>(), len);
+        std::ptr::copy_nonoverlapping(entries.as_ptr().cast::<u8>(), p.cast::<u8>(), len);
         libc::munmap(p, len);
     }
     Ok(())
 }
 
-/// flare's own vDSO, as bytes (the same image every process maps).
-pub fn vdso_image() -> Option<&'static [u8]> {
-    // SAFETY: getauxval has no preconditions.
-    let base = unsafe { libc::getauxval(libc::AT_SYSINFO_EHDR) } as usize;
-    if base == 0 {
-        return None;
-    }
-    // SAFETY: the vDSO is mapped readable for the life of the process; the
-    // ELF header (64 bytes) is read first, then the length it declares.
-    let head = unsafe { std::slice::from_raw_parts(base as *const u8, 64) };
-    let shoff = u64::from_le_bytes(head.get(40..48)?.try_into().ok()?) as usize;
-    let shentsize = u16::from_le_bytes(head.get(58..60)?.try_into().ok()?) as usize;
-    let shnum = u16::from_le_bytes(head.get(60..62)?.try_into().ok()?) as usize;
-    let len = shoff.checked_add(shentsize.checked_mul(shnum)?)?;
-    if !(64..=1 << 20).contains(&len) {
-        return None;
-    }
-    // SAFETY: as above; the section headers end the vDSO image.
-    Some(unsafe { std::slice::from_raw_parts(base as *const u8, len) })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn rows(pcs: &[u32]) -> Vec<Row> {
+        pcs.iter()
+            .map(|&pc| Row {
+                pc,
+                ..Row::default()
+            })
+            .collect()
+    }
+
+    /// The row covering `key` as unwind.h finds it: a binary search of
+    /// `[lo, hi)` for one past the last row at or below `key`.
+    fn search(rows: &[Row], mut lo: usize, mut hi: usize, key: u32) -> Option<usize> {
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            if rows[mid].pc <= key {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        lo.checked_sub(1)
+    }
+
+    /// As unwind_find_row: the page's range when the index has it.
+    fn find(rows: &[Row], index: &[u32], key: u32) -> Option<usize> {
+        let page = (key >> PAGE_SHIFT) as usize;
+        match (index.get(page), index.get(page + 1)) {
+            (Some(&at), Some(&next)) => search(rows, at as usize, next as usize + 1, key),
+            _ => search(rows, 0, rows.len(), key),
+        }
+    }
+
+    #[test]
+    fn page_index_points_at_the_row_covering_each_page() {
+        let r = rows(&[0x10, 0x800, 0x1000, 0x1010, 0x3500]);
+        assert_eq!(page_index(&r), [0, 2, 3, 3, 4]);
+        assert!(page_index(&[]).is_empty());
+        // Two rows 64 MiB apart: an index would be mostly empty.
+        assert!(page_index(&rows(&[0, 1 << 26])).is_empty());
+    }
+
+    #[test]
+    fn a_page_search_finds_what_a_whole_search_finds() {
+        let mut pcs = vec![0x40];
+        let mut pc = 0x40u32;
+        for i in 0..5000u32 {
+            pc += 1 + (i.wrapping_mul(2_654_435_761) >> 20) % 300;
+            pcs.push(pc);
+        }
+        let r = rows(&pcs);
+        let index = page_index(&r);
+        assert!(!index.is_empty());
+        for key in (0..pc + 0x2000).step_by(7) {
+            assert_eq!(
+                find(&r, &index, key),
+                search(&r, 0, r.len(), key),
+                "{key:#x}"
+            );
+        }
+    }
 
     #[test]
     fn the_vdso_has_call_frame_information() {

@@ -27,6 +27,9 @@ pub struct ExecMapping {
     pub end: u64,
     pub offset: u64,
     pub backing: Backing,
+    /// The file's device and inode as `/proc/PID/maps` gives them (0, 0:
+    /// no file), so that a known object is found without opening it.
+    pub dev_ino: (u64, u64),
 }
 
 impl ExecMapping {
@@ -56,28 +59,20 @@ pub fn parse_maps(text: &str) -> Vec<ExecMapping> {
 }
 
 fn parse_line(line: &str) -> Option<ExecMapping> {
-    let mut f = line.splitn(6, ' ');
-    let (start, end) = f.next()?.split_once('-')?;
-    let perms = f.next()?;
-    let offset = f.next()?;
-    let _dev = f.next()?;
-    let _inode = f.next()?;
-    let path = f.next().unwrap_or("").trim_start();
-    if perms.as_bytes().get(2) != Some(&b'x') {
-        return None;
-    }
-    let backing = if path == "[vdso]" {
+    let l = crate::procmaps::procfs::parse_line(line)?;
+    let backing = if l.path == "[vdso]" {
         Backing::Vdso
-    } else if path.starts_with('/') && !path.ends_with(" (deleted)") {
-        Backing::File(path.to_string())
+    } else if l.path.starts_with('/') && !l.path.ends_with(" (deleted)") {
+        Backing::File(l.path)
     } else {
         Backing::Other
     };
     Some(ExecMapping {
-        start: u64::from_str_radix(start, 16).ok()?,
-        end: u64::from_str_radix(end, 16).ok()?,
-        offset: u64::from_str_radix(offset, 16).ok()?,
+        start: l.start,
+        end: l.end,
+        offset: l.offset,
         backing,
+        dev_ino: (l.dev, l.ino),
     })
 }
 

@@ -60,6 +60,15 @@ impl Row {
         self.kind >> 4
     }
 
+    /// The row as the 8-byte array element BPF reads (`struct unwind_row`
+    /// on a little-endian machine).
+    pub fn to_bits(self) -> u64 {
+        u64::from(self.pc)
+            | u64::from(self.cfa_off) << 32
+            | u64::from(self.kind) << 48
+            | u64::from(self.rbp_off as u8) << 56
+    }
+
     /// The same rule from `pc` on.
     fn at(pc: u32, rule: Rule) -> Row {
         Row {

@@ -8,10 +8,11 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
+use crate::procmaps::vdso_image;
 use crate::procmaps::{Backing, Mapping, Object, Space};
 use crate::unwind::cache::{self, DiskCache};
 use crate::unwind::elf::{vaddr_of_offset, Elf, Segment};
-use crate::unwind::objects::{load_table, vdso_image, Stats};
+use crate::unwind::objects::{load_table, Stats};
 use crate::unwind::table::{Row, Table};
 
 /// An object's rows and the segments that place them.
