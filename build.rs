@@ -34,16 +34,50 @@ fn main() {
         let src = format!("bpf/{name}.bpf.c");
         println!("cargo:rerun-if-changed={src}");
         println!("cargo:rerun-if-changed=bpf/{name}.h");
-        SkeletonBuilder::new()
-            .source(&src)
-            .obj(out.join(format!("{name}.bpf.o")))
-            .clang_args([
+        let args = |extra: &'static str| {
+            [
                 OsStr::new("-Ibpf"),
                 OsStr::new(&arch_define),
                 OsStr::new("-Wall"),
                 OsStr::new("-Wno-unused-function"),
-            ])
-            .build_and_generate(out.join(format!("{name}.skel.rs")))
+                OsStr::new(extra),
+            ]
+        };
+        let fp_obj = out.join(format!("{name}_fp.bpf.o"));
+        SkeletonBuilder::new()
+            .source(&src)
+            .obj(&fp_obj)
+            .clang_args(args("-DFLARE_FP_ONLY"))
+            .build()
+            .unwrap_or_else(|e| panic!("building {src} (frame pointers only) failed: {e:#}"));
+        let skel = out.join(format!("{name}.skel.rs"));
+        SkeletonBuilder::new()
+            .source(&src)
+            .obj(out.join(format!("{name}.bpf.o")))
+            .clang_args(args("-DFLARE_FULL"))
+            .build_and_generate(&skel)
             .unwrap_or_else(|e| panic!("building {src} failed: {e:#}"));
+        offer_fp_build(&skel, &fp_obj);
     }
+}
+
+/// Makes the skeleton open the frame-pointer build of its object when
+/// `crate::bpf::variant` says so (kernels without bpf_loop or callback
+/// functions, and `--unwind fp`): both builds have the same maps,
+/// programs and globals, which a unit test checks.
+fn offer_fp_build(skel: &std::path::Path, fp_obj: &std::path::Path) {
+    const OPEN: &str = "ObjectSkeletonConfigBuilder::new(&DATA)";
+    let text = std::fs::read_to_string(skel).expect("reading the generated skeleton");
+    assert_eq!(
+        text.matches(OPEN).count(),
+        1,
+        "libbpf-cargo's skeleton changed: {} no longer opens its object with `{OPEN}`",
+        skel.display()
+    );
+    let fp = fp_obj.to_str().expect("OUT_DIR is UTF-8");
+    let text = text.replace(
+        OPEN,
+        &format!("ObjectSkeletonConfigBuilder::new(crate::bpf::variant::pick(&DATA, include_bytes!({fp:?})))"),
+    );
+    std::fs::write(skel, text).expect("writing the skeleton");
 }

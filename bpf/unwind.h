@@ -85,6 +85,19 @@ struct {
 	__uint(max_entries, 1);
 } unwind_scratch SEC(".maps");
 
+#ifdef FLARE_FP_ONLY
+/*
+ * The frame-pointer build of every object (build.rs): no walk, so no
+ * callback functions, which kernels before 5.13 cannot load (and which
+ * need bpf_loop, 5.17). Its maps and globals are the same as the full
+ * build's, so one skeleton opens either (src/bpf/variant.rs).
+ */
+static __always_inline __s64 flare_unwind_user(__u32 pid)
+{
+	return -FLARE_EFAULT;
+}
+#else
+
 /* The walk's state, carried from one bpf_loop step to the next. */
 struct unwind_walk {
 	__u64 pc, sp, bp;
@@ -409,5 +422,6 @@ static __always_inline __s64 flare_unwind_user(__u32 pid)
 	}
 	return id;
 }
+#endif /* FLARE_FP_ONLY */
 
 #endif /* FLARE_UNWIND_H */

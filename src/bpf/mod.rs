@@ -8,6 +8,7 @@ pub mod perf;
 pub mod probe;
 pub mod system;
 pub mod tracefs;
+pub mod variant;
 
 /// The generated skeletons, one per BPF program in `bpf/`.
 #[allow(

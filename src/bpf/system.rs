@@ -20,7 +20,7 @@ pub fn check_environment() -> Result<()> {
 }
 
 /// The oldest kernel flare supports.
-pub const OLDEST_KERNEL: (u32, u32) = (5, 13);
+pub const OLDEST_KERNEL: (u32, u32) = (5, 8);
 
 /// Fails with one line naming what a kernel older than [`OLDEST_KERNEL`]
 /// lacks. (0, 0), an unreadable version, is let through: loading says.
@@ -29,7 +29,7 @@ pub fn check_kernel_version((major, minor): (u32, u32)) -> Result<()> {
         return Ok(());
     }
     Err(Error::Unsupported(format!(
-        "Linux {major}.{minor} is older than {}.{}, the oldest flare supports: it cannot load BPF programs with callback functions (5.13), which flare's unwinder is built with (it also needs the bpf_get_ns_current_pid_tgid helper, 5.7, and CAP_BPF and CAP_PERFMON, 5.8)",
+        "Linux {major}.{minor} is older than {}.{}, the oldest flare supports: it has no BPF ring buffers (5.8), which flare reports through (it also needs the bpf_get_ns_current_pid_tgid helper, 5.7, and BTF)",
         OLDEST_KERNEL.0, OLDEST_KERNEL.1
     )))
 }
@@ -166,12 +166,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn kernels_older_than_5_13_are_refused_in_one_line() {
-        let err = check_kernel_version((5, 10)).unwrap_err().to_string();
-        assert!(err.starts_with("Linux 5.10 is older than 5.13"), "{err}");
-        assert!(err.contains("callback functions") && !err.contains('\n'));
-        assert!(check_kernel_version((5, 4)).is_err());
-        assert!(check_kernel_version((5, 13)).is_ok());
+    fn kernels_older_than_5_8_are_refused_in_one_line() {
+        let err = check_kernel_version((5, 4)).unwrap_err().to_string();
+        assert!(err.starts_with("Linux 5.4 is older than 5.8"), "{err}");
+        assert!(err.contains("ring buffers") && !err.contains('\n'));
+        assert!(check_kernel_version((4, 19)).is_err());
+        assert!(check_kernel_version((5, 8)).is_ok());
+        assert!(check_kernel_version((5, 10)).is_ok());
         assert!(check_kernel_version((6, 18)).is_ok());
         assert!(check_kernel_version((0, 0)).is_ok());
     }

@@ -16,7 +16,7 @@ use libbpf_rs::{Link, MapCore, MapFlags, MapHandle, MapType, OpenObject};
 use crate::bpf::loader::{self, CommonKnobs, Targets};
 use crate::bpf::perf::{self, Sampling, Scope};
 use crate::bpf::skel::profile::{types, ProfileSkel, ProfileSkelBuilder};
-use crate::bpf::{comm_str, read_counts, system, Periodic, PlainKey};
+use crate::bpf::{comm_str, read_counts, system, variant, Periodic, PlainKey};
 use crate::collect::{Collection, Collector, RawSample, RawTask, WarmUp};
 use crate::error::{Error, Result};
 use crate::profile::{Kind, Meta};
@@ -196,16 +196,15 @@ impl<'obj> Session<'obj> {
             .map(|p| pinned_filter_map("--mntnsmap", p))
             .transpose()?;
         let load_err = loader::load_error("profile");
-        let mut open = ProfileSkelBuilder::default()
-            .open(object)
-            .map_err(load_err)?;
+        let mode = config.unwind.effective(config.stacks.user);
+        let mut open =
+            variant::open(mode, || ProfileSkelBuilder::default().open(object)).map_err(load_err)?;
         let ids: &[u32] = match &config.target {
             Target::All => &[],
             Target::Pids(p) => p,
             Target::Tids(t) => t,
         };
         let per_thread = config.per_thread || matches!(config.target, Target::Tids(_));
-        let mode = config.unwind.effective(config.stacks.user);
         {
             let ro = open
                 .maps

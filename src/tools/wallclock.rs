@@ -25,7 +25,7 @@ use libbpf_rs::{Link, MapCore, MapFlags, OpenObject};
 use crate::bpf::loader::{self, CommonKnobs, Targets};
 use crate::bpf::perf::{self, Sampling, Scope};
 use crate::bpf::skel::wallclock::{types, WallclockSkel, WallclockSkelBuilder};
-use crate::bpf::{comm_str, probe, read_counts, system, Periodic, PlainKey};
+use crate::bpf::{comm_str, probe, read_counts, system, variant, Periodic, PlainKey};
 use crate::collect::{Collection, Collector, RawSample, RawTask, RawTrace, Stacks, WarmUp};
 use crate::error::{Error, Result};
 use crate::profile::{ExtraValue, Frame, Kind, Meta, Sample, Trace};
@@ -196,10 +196,9 @@ impl<'obj> Session<'obj> {
             ));
         }
         let load_err = loader::load_error("wallclock");
-        let mut open = WallclockSkelBuilder::default()
-            .open(object)
-            .map_err(load_err)?;
         let mode = config.unwind.effective(config.stacks.user);
+        let mut open = variant::open(mode, || WallclockSkelBuilder::default().open(object))
+            .map_err(load_err)?;
         {
             let ro = open
                 .maps

@@ -77,12 +77,21 @@ impl Tracer {
             .expect("starting flare");
         let folded = args.contains(&"-f");
         let mut header = String::new();
-        let n = if folded {
-            read_line_unbuffered(child.stderr.as_mut().expect("stderr"), &mut header)
-        } else {
-            read_line_unbuffered(child.stdout.as_mut().expect("stdout"), &mut header)
-        };
+        let mut n = 1;
+        // Warnings come first on stderr (e.g. a kernel without bpf_loop
+        // walks frame pointers): with -f they precede the header there.
+        while n > 0 && (header.is_empty() || header.starts_with("WARNING:")) {
+            header.clear();
+            n = if folded {
+                read_line_unbuffered(child.stderr.as_mut().expect("stderr"), &mut header)
+            } else {
+                read_line_unbuffered(child.stdout.as_mut().expect("stdout"), &mut header)
+            };
+        }
         if n == 0 || !header.starts_with("Tracing ") {
+            // Still running (an unexpected first line): stop it, so that
+            // reading the rest of stderr ends.
+            let _ = child.kill();
             let mut rest = String::new();
             if let Some(e) = child.stderr.as_mut() {
                 let _ = e.read_to_string(&mut rest);

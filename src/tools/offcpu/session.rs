@@ -10,7 +10,7 @@ use super::{header, tidy_samples};
 use super::{thread_context, Attach, Config, Threads, Tool};
 use crate::bpf::loader::{self, CommonKnobs, Targets};
 use crate::bpf::skel::offcpu::{types, OffcpuSkel, OffcpuSkelBuilder};
-use crate::bpf::{comm_str, probe, read_counts, Periodic, PlainKey};
+use crate::bpf::{comm_str, probe, read_counts, variant, Periodic, PlainKey};
 use crate::collect::{Collection, Collector, RawSample, RawTask, RawTrace, WarmUp};
 use crate::error::{Error, Result};
 use crate::profile::{Kind, Meta, Sample};
@@ -88,15 +88,14 @@ impl<'obj> Session<'obj> {
         })?;
         let attach = choose(config.attach, config.tool)?;
         let load_err = loader::load_error("offcpu");
-        let mut open = OffcpuSkelBuilder::default()
-            .open(object)
-            .map_err(load_err)?;
+        let mode = config.unwind.effective(config.stacks.user);
+        let mut open =
+            variant::open(mode, || OffcpuSkelBuilder::default().open(object)).map_err(load_err)?;
         let ids: &[u32] = match &config.threads {
             Threads::Pids(p) => p,
             Threads::Tids(t) => t,
             _ => &[],
         };
-        let mode = config.unwind.effective(config.stacks.user);
         {
             let ro = open
                 .maps

@@ -10,12 +10,14 @@ use libbpf_rs::{KprobeMultiOpts, MapCore, ObjectBuilder, TracepointCategory, Upr
 
 use super::{KernelAttach, Pattern, Session, Targets};
 use crate::bpf::skel::stackcount::OpenStackcountProgs;
-use crate::bpf::{probe, tracefs};
+use crate::bpf::{probe, tracefs, variant};
 use crate::error::{Error, Result};
 
 /// The compiled program, for the extra objects fentry needs (one per
-/// function: an fentry program is bound to its function at load time).
+/// function: an fentry program is bound to its function at load time), in
+/// both builds (see `bpf::variant`).
 static OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/stackcount.bpf.o"));
+static OBJECT_FP: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/stackcount_fp.bpf.o"));
 
 /// Turns autoload off for every entry point the targets do not use.
 pub(super) fn choose_programs(
@@ -300,7 +302,9 @@ impl Session<'_> {
             source,
         };
         let mut open = ObjectBuilder::default()
-            .open_memory(OBJECT)
+            .open_memory(variant::open(self.unwind, || {
+                variant::pick(OBJECT, OBJECT_FP)
+            }))
             .map_err(load_err)?;
         let main = self.skel.object();
         for mut map in open.maps_mut() {

@@ -24,7 +24,7 @@ use libbpf_rs::{Link, Object, OpenObject};
 
 use crate::bpf::loader::{self, CommonKnobs, Targets as Checked};
 use crate::bpf::skel::stackcount::{types, StackcountSkel, StackcountSkelBuilder};
-use crate::bpf::{comm_str, probe, read_counts, Periodic, PlainKey};
+use crate::bpf::{comm_str, probe, read_counts, variant, Periodic, PlainKey};
 use crate::collect::{Collection, Collector, RawSample, RawTask, WarmUp};
 use crate::error::{Error, Result};
 use crate::profile::{Kind, Meta, Sample};
@@ -174,6 +174,8 @@ pub struct Session<'obj> {
     periodic: Periodic,
     /// Feeds the BPF unwinder (not with --unwind fp).
     _unwinder: Option<Unwinder>,
+    /// How user stacks are walked: which build extra objects load.
+    unwind: crate::unwind::Mode,
 }
 
 /// Finds what the pattern matches; fails with the pattern named when it
@@ -245,10 +247,9 @@ impl<'obj> Session<'obj> {
         let pattern = Pattern::parse(&config.pattern, config.regex)?;
         let targets = resolve_targets(&pattern, &config)?;
         let load_err = loader::load_error("stackcount");
-        let mut open = StackcountSkelBuilder::default()
-            .open(object)
-            .map_err(load_err)?;
         let mode = config.unwind.effective(config.stacks.user);
+        let mut open = variant::open(mode, || StackcountSkelBuilder::default().open(object))
+            .map_err(load_err)?;
         {
             let ro = open
                 .maps
@@ -319,6 +320,7 @@ impl<'obj> Session<'obj> {
             matched: 0,
             periodic: Periodic::default(),
             _unwinder: unwinder,
+            unwind: mode,
         };
         session.attach(&targets)?;
         Ok(session)
