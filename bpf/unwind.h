@@ -113,7 +113,9 @@ struct unwind_walk {
 /* A process is reported at most this often: soon enough that a process
  * that has just exec'd (its old mappings loaded, its new ones not) gets
  * full stacks again within a few samples, rarely enough that a process
- * running code outside every mapping does not flood user space. */
+ * running code outside every mapping does not flood user space. User
+ * space deletes the entry when a load found what was reported, so a
+ * program mapping its libraries one after another is followed at once. */
 #define UNWIND_REPORT_GAP_NS	20000000ULL
 
 static __always_inline void unwind_report(__u32 pid, __u32 kind, __u64 pc)

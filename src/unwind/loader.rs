@@ -37,15 +37,24 @@ pub struct Maps {
     mappings: MapHandle,
     tables: MapHandle,
     events: MapHandle,
+    /// When BPF last reported each process (unwind.h's rate limit).
+    reported: MapHandle,
 }
 
 impl Maps {
-    pub fn new(procs: &Map, mappings: &Map, tables: &Map, events: &Map) -> libbpf_rs::Result<Maps> {
+    pub fn new(
+        procs: &Map,
+        mappings: &Map,
+        tables: &Map,
+        events: &Map,
+        reported: &Map,
+    ) -> libbpf_rs::Result<Maps> {
         Ok(Maps {
             procs: MapHandle::try_from(procs)?,
             mappings: MapHandle::try_from(mappings)?,
             tables: MapHandle::try_from(tables)?,
             events: MapHandle::try_from(events)?,
+            reported: MapHandle::try_from(reported)?,
         })
     }
 }
@@ -147,6 +156,9 @@ struct Loaded {
     exe: (u64, u64),
     ranges: Vec<Range<u64>>,
     at: Instant,
+    /// The last reload did not find the address it was read again for
+    /// (code outside every mapping: JIT code without a perf map, say).
+    fruitless: bool,
 }
 
 /// The maps' user-space side.
@@ -246,6 +258,7 @@ impl Loader {
             exe: exe_id(pid),
             ranges: entries.iter().map(|e| e.start..e.end).collect(),
             at: Instant::now(),
+            fruitless: false,
         };
         if let Some(old) = self.procs.insert(pid, loaded) {
             self.retired.push(old.slice);
@@ -255,21 +268,46 @@ impl Loader {
 
     /// Handles one report from BPF: a process or an address it has no
     /// mapping for.
+    ///
+    /// A load that finds what was reported lets BPF report the process
+    /// again at once, without its 20 ms rate limit: a program starting up
+    /// maps libc and its other libraries one after another, and each of
+    /// them would otherwise cost 20 ms of incomplete stacks. A reload
+    /// that does not find the address keeps the limit.
     pub fn on_event(&mut self, pid: u32, kind: u32, pc: u64) {
         match self.procs.get(&pid) {
             None => {
-                self.load(pid);
+                if self.load(pid) {
+                    self.rearm(pid);
+                }
             }
             Some(l) if kind == EVENT_PC => {
-                // Reloaded at once after an exec (the loaded mappings
-                // are the old program's), else at most every RELOAD_GAP.
-                let known = l.ranges.iter().any(|r| r.contains(&pc));
-                if !known && (l.at.elapsed() > RELOAD_GAP || exe_id(pid) != l.exe) {
-                    self.load(pid);
+                let known = |l: &Loaded| l.ranges.iter().any(|r| r.contains(&pc));
+                if known(l) {
+                    // Loaded since BPF looked.
+                    self.rearm(pid);
+                    return;
+                }
+                // Reloaded at once after an exec (the loaded mappings are
+                // the old program's) or a load that found what it was
+                // asked for, else at most every RELOAD_GAP.
+                let due = !l.fruitless || l.at.elapsed() > RELOAD_GAP || exe_id(pid) != l.exe;
+                if due && self.load(pid) {
+                    if let Some(l) = self.procs.get_mut(&pid) {
+                        l.fruitless = !known(l);
+                        if !l.fruitless {
+                            self.rearm(pid);
+                        }
+                    }
                 }
             }
             Some(_) => {}
         }
+    }
+
+    /// Lets BPF report `pid` again without waiting out its rate limit.
+    fn rearm(&self, pid: u32) {
+        let _ = self.maps.reported.delete(&pid.to_ne_bytes());
     }
 
     /// Drops processes that exited, reloads those that exec'd, and frees

@@ -14,6 +14,7 @@ pub mod elf;
 pub mod loader;
 pub mod objects;
 pub mod procs;
+mod spares;
 pub mod table;
 
 use std::str::FromStr;
@@ -187,6 +188,7 @@ macro_rules! unwind_maps {
             &$maps.unwind_mappings,
             &$maps.unwind_tables,
             &$maps.unwind_events,
+            &$maps.unwind_reported,
         )
     };
 }

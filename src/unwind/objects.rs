@@ -1,6 +1,7 @@
 //! Objects and their tables in BPF. Each object (by build id, else by
-//! file identity) gets its rows once, in an array map of its own size
-//! placed in the `unwind_tables` map-of-maps, and every process mapping
+//! file identity) gets its rows once, in an array map in the
+//! `unwind_tables` map-of-maps (a spare one already there when it fits,
+//! see [`super::spares`], else one of its own size), and every process mapping
 //! it shares that table. Tables come from the disk cache or are built and
 //! stored there. An object without usable call-frame information gets no
 //! table (frame pointers there) and one warning.
@@ -11,14 +12,16 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
+use std::sync::atomic::AtomicU32;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use libbpf_rs::libbpf_sys as sys;
-use libbpf_rs::{MapCore, MapFlags, MapHandle, MapType};
+use libbpf_rs::{MapCore, MapHandle, MapType};
 
 use super::cache::{self, DiskCache};
 use super::elf::{Elf, Segment};
+use super::spares::{self, Spares};
 use super::table::{Row, Table, TableError};
 use crate::procmaps::vdso_image;
 
@@ -64,7 +67,10 @@ pub struct Objects {
     /// mappings find them without opening each file again.
     by_inode: HashMap<(u64, u64), Arc<Object>>,
     by_key: HashMap<String, Option<Installed>>,
-    next_id: u32,
+    /// The next free slot of `unwind_tables` (shared with `spares`).
+    next_id: Arc<AtomicU32>,
+    /// Row maps installed ahead of need (none if their thread failed).
+    spares: Option<Spares>,
     warned: HashSet<String>,
     pub stats: Stats,
     /// Use tables from the disk cache only: an object that would have to
@@ -76,13 +82,16 @@ pub struct Objects {
 impl Objects {
     /// `tables`: the `unwind_tables` map-of-maps.
     pub fn new(tables: MapHandle, cache: DiskCache) -> Objects {
+        let next_id = Arc::new(AtomicU32::new(0));
+        let spares = Spares::start(&tables, ROWS_FLAGS, next_id.clone());
         Objects {
             cache,
             tables,
             by_file: HashMap::new(),
             by_inode: HashMap::new(),
             by_key: HashMap::new(),
-            next_id: 0,
+            next_id,
+            spares,
             warned: HashSet::new(),
             stats: Stats::default(),
             cache_only: false,
@@ -205,32 +214,46 @@ impl Objects {
         }
     }
 
-    /// Puts `t`'s rows in a new array map and that map in `unwind_tables`.
+    /// Puts `t`'s rows in a spare row map, or in a new one placed in
+    /// `unwind_tables`.
     fn install(&mut self, t: &Table) -> io::Result<Installed> {
-        let slots = self.tables.max_entries();
-        if self.next_id >= slots {
-            return Err(io::Error::other(format!(
-                "all {slots} table slots are taken"
-            )));
-        }
         let index = page_index(&t.rows);
         let n = (index.len() + t.rows.len()) as u32;
-        let opts = sys::bpf_map_create_opts {
-            sz: std::mem::size_of::<sys::bpf_map_create_opts>() as _,
-            map_flags: ROWS_FLAGS,
-            ..Default::default()
-        };
-        let map = MapHandle::create(MapType::Array, Some("flare_rows"), 4, 8, n, &opts)
-            .map_err(io::Error::other)?;
         let mut entries: Vec<u64> = index.iter().map(|&i| u64::from(i)).collect();
         entries.extend(t.rows.iter().map(|r| r.to_bits()));
-        fill(&map, &entries)?;
-        let id = self.next_id;
-        let fd = map.as_fd().as_raw_fd() as u32;
-        self.tables
-            .update(&id.to_ne_bytes(), &fd.to_ne_bytes(), MapFlags::ANY)
-            .map_err(io::Error::other)?;
-        self.next_id += 1;
+        // The start-up scan of running processes (cache_only) leaves the
+        // spares to processes that BPF reports, which are waiting.
+        let spare = match &mut self.spares {
+            Some(s) if !self.cache_only => s.take(n),
+            _ => None,
+        };
+        let id = match spare {
+            Some(spare) => {
+                fill(&spare.map, &entries)?;
+                spare.id
+            }
+            None => {
+                let slots = self.tables.max_entries();
+                let id = spares::take_slot(&self.next_id, slots).ok_or_else(|| {
+                    io::Error::other(format!("all {slots} table slots are taken"))
+                })?;
+                let opts = sys::bpf_map_create_opts {
+                    sz: std::mem::size_of::<sys::bpf_map_create_opts>() as _,
+                    map_flags: ROWS_FLAGS,
+                    ..Default::default()
+                };
+                let map = MapHandle::create(MapType::Array, Some("flare_rows"), 4, 8, n, &opts)
+                    .map_err(io::Error::other)?;
+                fill(&map, &entries)?;
+                // Placed on a thread of its own (a grace period nobody
+                // here waits for), else now.
+                let map = Arc::new(map);
+                if !self.spares.as_ref().is_some_and(|s| s.place(id, &map)) {
+                    spares::put(&self.tables, id, &map).map_err(io::Error::other)?;
+                }
+                id
+            }
+        };
         self.stats.objects += 1;
         self.stats.rows += t.rows.len() as u64;
         Ok(Installed {
