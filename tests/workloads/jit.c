@@ -72,11 +72,20 @@ int main(int argc, char **argv)
 		return 1;
 	memcpy(code, trampoline, sizeof(trampoline));
 	snprintf(path, sizeof(path), "/tmp/perf-%d.map", getpid());
-	map = fopen(path, "w");
-	if (map) {
-		fprintf(map, "%lx %zx jit_trampoline\n", (unsigned long)code, sizeof(trampoline));
-		fclose(map);
+	/*
+	 * A map left by an earlier process with this PID (pid_max is 32768
+	 * here and test runs start many processes) may belong to another
+	 * user; writing it would keep that owner, and flare rightly ignores
+	 * a map its process's user does not own. Start a new file.
+	 */
+	unlink(path);
+	map = fopen(path, "wx");
+	if (!map) {
+		perror(path);
+		return 1;
 	}
+	fprintf(map, "%lx %zx jit_trampoline\n", (unsigned long)code, sizeof(trampoline));
+	fclose(map);
 	printf("tid %ld 0\nready\n", (long)syscall(SYS_gettid));
 	fflush(stdout);
 	if (!fgets(line, sizeof(line), stdin))

@@ -52,7 +52,9 @@ int main(int argc, char **argv)
 	memcpy(page, code, sizeof code);
 	char path[64];
 	snprintf(path, sizeof path, "/tmp/perf-%d.map", getpid());
-	FILE *map = fopen(path, "w");
+	/* Not a stale map of an earlier process with this PID (see jit.c). */
+	unlink(path);
+	FILE *map = fopen(path, "wx");
 	if (!map)
 		return 1;
 	fprintf(map, "%lx %zx jit_spin_loop\n", (unsigned long)page, sizeof code);
