@@ -25,6 +25,7 @@ use crate::profile::{Frame, FrameKind, Sample, SourceLine, TaskStack, Trace};
 mod background;
 mod debug;
 mod elf;
+mod kallsyms;
 mod objects;
 
 pub use background::Background;
@@ -83,6 +84,9 @@ pub struct Symbolizer {
     /// The vDSO as an object, made when first met (`None` inside: it
     /// could not be).
     vdso: Option<Option<Arc<Object>>>,
+    /// This boot's copy of the kernel's lasting symbols, looked for when
+    /// first needed (`None` inside: there is none).
+    kallsyms: Option<Option<kallsyms::Copy>>,
 }
 
 /// The frames of a symbolized address (`None` when it was not found).
@@ -149,19 +153,34 @@ impl Symbolizer {
             kernel_cache: HashMap::new(),
             objects: objects::ObjectCache::default(),
             vdso: None,
+            kallsyms: None,
         }
     }
 
-    /// Resolves kernel addresses, caching results for the run.
+    /// Resolves kernel addresses, caching results for the run: those of
+    /// the core kernel and its modules from this boot's copy of their
+    /// symbols, the rest (BPF programs, trampolines) from `/proc/kallsyms`.
     fn resolve_kernel(&mut self, addrs: &BTreeSet<u64>) -> HashMap<u64, Resolved> {
         let missing: Vec<u64> = addrs
             .iter()
             .copied()
             .filter(|a| !self.kernel_cache.contains_key(a))
             .collect();
-        if !missing.is_empty() {
+        let copy = if missing.is_empty() {
+            None
+        } else {
+            self.kallsyms()
+        };
+        let (copied, fresh): (Vec<u64>, Vec<u64>) = missing
+            .into_iter()
+            .partition(|&a| copy.is_some_and(|c| c.covers(a)));
+        let copy = copy.map(|c| c.path.clone());
+        for (missing, path) in [(copied, copy), (fresh, None)] {
+            if missing.is_empty() {
+                continue;
+            }
             let src = Source::Kernel(Kernel {
-                kallsyms: MaybeDefault::Default,
+                kallsyms: path.map_or(MaybeDefault::Default, MaybeDefault::Some),
                 vmlinux: MaybeDefault::None,
                 kaslr_offset: None,
                 debug_syms: false,
@@ -252,6 +271,13 @@ impl Symbolizer {
             .collect()
     }
 
+    /// This boot's copy of the kernel's symbols, if there is one.
+    fn kallsyms(&mut self) -> Option<&kallsyms::Copy> {
+        self.kallsyms
+            .get_or_insert_with(kallsyms::Copy::for_this_boot)
+            .as_ref()
+    }
+
     /// The vDSO as an object.
     fn vdso(&mut self) -> Option<Arc<Object>> {
         self.vdso
@@ -265,8 +291,15 @@ impl Symbolizer {
     /// from stop to output.
     pub fn warm(&mut self, kernel: bool, pids: &[u32]) {
         if kernel {
-            // Any kernel address makes blazesym parse kallsyms.
-            let _ = self.resolve_kernel(&BTreeSet::from([!0xffff_u64]));
+            // Any kernel address makes blazesym parse the symbols that
+            // name it: an address in the core text, the copy's (or, with
+            // no copy, /proc/kallsyms); BPF programs' names are read when
+            // a stack holds one.
+            let probe = self
+                .kallsyms()
+                .and_then(|c| c.covers.first().map(|r| r.start))
+                .unwrap_or(!0xffff_u64);
+            let _ = self.resolve_kernel(&BTreeSet::from([probe]));
         }
         for &pid in pids {
             let Some(space) = self.mappings.space(pid, None) else {

@@ -116,3 +116,35 @@ fn vdso_functions_are_named() {
         "a vDSO address is named: {frame:?}"
     );
 }
+
+/// The kernel's address of `name` in `/proc/kallsyms` (None where
+/// addresses are hidden).
+fn kernel_symbol(name: &str) -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/kallsyms").ok()?;
+    text.lines().find_map(|l| {
+        let mut f = l.split_whitespace();
+        let (addr, _, n) = (f.next()?, f.next()?, f.next()?);
+        let addr = u64::from_str_radix(addr, 16).ok()?;
+        (n == name && addr != 0).then_some(addr)
+    })
+}
+
+/// A core kernel address is named through this boot's copy of the
+/// kernel's symbols, as from /proc/kallsyms itself.
+#[test]
+fn kernel_frames_are_named_from_the_boot_copy() {
+    let Some(schedule) = kernel_symbol("schedule") else {
+        eprintln!("kallsyms hides addresses from this user: nothing to check");
+        return;
+    };
+    let mut s = Symbolizer::new(Options::default());
+    let copy = s.kallsyms().map(|c| c.path.clone());
+    let got = s.resolve_kernel(&BTreeSet::from([schedule + 1]));
+    assert_eq!(&*got[&(schedule + 1)][0].name, "schedule");
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        let copy = copy.expect("root keeps a copy in /run/flare");
+        let text = std::fs::read_to_string(copy).expect("the copy");
+        assert!(text.lines().any(|l| l.ends_with(" schedule")));
+    }
+}
