@@ -277,6 +277,12 @@ impl CommonArgs {
 
 impl OffcputimeArgs {
     pub fn request(&self) -> anyhow::Result<crate::run::Request> {
+        // bcc refuses the pair: folded lines carry names only.
+        if self.common.folded && self.offset {
+            anyhow::bail!(
+                "can only use -f or -s: folded output has no offsets (drop -s, or -f for text with offsets)"
+            );
+        }
         self.common
             .request(self.config(), self.stacks.style(), None)
     }
@@ -350,6 +356,22 @@ mod tests {
 
     fn head(args: &[&str]) -> String {
         header(&config(args).expect("valid arguments"))
+    }
+
+    /// bcc's offcputime refuses -f with -s (folded lines have no offsets).
+    #[test]
+    fn folded_with_offsets_is_refused() {
+        let cli = Cli::try_parse_from(["flare", "offcputime", "-f", "-s", "2"]).expect("parses");
+        let Command::Offcputime(a) = cli.command else {
+            panic!("parsed as another command");
+        };
+        let err = a.request().err().expect("refused").to_string();
+        assert!(err.contains("can only use -f or -s"), "{err}");
+        let cli = Cli::try_parse_from(["flare", "offcputime", "-s", "2"]).expect("parses");
+        let Command::Offcputime(a) = cli.command else {
+            panic!("parsed as another command");
+        };
+        assert!(a.request().is_ok());
     }
 
     #[test]

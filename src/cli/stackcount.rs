@@ -84,7 +84,7 @@ pub struct StackcountArgs {
     pub perpid: bool,
 
     /// Kernel stack only
-    #[arg(short = 'K', long, conflicts_with = "user_stacks_only")]
+    #[arg(short = 'K', long)]
     pub kernel_stacks_only: bool,
 
     /// User stack only
@@ -162,6 +162,12 @@ impl StackcountArgs {
     /// What to run: bcc's printer (a report every interval, `-T`
     /// timestamps, `Detaching...`), the files and the live view.
     pub fn request(&self) -> anyhow::Result<Request> {
+        // bcc's wording and exit code (1), not a usage error's (2).
+        if self.kernel_stacks_only && self.user_stacks_only {
+            anyhow::bail!(
+                "-K and -U are mutually exclusive. If you want both stacks, that is the default."
+            );
+        }
         let destinations = self.output.destinations().map_err(anyhow::Error::msg)?;
         let config = self.config();
         let kind = Pattern::parse(&config.pattern, config.regex)?.kind;
@@ -253,6 +259,15 @@ mod tests {
         })
     }
 
+    /// bcc's message and exit status 1 for -K with -U (a usage error
+    /// would exit 2).
+    #[test]
+    fn kernel_and_user_only_together_are_refused_as_bcc_does() {
+        let a = parse(&["-K", "-U", "t:sched:sched_switch"]).expect("parses");
+        let err = a.request().err().expect("refused").to_string();
+        assert!(err.contains("-K and -U are mutually exclusive"), "{err}");
+    }
+
     #[test]
     fn options_follow_bcc() {
         let a = parse(&["-p", "185", "-c", "1", "-P", "-K", "-s", "-v", "c:malloc"]).unwrap();
@@ -292,7 +307,6 @@ mod tests {
 
     #[test]
     fn bad_arguments_are_refused() {
-        assert!(parse(&["-K", "-U", "f"]).is_err());
         assert!(parse(&["-i", "0", "f"]).is_err());
         assert!(parse(&["--stack-storage-size", "0", "f"]).is_err());
         assert!(parse(&[]).is_err());

@@ -20,13 +20,16 @@ fn lookup(index: usize, addr: u64) -> u64 {
     }
 }
 
+/// The address each of `addrs` has at the start of its function. (Not
+/// the symbol's own address, which for a process is relative to its
+/// file: the start is the address less its offset into the symbol.)
 fn starts(sym: &Symbolizer, src: &Source<'_>, addrs: &BTreeSet<u64>) -> HashMap<u64, u64> {
     let addrs: Vec<u64> = addrs.iter().copied().collect();
     match sym.symbolize(src, Input::AbsAddr(&addrs)) {
         Ok(res) => addrs
             .iter()
             .zip(res)
-            .filter_map(|(&a, s)| Some((a, s.into_sym()?.addr)))
+            .filter_map(|(&a, s)| Some((a, a.wrapping_sub(s.into_sym()?.offset as u64))))
             .collect(),
         Err(_) => HashMap::new(),
     }

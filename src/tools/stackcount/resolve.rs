@@ -62,7 +62,50 @@ pub fn binary(lib: &str, pid: Option<u32>) -> Result<PathBuf> {
     if let Some(p) = ldconfig_lookup(&soname) {
         return Ok(p);
     }
+    if let Some(p) = default_dirs_lookup(DEFAULT_DIRS, &soname) {
+        return Ok(p);
+    }
     which(lib).ok_or_else(not_found)
+}
+
+/// Where the dynamic loader looks when its cache does not list a library
+/// (or there is no cache, as in a minimal container or initramfs).
+const DEFAULT_DIRS: &[&str] = &[
+    "/lib/x86_64-linux-gnu",
+    "/usr/lib/x86_64-linux-gnu",
+    "/lib/aarch64-linux-gnu",
+    "/usr/lib/aarch64-linux-gnu",
+    "/lib64",
+    "/usr/lib64",
+    "/lib",
+    "/usr/lib",
+];
+
+/// The first ELF file in `dirs` whose name starts with `soname` (a
+/// development symlink such as `libc.so` may be a linker script: skipped).
+fn default_dirs_lookup(dirs: &[&str], soname: &str) -> Option<PathBuf> {
+    for dir in dirs {
+        let Ok(entries) = fs::read_dir(dir) else {
+            continue;
+        };
+        let mut names: Vec<String> = entries
+            .flatten()
+            .filter_map(|e| e.file_name().into_string().ok())
+            .filter(|n| n.starts_with(soname))
+            .collect();
+        names.sort();
+        for n in names {
+            let path = Path::new(dir).join(&n);
+            let mut magic = [0u8; 4];
+            let is_elf = fs::File::open(&path)
+                .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut magic))
+                .is_ok_and(|()| &magic == b"\x7fELF");
+            if is_elf {
+                return Some(path);
+            }
+        }
+    }
+    None
 }
 
 /// The soname prefix a library name stands for: `c` -> `libc.so`.
@@ -238,6 +281,25 @@ mod tests {
         assert_eq!(library_prefix("c"), "libc.so");
         assert_eq!(library_prefix("libpthread"), "libpthread.so");
         assert_eq!(library_prefix("libc.so.6"), "libc.so.6");
+    }
+
+    #[test]
+    fn without_a_loader_cache_the_default_directories_are_searched() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let d = dir.path();
+        fs::write(
+            d.join("libfoo.so"),
+            "/* GNU ld script */ INPUT(libfoo.so.1)",
+        )
+        .expect("script");
+        fs::write(d.join("libfoo.so.1"), b"\x7fELF rest").expect("library");
+        fs::write(d.join("libfoobar.so.2"), b"\x7fELF rest").expect("other library");
+        let dirs = ["/nonexistent", d.to_str().expect("utf-8 path")];
+        assert_eq!(
+            default_dirs_lookup(&dirs, "libfoo.so"),
+            Some(d.join("libfoo.so.1"))
+        );
+        assert_eq!(default_dirs_lookup(&dirs, "libbaz.so"), None);
     }
 
     #[test]
