@@ -14,6 +14,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use blazesym::symbolize::source::{Kernel, Source};
 use blazesym::symbolize::{CodeInfo, Input, Symbolized};
@@ -84,10 +85,16 @@ pub struct Symbolizer {
     /// The vDSO as an object, made when first met (`None` inside: it
     /// could not be).
     vdso: Option<Option<Arc<Object>>>,
-    /// This boot's copy of the kernel's lasting symbols, looked for when
-    /// first needed (`None` inside: there is none).
-    kallsyms: Option<Option<kallsyms::Copy>>,
+    /// This boot's copy of the kernel's lasting symbols (`None` inside:
+    /// there is none), and when it was looked for: a run without end
+    /// (the agent) looks again, as modules come and go.
+    kallsyms: Option<(Option<kallsyms::Copy>, Instant)>,
 }
+
+/// How long a look for the kernel symbols' copy holds: past it, the
+/// module list is read again (a module loaded at a freed module's address
+/// must not take its names from the old copy).
+const KALLSYMS_RECHECK: Duration = Duration::from_secs(1);
 
 /// The frames of a symbolized address (`None` when it was not found).
 pub(crate) fn convert(
@@ -273,9 +280,14 @@ impl Symbolizer {
 
     /// This boot's copy of the kernel's symbols, if there is one.
     fn kallsyms(&mut self) -> Option<&kallsyms::Copy> {
-        self.kallsyms
-            .get_or_insert_with(kallsyms::Copy::for_this_boot)
+        if self
+            .kallsyms
             .as_ref()
+            .is_none_or(|(_, at)| at.elapsed() > KALLSYMS_RECHECK)
+        {
+            self.kallsyms = Some((kallsyms::Copy::for_this_boot(), Instant::now()));
+        }
+        self.kallsyms.as_ref().and_then(|(c, _)| c.as_ref())
     }
 
     /// The vDSO as an object.
