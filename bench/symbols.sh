@@ -82,20 +82,45 @@ for ((i = 0; i < 200; i++)); do
     pids+=($!)
 done
 sleep 1
-# Runs "$@" for 3 s, stops it; prints stop-to-exit seconds and peak RSS.
-stop_and_rss() {
-    /usr/bin/time -f '%M' -o "$work/rss" "$@" >"$work/out2" 2>/dev/null &
+# Runs "$@" for 3 s, stops it; prints seconds from the stop signal to the
+# output file being in place ("-" for a tool that writes none), to exit,
+# and the peak RSS (KiB), on one line. $out_file: the file "$@" renames
+# into place when its output is done (empty: the tool has none such).
+stop_once() {
+    [ -z "$out_file" ] || rm -f "$out_file"
+    /usr/bin/time -f '%M' -o "$work/rss" "$@" >/dev/null 2>&1 &
     local p=$!
     sleep 3
-    local t0 t1
-    t0=$(date +%s.%N)
+    local t0 t_out=- t1
+    t0=$(date +%s%N)
     pkill -INT -P "$p" || true
+    if [ -n "$out_file" ]; then
+        # Written atomically (renamed into place) once the output is done.
+        while [ ! -e "$out_file" ] && kill -0 "$p" 2>/dev/null; do sleep 0.002; done
+        t_out=$(($(date +%s%N) - t0))
+    fi
     wait "$p" || true
-    t1=$(date +%s.%N)
-    printf '%.3f s, %d MiB' "$(echo "$t1 - $t0" | bc -l)" "$(($(tail -1 "$work/rss") / 1024))"
+    t1=$(($(date +%s%N) - t0))
+    echo "$t_out $t1 $(tail -1 "$work/rss")"
 }
-echo "200 processes of one binary, 3 s system-wide at 99 Hz: stop to output, peak RSS"
-echo "  flare:  $(stop_and_rss "$flare" profile -F 99 -f)"
+# Medians and ranges over $repeats runs: stop to output, stop to exit, and
+# the peak RSS.
+stop_and_rss() {
+    local runs=()
+    for ((r = 0; r < repeats; r++)); do runs+=("$(stop_once "$@")"); done
+    local col s
+    for col in 1 2; do
+        s=$(printf '%s\n' "${runs[@]}" | awk -v c=$col '$c != "-" {printf "%.3f\n", $c / 1e9}' | sort -g)
+        [ -n "$s" ] && printf '%s %.3f s (%.3f-%.3f), ' "$([ $col = 1 ] && echo output || echo exit)" \
+            "$(median <<<"$s")" "$(head -1 <<<"$s")" "$(tail -1 <<<"$s")"
+    done
+    printf '%d MiB' "$(printf '%s\n' "${runs[@]}" | awk '$3 > m {m = $3} END {print int(m / 1024)}')"
+}
+echo "200 processes of one binary, 3 s system-wide at 99 Hz: from the stop signal to the output written and to exit, median of $repeats (range), peak RSS"
+out_file=$work/flare.folded
+echo "  flare:  $(stop_and_rss "$flare" profile -F 99 -o "$out_file")"
+# perf writes perf.data as it goes, and profile-bee may too: exit only.
+out_file=
 echo "  perf:   $(stop_and_rss perf record -a -g -F 99 -o "$work/perf.data" -q) (record only; perf report afterwards is extra)"
 [ -n "$probee" ] && echo "  probee: $(stop_and_rss "$probee" --frequency 99 --time 0 -o "$work/probee.folded")"
 true

@@ -101,4 +101,10 @@ pub trait Collector {
     fn mappings(&self) -> Option<Mappings> {
         None
     }
+
+    /// Hands over the pipeline's record of processes' mappings, which the
+    /// collector's unwinder reads instead of `/proc/PID/maps` (the same
+    /// facts, kept up to date from the kernel's records at no cost per
+    /// process).
+    fn share_mappings(&self, _mappings: &Mappings) {}
 }

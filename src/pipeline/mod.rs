@@ -140,6 +140,7 @@ pub fn run(
             false => Scope::Pids(warm.pids),
         }),
     };
+    collector.share_mappings(&mappings);
     match plan.mode {
         Mode::Once => once(collector, sinks, plan, stop, mappings),
         Mode::Periodic {
@@ -175,6 +176,8 @@ fn once(
     })?;
     wait(stop, plan.duration.map(|d| started + d));
     let elapsed = started.elapsed();
+    // The user now waits for the output: ahead of the workload.
+    crate::priority::hurry_process();
     let Collection { samples, lost } = collector.collect(false)?;
     let samples = symbolizer.resolve(samples);
     let profile = finish(&*collector, meta, samples, lost, elapsed);

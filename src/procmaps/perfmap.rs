@@ -15,6 +15,7 @@ use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::os::unix::fs::MetadataExt;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use super::procfs::{effective_uid, namespace_pid};
 use super::{Backing, Mapping};
@@ -80,7 +81,14 @@ pub(crate) struct PerfMaps {
     pending: HashSet<u32>,
     /// Processes whose map was refused (noted once).
     refused: HashSet<u32>,
+    /// When the pending processes were last looked at.
+    retried: Option<Instant>,
 }
+
+/// Pending processes are looked at again at most this often: a JIT
+/// runtime without a perf map (qemu, a JVM without an agent) would
+/// otherwise cost two reads of /proc at every poll of the tracker.
+const RETRY_GAP: Duration = Duration::from_millis(250);
 
 /// True for a mapping of anonymous executable memory (where JIT code is).
 fn is_jit(m: &Mapping) -> bool {
@@ -108,6 +116,10 @@ impl PerfMaps {
 
     /// Looks again for the maps of processes that have none yet.
     pub(crate) fn retry(&mut self) {
+        if self.pending.is_empty() || self.retried.is_some_and(|t| t.elapsed() < RETRY_GAP) {
+            return;
+        }
+        self.retried = Some(Instant::now());
         let pending: Vec<u32> = self.pending.iter().copied().collect();
         for pid in pending {
             let alive = std::path::Path::new(&format!("/proc/{pid}")).exists();

@@ -60,7 +60,7 @@ impl Copy {
         let mut h = DefaultHasher::new();
         boot.trim().hash(&mut h);
         modules_text.hash(&mut h);
-        let name = format!("kallsyms-{:016x}", h.finish());
+        let name = format!("kallsyms-2-{:016x}", h.finish());
         let path = dir.join(&name);
         let core = match read_header(&path) {
             Some(core) => core,
@@ -119,16 +119,23 @@ fn parse_header(line: &str) -> Option<Range<u64>> {
     (start < end).then_some(start..end)
 }
 
-/// The symbols worth keeping from kallsyms' text (the core kernel's and
-/// the modules', not the transient ones), and the core text range.
+/// The symbols worth keeping from kallsyms' text, and the core text
+/// range: functions (stack addresses are code) of the core kernel and the
+/// modules, not the transient ones, and not the `__pfx_` padding before
+/// each function (half the lines on 6.x kernels; no code runs there).
+/// Fewer lines parse faster: 10 ms instead of 20 here, where kallsyms has
+/// no data symbols; Debian's kernels have as many again.
 fn filter(text: &str) -> Option<(String, Range<u64>)> {
     let (mut stext, mut etext) = (None, None);
-    let mut kept = String::with_capacity(text.len());
+    let mut kept = String::with_capacity(text.len() / 2);
     for line in text.lines() {
         let mut f = line.split_whitespace();
-        let (Some(addr), Some(_), Some(name)) = (f.next(), f.next(), f.next()) else {
+        let (Some(addr), Some(kind), Some(name)) = (f.next(), f.next(), f.next()) else {
             continue;
         };
+        if !matches!(kind, "t" | "T" | "w" | "W") || name.starts_with("__pfx_") {
+            continue;
+        }
         // Transient code: [bpf], [__builtin__ftrace], [__builtin__kprobes].
         if f.next()
             .is_some_and(|m| m.starts_with("[bpf]") || m.starts_with("[__builtin"))
@@ -192,8 +199,10 @@ mod tests {
 
     const KALLSYMS: &str = "\
 ffffffff81000000 T _stext
+ffffffff810000f0 t __pfx_entry_SYSCALL_64
 ffffffff81000100 T entry_SYSCALL_64
 ffffffff81000200 t do_work
+ffffffff81800000 D some_data
 ffffffff82000000 T _etext
 ffffffffc0001000 t ext4_read\t[ext4]
 ffffffffc0100000 t bpf_prog_0123456789abcdef_f\t[bpf]
@@ -220,6 +229,7 @@ ffffffffc0200000 t ftrace_trampoline\t[__builtin__ftrace]
         assert!(text.starts_with("#flare-kallsyms ffffffff81000000 ffffffff82000000\n"));
         assert!(text.contains("do_work") && text.contains("ext4_read"));
         assert!(!text.contains("bpf_prog") && !text.contains("ftrace_trampoline"));
+        assert!(!text.contains("__pfx_") && !text.contains("some_data"));
         assert!(copy.covers(0xffff_ffff_8100_0210));
         assert!(copy.covers(0xffff_ffff_c000_1010));
         assert!(!copy.covers(0xffff_ffff_c010_0010), "BPF is read fresh");

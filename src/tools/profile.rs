@@ -19,6 +19,7 @@ use crate::bpf::skel::profile::{types, ProfileSkel, ProfileSkelBuilder};
 use crate::bpf::{comm_str, read_counts, system, variant, Periodic, PlainKey};
 use crate::collect::{Collection, Collector, RawSample, RawTask, WarmUp};
 use crate::error::{Error, Result};
+use crate::procmaps::Mappings;
 use crate::profile::{Kind, Meta};
 
 pub use crate::collect::Stacks;
@@ -145,7 +146,7 @@ pub struct Session<'obj> {
     /// State kept between clearing reads.
     periodic: Periodic,
     /// Feeds the BPF unwinder (not with --unwind fp).
-    _unwinder: Option<Unwinder>,
+    unwinder: Option<Unwinder>,
 }
 
 /// Opens the user's pinned map at `path`, checking it can serve as a
@@ -272,7 +273,7 @@ impl<'obj> Session<'obj> {
             config,
             _links: Vec::new(),
             periodic: Periodic::default(),
-            _unwinder: unwinder,
+            unwinder,
         };
         session.attach()?;
         Ok(session)
@@ -347,6 +348,12 @@ impl<'obj> Session<'obj> {
 }
 
 impl Collector for Session<'_> {
+    fn share_mappings(&self, mappings: &Mappings) {
+        if let Some(u) = &self.unwinder {
+            u.use_mappings(mappings.clone());
+        }
+    }
+
     fn meta(&self) -> Meta {
         meta(&self.config)
     }

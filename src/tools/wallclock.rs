@@ -28,6 +28,7 @@ use crate::bpf::skel::wallclock::{types, WallclockSkel, WallclockSkelBuilder};
 use crate::bpf::{comm_str, probe, read_counts, system, variant, Periodic, PlainKey};
 use crate::collect::{Collection, Collector, RawSample, RawTask, RawTrace, Stacks, WarmUp};
 use crate::error::{Error, Result};
+use crate::procmaps::Mappings;
 use crate::profile::{ExtraValue, Frame, Kind, Meta, Sample, Trace};
 use crate::tools::offcpu::is_tracing_frame;
 use crate::tools::profile::Target;
@@ -165,7 +166,7 @@ pub struct Session<'obj> {
     periodic: Periodic,
     raw_tp: bool,
     /// Feeds the BPF unwinder (not with --unwind fp).
-    _unwinder: Option<Unwinder>,
+    unwinder: Option<Unwinder>,
 }
 
 impl<'obj> Session<'obj> {
@@ -253,7 +254,7 @@ impl<'obj> Session<'obj> {
             _links: Vec::new(),
             periodic: Periodic::default(),
             raw_tp,
-            _unwinder: unwinder,
+            unwinder,
         };
         session.attach()?;
         Ok(session)
@@ -408,6 +409,12 @@ fn name_state(trace: &mut Trace) -> bool {
 }
 
 impl Collector for Session<'_> {
+    fn share_mappings(&self, mappings: &Mappings) {
+        if let Some(u) = &self.unwinder {
+            u.use_mappings(mappings.clone());
+        }
+    }
+
     fn meta(&self) -> Meta {
         let mut meta = Meta::new(Kind::Wall, "cpu-clock + sched_switch");
         meta.target = target_words(&self.config.target);

@@ -15,7 +15,7 @@ use std::ops::Range;
 use std::os::unix::fs::MetadataExt;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -24,7 +24,8 @@ use libbpf_rs::{Map, MapCore, MapFlags, MapHandle, RingBufferBuilder};
 use super::cache::DiskCache;
 use super::elf::vaddr_of_offset;
 use super::objects::{Object, Objects, Stats};
-use super::procs::{exec_mappings, Backing, ExecMapping};
+use super::procs::{exec_mappings, tracked_mappings, Backing, ExecMapping};
+use crate::procmaps::Mappings;
 
 /// Mirrors unwind_types.h.
 const NO_TABLE: u32 = u32::MAX;
@@ -169,6 +170,10 @@ pub struct Loader {
     procs: HashMap<u32, Loaded>,
     /// Slices freed at the last tick: BPF may still be reading them.
     retired: Vec<Range<u32>>,
+    /// The run's record of mappings, once the pipeline has one: read
+    /// instead of `/proc/PID/maps`, which costs the kernel 50-200 us a
+    /// process (a fork storm's worth of it showed in its wall time).
+    tracked: Arc<OnceLock<Mappings>>,
 }
 
 fn exe_id(pid: u32) -> (u64, u64) {
@@ -186,6 +191,7 @@ impl Loader {
             slices: Slices::new(cap),
             procs: HashMap::new(),
             retired: Vec::new(),
+            tracked: Arc::default(),
         })
     }
 
@@ -208,7 +214,11 @@ impl Loader {
     /// the process is gone or there is no room (or, while loading from
     /// the cache only, a table is not there).
     pub fn load(&mut self, pid: u32) -> bool {
-        let Ok(maps) = exec_mappings(pid) else {
+        let maps = match self.tracked.get() {
+            Some(tracked) => tracked_mappings(tracked, pid),
+            None => exec_mappings(pid).ok(),
+        };
+        let Some(maps) = maps else {
             return false;
         };
         let mut entries = Vec::with_capacity(maps.len());
@@ -338,6 +348,7 @@ const RELOAD_GAP: Duration = Duration::from_millis(20);
 /// The loader at work on a thread of its own, until dropped.
 pub struct Unwinder {
     stop: Arc<AtomicBool>,
+    tracked: Arc<OnceLock<Mappings>>,
     thread: Option<JoinHandle<Stats>>,
 }
 
@@ -353,13 +364,21 @@ impl Unwinder {
         }
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
+        let tracked = loader.tracked.clone();
         let thread = std::thread::Builder::new()
             .name("flare-unwind".into())
             .spawn(move || serve(loader, flag, scan_all))?;
         Ok(Unwinder {
             stop,
+            tracked,
             thread: Some(thread),
         })
+    }
+
+    /// From now on, processes' mappings come from `mappings` (the run's
+    /// tracker) rather than from `/proc`.
+    pub fn use_mappings(&self, mappings: Mappings) {
+        let _ = self.tracked.set(mappings);
     }
 
     /// Stops the thread; returns what it built.
@@ -470,6 +489,7 @@ mod tests {
             offset: 0x1000,
             backing: Backing::File("/x".into()),
             dev_ino: (0, 0),
+            opened: None,
         };
         let e = entry(&m, Some(&object));
         assert_eq!(e.table, 3);

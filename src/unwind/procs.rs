@@ -8,6 +8,8 @@
 use std::io;
 use std::path::PathBuf;
 
+use crate::procmaps::{Backing as TrackedBacking, Mapping, Mappings};
+
 /// What is mapped at a range.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Backing {
@@ -30,6 +32,9 @@ pub struct ExecMapping {
     /// The file's device and inode as `/proc/PID/maps` gives them (0, 0:
     /// no file), so that a known object is found without opening it.
     pub dev_ino: (u64, u64),
+    /// A path that opens the very file mapped (a descriptor the run's
+    /// tracker holds), tried first.
+    pub opened: Option<PathBuf>,
 }
 
 impl ExecMapping {
@@ -40,13 +45,13 @@ impl ExecMapping {
         let Backing::File(path) = &self.backing else {
             return Vec::new();
         };
-        vec![
-            PathBuf::from(format!(
-                "/proc/{pid}/map_files/{:x}-{:x}",
-                self.start, self.end
-            )),
-            PathBuf::from(format!("/proc/{pid}/root{path}")),
-        ]
+        let mut paths: Vec<PathBuf> = self.opened.iter().cloned().collect();
+        paths.push(PathBuf::from(format!(
+            "/proc/{pid}/map_files/{:x}-{:x}",
+            self.start, self.end
+        )));
+        paths.push(PathBuf::from(format!("/proc/{pid}/root{path}")));
+        paths
     }
 }
 
@@ -73,7 +78,37 @@ fn parse_line(line: &str) -> Option<ExecMapping> {
         offset: l.offset,
         backing,
         dev_ino: (l.dev, l.ino),
+        opened: None,
     })
+}
+
+/// The executable mappings of process `pid` as the run's tracker knows
+/// them (it reads `/proc` itself for a process it has no record of).
+pub fn tracked_mappings(mappings: &Mappings, pid: u32) -> Option<Vec<ExecMapping>> {
+    // Records still in the kernel's buffers: a library mapped just now.
+    mappings.sync();
+    let space = mappings.space(pid, None)?;
+    Some(space.mappings.iter().map(from_tracked).collect())
+}
+
+fn from_tracked(m: &Mapping) -> ExecMapping {
+    let (backing, dev_ino, opened) = match &m.backing {
+        TrackedBacking::File(o) => (
+            Backing::File(o.path().to_string()),
+            o.dev_ino(),
+            o.open_path(),
+        ),
+        TrackedBacking::Anon(n) if &**n == "[vdso]" => (Backing::Vdso, (0, 0), None),
+        TrackedBacking::Anon(_) => (Backing::Other, (0, 0), None),
+    };
+    ExecMapping {
+        start: m.start,
+        end: m.end,
+        offset: m.offset,
+        backing,
+        dev_ino,
+        opened,
+    }
 }
 
 /// Every process, as flare's /proc lists them.

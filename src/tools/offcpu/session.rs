@@ -13,6 +13,7 @@ use crate::bpf::skel::offcpu::{types, OffcpuSkel, OffcpuSkelBuilder};
 use crate::bpf::{comm_str, probe, read_counts, variant, Periodic, PlainKey};
 use crate::collect::{Collection, Collector, RawSample, RawTask, RawTrace, WarmUp};
 use crate::error::{Error, Result};
+use crate::procmaps::Mappings;
 use crate::profile::{Kind, Meta, Sample};
 use crate::unwind::{self, Unwinder};
 
@@ -40,7 +41,7 @@ pub struct Session<'obj> {
     /// State kept between clearing reads.
     periodic: Periodic,
     /// Feeds the BPF unwinder (not with --unwind fp).
-    _unwinder: Option<Unwinder>,
+    unwinder: Option<Unwinder>,
 }
 
 /// The way to attach: the one asked for, or the first that works.
@@ -183,7 +184,7 @@ impl<'obj> Session<'obj> {
             attach,
             _links: Vec::new(),
             periodic: Periodic::default(),
-            _unwinder: unwinder,
+            unwinder,
         };
         session.attach_programs()?;
         Ok(session)
@@ -260,6 +261,12 @@ impl<'obj> Session<'obj> {
 }
 
 impl Collector for Session<'_> {
+    fn share_mappings(&self, mappings: &Mappings) {
+        if let Some(u) = &self.unwinder {
+            u.use_mappings(mappings.clone());
+        }
+    }
+
     fn meta(&self) -> Meta {
         let (kind, event) = match self.config.tool {
             Tool::OffCpu => (Kind::OffCpu, "sched_switch"),

@@ -27,6 +27,7 @@ use crate::bpf::skel::stackcount::{types, StackcountSkel, StackcountSkelBuilder}
 use crate::bpf::{comm_str, probe, read_counts, variant, Periodic, PlainKey};
 use crate::collect::{Collection, Collector, RawSample, RawTask, WarmUp};
 use crate::error::{Error, Result};
+use crate::procmaps::Mappings;
 use crate::profile::{Kind, Meta, Sample};
 
 pub use crate::collect::Stacks;
@@ -173,7 +174,7 @@ pub struct Session<'obj> {
     /// State kept between clearing reads (-i).
     periodic: Periodic,
     /// Feeds the BPF unwinder (not with --unwind fp).
-    _unwinder: Option<Unwinder>,
+    unwinder: Option<Unwinder>,
     /// How user stacks are walked: which build extra objects load.
     unwind: crate::unwind::Mode,
 }
@@ -319,7 +320,7 @@ impl<'obj> Session<'obj> {
             pattern,
             matched: 0,
             periodic: Periodic::default(),
-            _unwinder: unwinder,
+            unwinder,
             unwind: mode,
         };
         session.attach(&targets)?;
@@ -357,6 +358,12 @@ impl<'obj> Session<'obj> {
 }
 
 impl Collector for Session<'_> {
+    fn share_mappings(&self, mappings: &Mappings) {
+        if let Some(u) = &self.unwinder {
+            u.use_mappings(mappings.clone());
+        }
+    }
+
     fn meta(&self) -> Meta {
         let mut meta = Meta::new(Kind::Count, &self.pattern.text);
         meta.target = match self.config.pid {
