@@ -2,7 +2,7 @@
 //! either one event per CPU (system-wide) or one per target thread.
 
 use std::io;
-use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 
 use libbpf_rs::libbpf_sys as sys;
 
@@ -51,23 +51,7 @@ pub fn open_cpu_clock(scope: Scope, sampling: Sampling) -> io::Result<OwnedFd> {
             (tid as i32, cpu.map_or(-1, |c| c as i32))
         }
     };
-    // SAFETY: attr is initialised and outlives the call; the syscall returns
-    // a new file descriptor or -1 and takes no other pointers.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_perf_event_open,
-            &attr as *const sys::perf_event_attr,
-            pid,
-            cpu,
-            -1,
-            sys::PERF_FLAG_FD_CLOEXEC,
-        )
-    };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: fd is a freshly opened descriptor that nothing else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+    crate::procmaps::perf::open_event(&attr, pid, cpu)
 }
 
 /// Opens a CPU-clock event for `scope` and attaches `prog` to it: the
