@@ -122,8 +122,8 @@ fn wait(stop: &Receiver<()>, deadline: Option<Instant>) -> bool {
 }
 
 /// Runs `collector` to the end of `plan` (its duration, or a message on
-/// `stop`), feeding `sinks`. The collector is dropped — detached — as soon
-/// as its last read is done, before the final symbolization.
+/// `stop`), feeding `sinks`. A one-shot run's collector is dropped —
+/// detached — once the output is written.
 pub fn run(
     collector: Box<dyn Collector + '_>,
     sinks: &mut [&mut dyn Sink],
@@ -166,6 +166,9 @@ fn once(
     mappings: Mappings,
 ) -> Result<()> {
     let meta = collector.meta();
+    // flare's threads sleep while the kernel counts; when they wake, the
+    // user (or the kernel's buffers) is waiting.
+    crate::priority::renice_process();
     // Symbolization warms up (kallsyms, the targets' binaries) while the
     // collector counts.
     let warm = collector.warm_up();
@@ -181,9 +184,11 @@ fn once(
     let Collection { samples, lost } = collector.collect(false)?;
     let samples = symbolizer.resolve(samples);
     let profile = finish(&*collector, meta, samples, lost, elapsed);
-    drop(collector);
     let reported = each(sinks, |s| s.report(&profile));
     let ended = each(sinks, |s| s.end());
+    // Detaching (closing the BPF objects and perf events) takes a while
+    // on a busy machine: after the output, not before it.
+    drop(collector);
     reported.and(ended)
 }
 

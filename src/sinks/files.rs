@@ -94,7 +94,10 @@ pub fn write_atomically(
         write(&mut w)?;
         w.flush()?;
     }
-    tmp.as_file().sync_all()?;
+    // No fsync: readers see the whole file or none (the rename), which is
+    // what a profile written at the end of a run needs; waiting for the
+    // disk cost 10-70 ms of the way from Ctrl-C to output on a busy
+    // machine. (The agent's rotated files, kept for days, are synced.)
     // tempfile creates files readable by the owner only; results are
     // ordinary files.
     tmp.as_file()
