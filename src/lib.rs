@@ -23,7 +23,6 @@ pub mod launch;
 pub mod live;
 pub mod output;
 pub mod pipeline;
-pub mod priority;
 pub mod procmaps;
 pub mod profile;
 pub mod sinks;

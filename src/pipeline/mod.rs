@@ -166,9 +166,6 @@ fn once(
     mappings: Mappings,
 ) -> Result<()> {
     let meta = collector.meta();
-    // flare's threads sleep while the kernel counts; when they wake, the
-    // user (or the kernel's buffers) is waiting.
-    crate::priority::renice_process();
     // Symbolization warms up (kallsyms, the targets' binaries) while the
     // collector counts.
     let warm = collector.warm_up();
@@ -179,8 +176,6 @@ fn once(
     })?;
     wait(stop, plan.duration.map(|d| started + d));
     let elapsed = started.elapsed();
-    // The user now waits for the output: ahead of the workload.
-    crate::priority::hurry_process();
     let Collection { samples, lost } = collector.collect(false)?;
     let samples = symbolizer.resolve(samples);
     let profile = finish(&*collector, meta, samples, lost, elapsed);

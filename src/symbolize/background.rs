@@ -46,9 +46,19 @@ fn set_policy(tid: i32, policy: libc::c_int) {
     let _ = unsafe { libc::sched_setscheduler(tid, policy, &param) };
 }
 
-/// Puts thread `tid` back to normal scheduling, ahead of the workload.
+/// The nice value of the thread once results are wanted: the user is
+/// waiting for them, and on a machine kept busy by the workload a thread
+/// at the workload's own priority would finish its warm-up at the pace
+/// of one runnable task among many.
+const WANTED_NICE: libc::c_int = -10;
+
+/// Puts thread `tid` back to normal scheduling, ahead of the workload
+/// (where allowed: raising priority needs CAP_SYS_NICE).
 fn hurry(tid: i32) {
-    crate::priority::hurry_thread(tid);
+    set_policy(tid, libc::SCHED_OTHER);
+    // SAFETY: setpriority takes no pointers; on Linux PRIO_PROCESS with a
+    // thread id sets that thread's nice value.
+    let _ = unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, WANTED_NICE) };
 }
 
 impl Background {
