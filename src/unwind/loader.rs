@@ -362,6 +362,7 @@ impl Unwinder {
         for &pid in preload {
             loader.load(pid);
         }
+        loader.objects.wait_placed();
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         let tracked = loader.tracked.clone();

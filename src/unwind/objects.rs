@@ -24,6 +24,7 @@ use super::elf::{Elf, Segment};
 use super::spares::{self, Spares};
 use super::table::{Row, Table, TableError};
 use crate::procmaps::vdso_image;
+use std::thread::JoinHandle;
 
 /// Mirrors unwind_types.h.
 pub const MAX_ROWS: usize = 1 << 23;
@@ -71,6 +72,9 @@ pub struct Objects {
     next_id: Arc<AtomicU32>,
     /// Row maps installed ahead of need (none if their thread failed).
     spares: Option<Spares>,
+    /// Tables still being placed in `unwind_tables` on threads of their
+    /// own.
+    placing: Vec<JoinHandle<()>>,
     warned: HashSet<String>,
     pub stats: Stats,
     /// Use tables from the disk cache only: an object that would have to
@@ -92,6 +96,7 @@ impl Objects {
             by_key: HashMap::new(),
             next_id,
             spares,
+            placing: Vec::new(),
             warned: HashSet::new(),
             stats: Stats::default(),
             cache_only: false,
@@ -208,6 +213,16 @@ impl Objects {
         installed
     }
 
+    /// Waits until every table is in place: the targets named on the
+    /// command line are loaded before sampling starts, and their first
+    /// events must find their tables (stackcount's counts per caller are
+    /// exact from the first call). Their puts overlap: one grace period.
+    pub fn wait_placed(&mut self) {
+        for h in self.placing.drain(..) {
+            let _ = h.join();
+        }
+    }
+
     fn warn(&mut self, name: &str, why: &str) {
         if self.warned.insert(name.to_string()) {
             eprintln!("WARNING: {name}: {why}; its frames are walked by frame pointers.");
@@ -248,8 +263,10 @@ impl Objects {
                 // Placed on a thread of its own (a grace period nobody
                 // here waits for), else now.
                 let map = Arc::new(map);
-                if !self.spares.as_ref().is_some_and(|s| s.place(id, &map)) {
-                    spares::put(&self.tables, id, &map).map_err(io::Error::other)?;
+                self.placing.retain(|h| !h.is_finished());
+                match self.spares.as_ref().and_then(|s| s.place(id, &map)) {
+                    Some(placing) => self.placing.push(placing),
+                    None => spares::put(&self.tables, id, &map).map_err(io::Error::other)?,
                 }
                 id
             }

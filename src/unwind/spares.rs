@@ -21,6 +21,7 @@ use std::os::fd::{AsFd, AsRawFd};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::Arc;
+use std::thread::JoinHandle;
 
 use libbpf_rs::libbpf_sys as sys;
 use libbpf_rs::{MapCore, MapFlags, MapHandle, MapType};
@@ -100,16 +101,16 @@ impl Spares {
     }
 
     /// Puts `map` in slot `id` on a thread of its own (so that the grace
-    /// periods of many such puts overlap); false when no thread could be
+    /// periods of many such puts overlap); `None` when no thread could be
     /// started.
-    pub fn place(&self, id: u32, map: &Arc<MapHandle>) -> bool {
+    pub fn place(&self, id: u32, map: &Arc<MapHandle>) -> Option<JoinHandle<()>> {
         let (tables, map) = (self.tables.clone(), map.clone());
         std::thread::Builder::new()
             .name("flare-place".into())
             .spawn(move || {
                 let _ = put(&tables, id, &map);
             })
-            .is_ok()
+            .ok()
     }
 }
 
