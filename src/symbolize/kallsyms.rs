@@ -22,19 +22,21 @@ use std::io::{BufRead, BufReader, Write};
 use std::ops::Range;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// Where the per-boot copies live.
 const DIR: &str = "/run/flare";
 
-/// The first line of a copy: the core kernel's text range. blazesym skips
-/// it (its first field is not an address).
+/// The first line of a copy: the core kernel's text ranges (its text, and
+/// its init text, freed after boot but still on the idle tasks' stacks).
+/// blazesym skips it (its first field is not an address).
 const HEADER: &str = "#flare-kallsyms";
 
 /// A copy of the kernel's symbols for this boot, and what it covers.
 #[derive(Debug)]
 pub(crate) struct Copy {
     pub(crate) path: PathBuf,
-    /// The core text first, then each module's memory.
+    /// The core text ranges first, then each module's memory.
     pub(crate) covers: Vec<Range<u64>>,
 }
 
@@ -60,16 +62,51 @@ impl Copy {
         let mut h = DefaultHasher::new();
         boot.trim().hash(&mut h);
         modules_text.hash(&mut h);
-        let name = format!("kallsyms-2-{:016x}", h.finish());
+        let name = format!("kallsyms-3-{:016x}", h.finish());
         let path = dir.join(&name);
-        let core = match read_header(&path) {
+        let mut covers = match read_header(&path) {
             Some(core) => core,
             None => write_copy(dir, &name, &proc.join("kallsyms"))?,
         };
-        let mut covers = vec![core];
         covers.extend(modules);
         Some(Copy { path, covers })
     }
+}
+
+/// True for the module tag of code that comes and goes: `[bpf]`,
+/// `[__builtin__ftrace]`, `[__builtin__kprobes]`.
+fn is_transient(tag: &str) -> bool {
+    tag.starts_with("[bpf]") || tag.starts_with("[__builtin")
+}
+
+/// The functions that come and go (BPF programs, trampolines), as the
+/// kallsyms at `path` lists them now, sorted by address. They are few:
+/// kept apart so that the whole of kallsyms is not held a second time
+/// beside the copy (4 MiB, which a run without end would carry on).
+pub(crate) fn transient(path: &Path) -> Vec<(u64, Arc<str>)> {
+    let Ok(text) = fs::read_to_string(path) else {
+        return Vec::new();
+    };
+    let mut syms: Vec<(u64, Arc<str>)> = text
+        .lines()
+        .filter_map(|line| {
+            let mut f = line.split_whitespace();
+            let (addr, _, name) = (f.next()?, f.next()?, f.next()?);
+            if !f.next().is_some_and(is_transient) {
+                return None;
+            }
+            Some((u64::from_str_radix(addr, 16).ok()?, name.into()))
+        })
+        .collect();
+    syms.sort_by_key(|s| s.0);
+    syms
+}
+
+/// The transient function holding `addr`: the last one starting at or
+/// before it (kallsyms gives no sizes).
+pub(crate) fn find(syms: &[(u64, Arc<str>)], addr: u64) -> Option<&Arc<str>> {
+    let i = syms.partition_point(|s| s.0 <= addr);
+    syms[..i].last().map(|s| &s.1)
 }
 
 /// Each module's memory (`name size refs deps state address`), or `None`
@@ -95,9 +132,9 @@ fn module_ranges(text: &str) -> Option<Vec<Range<u64>>> {
     Some(out)
 }
 
-/// The core text range in the header of the copy at `path`, when the copy
-/// exists and is this user's own (root's: others see no addresses).
-fn read_header(path: &Path) -> Option<Range<u64>> {
+/// The core text ranges in the header of the copy at `path`, when the
+/// copy exists and is this user's own (root's: others see no addresses).
+fn read_header(path: &Path) -> Option<Vec<Range<u64>>> {
     let file = fs::File::open(path).ok()?;
     let meta = file.metadata().ok()?;
     // SAFETY: geteuid has no preconditions.
@@ -109,24 +146,40 @@ fn read_header(path: &Path) -> Option<Range<u64>> {
     parse_header(&line)
 }
 
-fn parse_header(line: &str) -> Option<Range<u64>> {
+fn parse_header(line: &str) -> Option<Vec<Range<u64>>> {
     let mut f = line.split_whitespace();
     if f.next()? != HEADER {
         return None;
     }
-    let start = u64::from_str_radix(f.next()?, 16).ok()?;
-    let end = u64::from_str_radix(f.next()?, 16).ok()?;
-    (start < end).then_some(start..end)
+    let mut out = Vec::new();
+    while let (Some(start), Some(end)) = (f.next(), f.next()) {
+        let start = u64::from_str_radix(start, 16).ok()?;
+        let end = u64::from_str_radix(end, 16).ok()?;
+        if start >= end {
+            return None;
+        }
+        out.push(start..end);
+    }
+    (!out.is_empty()).then_some(out)
+}
+
+/// The header line for core text ranges `core`.
+fn header(core: &[Range<u64>]) -> String {
+    let mut line = HEADER.to_string();
+    for r in core {
+        line.push_str(&format!(" {:x} {:x}", r.start, r.end));
+    }
+    line
 }
 
 /// The symbols worth keeping from kallsyms' text, and the core text
-/// range: functions (stack addresses are code) of the core kernel and the
+/// ranges (text, and init text where kallsyms shows it): functions (stack addresses are code) of the core kernel and the
 /// modules, not the transient ones, and not the `__pfx_` padding before
 /// each function (half the lines on 6.x kernels; no code runs there).
 /// Fewer lines parse faster: 10 ms instead of 20 here, where kallsyms has
 /// no data symbols; Debian's kernels have as many again.
-fn filter(text: &str) -> Option<(String, Range<u64>)> {
-    let (mut stext, mut etext) = (None, None);
+fn filter(text: &str) -> Option<(String, Vec<Range<u64>>)> {
+    let (mut stext, mut etext, mut sinit, mut einit) = (None, None, None, None);
     let mut kept = String::with_capacity(text.len() / 2);
     for line in text.lines() {
         let mut f = line.split_whitespace();
@@ -136,10 +189,7 @@ fn filter(text: &str) -> Option<(String, Range<u64>)> {
         if !matches!(kind, "t" | "T" | "w" | "W") || name.starts_with("__pfx_") {
             continue;
         }
-        // Transient code: [bpf], [__builtin__ftrace], [__builtin__kprobes].
-        if f.next()
-            .is_some_and(|m| m.starts_with("[bpf]") || m.starts_with("[__builtin"))
-        {
+        if f.next().is_some_and(is_transient) {
             continue;
         }
         let Ok(addr) = u64::from_str_radix(addr, 16) else {
@@ -148,19 +198,30 @@ fn filter(text: &str) -> Option<(String, Range<u64>)> {
         match name {
             "_stext" => stext = Some(addr),
             "_etext" => etext = Some(addr),
+            "_sinittext" => sinit = Some(addr),
+            "_einittext" => einit = Some(addr),
             _ => {}
         }
         kept.push_str(line);
         kept.push('\n');
     }
     let core = stext?..etext?;
-    (core.start != 0 && core.start < core.end).then_some((kept, core))
+    if core.start == 0 || core.start >= core.end {
+        return None;
+    }
+    let mut ranges = vec![core];
+    if let (Some(s), Some(e)) = (sinit, einit) {
+        if s < e {
+            ranges.push(s..e);
+        }
+    }
+    Some((kept, ranges))
 }
 
 /// Writes the copy `name` into `dir` from the kallsyms at `kallsyms`
 /// (atomically: a reader sees the whole copy or none). Returns the core
-/// text range.
-fn write_copy(dir: &Path, name: &str, kallsyms: &Path) -> Option<Range<u64>> {
+/// text ranges.
+fn write_copy(dir: &Path, name: &str, kallsyms: &Path) -> Option<Vec<Range<u64>>> {
     let text = fs::read_to_string(kallsyms).ok()?;
     let (kept, core) = filter(&text)?;
     fs::DirBuilder::new()
@@ -184,8 +245,8 @@ fn write_copy(dir: &Path, name: &str, kallsyms: &Path) -> Option<Range<u64>> {
         .mode(0o600)
         .open(&tmp)
         .ok()?;
-    let written = writeln!(file, "{HEADER} {:x} {:x}", core.start, core.end)
-        .and_then(|()| file.write_all(kept.as_bytes()));
+    let written =
+        writeln!(file, "{}", header(&core)).and_then(|()| file.write_all(kept.as_bytes()));
     if written.is_err() || fs::rename(&tmp, dir.join(name)).is_err() {
         let _ = fs::remove_file(&tmp);
         return None;
@@ -204,6 +265,9 @@ ffffffff81000100 T entry_SYSCALL_64
 ffffffff81000200 t do_work
 ffffffff81800000 D some_data
 ffffffff82000000 T _etext
+ffffffff83000000 T _sinittext
+ffffffff83000100 T start_kernel
+ffffffff83100000 T _einittext
 ffffffffc0001000 t ext4_read\t[ext4]
 ffffffffc0100000 t bpf_prog_0123456789abcdef_f\t[bpf]
 ffffffffc0200000 t ftrace_trampoline\t[__builtin__ftrace]
@@ -226,8 +290,13 @@ ffffffffc0200000 t ftrace_trampoline\t[__builtin__ftrace]
         let dir = tempfile::tempdir().expect("temp dir");
         let copy = Copy::in_dir(dir.path(), proc.path()).expect("a copy");
         let text = fs::read_to_string(&copy.path).expect("copy");
-        assert!(text.starts_with("#flare-kallsyms ffffffff81000000 ffffffff82000000\n"));
+        assert!(text.starts_with(
+            "#flare-kallsyms ffffffff81000000 ffffffff82000000 ffffffff83000000 ffffffff83100000\n"
+        ));
         assert!(text.contains("do_work") && text.contains("ext4_read"));
+        // Init text (freed after boot, still on the idle tasks' stacks).
+        assert!(text.contains("start_kernel"));
+        assert!(copy.covers(0xffff_ffff_8300_0180));
         assert!(!text.contains("bpf_prog") && !text.contains("ftrace_trampoline"));
         assert!(!text.contains("__pfx_") && !text.contains("some_data"));
         assert!(copy.covers(0xffff_ffff_8100_0210));
@@ -256,6 +325,19 @@ ffffffffc0200000 t ftrace_trampoline\t[__builtin__ftrace]
         assert_ne!(first.path, other.path);
         assert!(!first.path.exists());
         assert!(other.covers(0xffff_ffff_c030_0010));
+    }
+
+    #[test]
+    fn transient_functions_are_read_apart() {
+        let proc = fake_proc(MODULES);
+        let syms = transient(&proc.path().join("kallsyms"));
+        let names: Vec<&str> = syms.iter().map(|s| &*s.1).collect();
+        assert_eq!(names, ["bpf_prog_0123456789abcdef_f", "ftrace_trampoline"]);
+        assert_eq!(
+            find(&syms, 0xffff_ffff_c010_0040).map(|s| &**s),
+            Some("bpf_prog_0123456789abcdef_f")
+        );
+        assert_eq!(find(&syms, 0xffff_ffff_c000_0000), None);
     }
 
     #[test]

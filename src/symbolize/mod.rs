@@ -36,7 +36,7 @@ pub use background::Background;
 pub enum RawTrace {
     /// Not asked for.
     NotCollected,
-    /// Could not be stored; `enomem` when the stack map was full.
+    /// Could not be stored; `enomem` when the stack storage was full.
     Missed { enomem: bool },
     /// Instruction pointers, leaf first (empty: no such stack). Shared:
     /// many keys point at one stack.
@@ -166,54 +166,73 @@ impl Symbolizer {
 
     /// Resolves kernel addresses, caching results for the run: those of
     /// the core kernel and its modules from this boot's copy of their
-    /// symbols, the rest (BPF programs, trampolines) from `/proc/kallsyms`.
+    /// symbols, the rest (BPF programs, trampolines) from `/proc/kallsyms`
+    /// as it reads now (without a copy, everything from there).
     fn resolve_kernel(&mut self, addrs: &BTreeSet<u64>) -> HashMap<u64, Resolved> {
         let missing: Vec<u64> = addrs
             .iter()
             .copied()
             .filter(|a| !self.kernel_cache.contains_key(a))
             .collect();
-        let copy = if missing.is_empty() {
-            None
-        } else {
-            self.kallsyms()
-        };
-        let (copied, fresh): (Vec<u64>, Vec<u64>) = missing
-            .into_iter()
-            .partition(|&a| copy.is_some_and(|c| c.covers(a)));
-        let copy = copy.map(|c| c.path.clone());
-        for (missing, path) in [(copied, copy), (fresh, None)] {
-            if missing.is_empty() {
-                continue;
+        if missing.is_empty() {
+            // Nothing to read.
+        } else if let Some(copy) = self.kallsyms() {
+            let path = copy.path.clone();
+            let (copied, rest): (Vec<u64>, Vec<u64>) =
+                missing.into_iter().partition(|&a| copy.covers(a));
+            self.name_kernel(copied, MaybeDefault::Some(path));
+            // The rest is read apart from /proc/kallsyms (its few
+            // transient functions), not through a second whole parse.
+            if !rest.is_empty() {
+                let syms = kallsyms::transient(std::path::Path::new("/proc/kallsyms"));
+                for a in rest {
+                    let frames = match kallsyms::find(&syms, a) {
+                        Some(name) => vec![Frame {
+                            addr: a,
+                            ..Frame::named(name.clone(), FrameKind::Kernel)
+                        }],
+                        None => vec![Frame::unknown(a, FrameKind::Kernel)],
+                    };
+                    self.kernel_cache.insert(a, frames);
+                }
             }
-            let src = Source::Kernel(Kernel {
-                kallsyms: path.map_or(MaybeDefault::Default, MaybeDefault::Some),
-                vmlinux: MaybeDefault::None,
-                kaslr_offset: None,
-                debug_syms: false,
-                ..Default::default()
-            });
-            let results = self.inner.symbolize(&src, Input::AbsAddr(&missing));
-            let resolved: Vec<Resolved> = match results {
-                Ok(syms) => missing
-                    .iter()
-                    .zip(syms)
-                    .map(|(&a, s)| {
-                        convert(a, s, FrameKind::Kernel, self.options)
-                            .unwrap_or_else(|| vec![Frame::unknown(a, FrameKind::Kernel)])
-                    })
-                    .collect(),
-                Err(_) => missing
-                    .iter()
-                    .map(|&a| vec![Frame::unknown(a, FrameKind::Kernel)])
-                    .collect(),
-            };
-            self.kernel_cache.extend(missing.into_iter().zip(resolved));
+        } else {
+            self.name_kernel(missing, MaybeDefault::Default);
         }
         addrs
             .iter()
             .map(|a| (*a, self.kernel_cache[a].clone()))
             .collect()
+    }
+
+    /// Names kernel addresses through blazesym from the kallsyms at
+    /// `kallsyms`, into the cache.
+    fn name_kernel(&mut self, missing: Vec<u64>, kallsyms: MaybeDefault<std::path::PathBuf>) {
+        if missing.is_empty() {
+            return;
+        }
+        let src = Source::Kernel(Kernel {
+            kallsyms,
+            vmlinux: MaybeDefault::None,
+            kaslr_offset: None,
+            debug_syms: false,
+            ..Default::default()
+        });
+        let resolved: Vec<Resolved> = match self.inner.symbolize(&src, Input::AbsAddr(&missing)) {
+            Ok(syms) => missing
+                .iter()
+                .zip(syms)
+                .map(|(&a, s)| {
+                    convert(a, s, FrameKind::Kernel, self.options)
+                        .unwrap_or_else(|| vec![Frame::unknown(a, FrameKind::Kernel)])
+                })
+                .collect(),
+            Err(_) => missing
+                .iter()
+                .map(|&a| vec![Frame::unknown(a, FrameKind::Kernel)])
+                .collect(),
+        };
+        self.kernel_cache.extend(missing.into_iter().zip(resolved));
     }
 
     /// Resolves one process's user addresses: normalized through its
