@@ -24,16 +24,11 @@ fn main() {
         other => other,
     };
     let arch_define = format!("-D__TARGET_ARCH_{target_arch}");
-    println!("cargo:rerun-if-changed=bpf/vmlinux.h");
-    println!("cargo:rerun-if-changed=bpf/common.h");
-    println!("cargo:rerun-if-changed=bpf/flare.bpf.h");
-    println!("cargo:rerun-if-changed=bpf/unwind.h");
-    println!("cargo:rerun-if-changed=bpf/unwind_types.h");
-    println!("cargo:rerun-if-changed=bpf/linux/errno.h");
+    // The whole directory: any header a program includes, now or later
+    // (cargo looks at every file below it).
+    println!("cargo:rerun-if-changed=bpf");
     for name in PROGRAMS {
         let src = format!("bpf/{name}.bpf.c");
-        println!("cargo:rerun-if-changed={src}");
-        println!("cargo:rerun-if-changed=bpf/{name}.h");
         let args = |extra: &'static str| {
             [
                 OsStr::new("-Ibpf"),

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
 /*
- * BPF-side helpers shared by every flare program: the stack-trace map and
- * the one place stacks are captured (flare_capture_stacks), task ids as
+ * BPF-side helpers shared by every flare program: the one place stacks
+ * are captured (flare_capture_stacks, into stacks.h's storage), task ids as
  * flare's PID namespace sees them, and counting into a hash map. Included
  * once by each tool.bpf.c, after vmlinux.h and libbpf's headers.
  */
@@ -32,14 +32,6 @@ const volatile __u32 follow_tgid = 0;
 /* Which stacks to capture (-U / -K), set before load. */
 const volatile bool user_stacks = true;
 const volatile bool kernel_stacks = true;
-
-/* Stack traces, shared by all keys of a program; sized before load. */
-struct {
-	__uint(type, BPF_MAP_TYPE_STACK_TRACE);
-	__uint(key_size, sizeof(__u32));
-	__uint(value_size, FLARE_MAX_STACK_DEPTH * sizeof(__u64));
-	__uint(max_entries, 16384);
-} stacks SEC(".maps");
 
 /*
  * The current task's process and thread ids as flare's PID namespace sees
@@ -101,13 +93,10 @@ static __always_inline bool flare_follows_current(void)
 }
 
 /*
- * The current task's user stack: its id in `stacks` (frame pointers), or
- * in `ustacks` (at or above UNWIND_OWN_ID: unwound with tables, unwind.h),
- * or a negative errno. The one place user stacks are walked, so that
- * every tool gets the same unwinding.
- *
- * No BPF_F_REUSE_STACKID: a colliding stack must not overwrite one that
- * earlier keys still point to; it is reported as missed instead.
+ * The current task's user stack, stored (stacks.h): its id, or a negative
+ * errno. The one place user stacks are walked, so that every tool gets
+ * the same unwinding: with tables (unwind.h) unless frame pointers were
+ * asked for.
  */
 static __always_inline __s64 flare_user_stack(void *ctx)
 {
@@ -115,7 +104,7 @@ static __always_inline __s64 flare_user_stack(void *ctx)
 
 	if (unwind_mode != UNWIND_MODE_FP && flare_current_ids(&tgid, &tid))
 		return flare_unwind_user(tgid);
-	return bpf_get_stackid(ctx, &stacks, BPF_F_USER_STACK);
+	return flare_get_stack(ctx, BPF_F_USER_STACK, FLARE_USER_ID_MASK, FLARE_USER_ID_BASE);
 }
 
 /*
@@ -127,7 +116,8 @@ static __always_inline __s64 flare_user_stack(void *ctx)
 static __always_inline void flare_capture_stacks(void *ctx, __s64 *user_id, __s32 *kernel_id)
 {
 	*user_id = user_stacks ? flare_user_stack(ctx) : FLARE_STACK_SKIPPED;
-	*kernel_id = kernel_stacks ? bpf_get_stackid(ctx, &stacks, 0) : FLARE_STACK_SKIPPED;
+	*kernel_id = kernel_stacks ? (__s32)flare_get_stack(ctx, 0, FLARE_KERNEL_ID_MASK, 0)
+				   : FLARE_STACK_SKIPPED;
 }
 
 /*

@@ -21,7 +21,7 @@
 struct offcpu_task {
 	__u32 pid;		/* thread group id */
 	__u32 tid;		/* thread id */
-	__s64 user_stack_id;	/* id in `stacks` or `ustacks`, or a negative errno */
+	__s64 user_stack_id;	/* id in `stacks`, or a negative errno */
 	__s32 kernel_stack_id;	/* id in `stacks`, or a negative errno */
 	char comm[FLARE_TASK_COMM_LEN];
 	__u32 pad;

@@ -4,8 +4,8 @@
  *
  * Attached to software CPU clock perf events (one per CPU, or one per
  * target thread). Each sample that passes the filters bumps the counter of
- * its (pid, tid, comm, user stack id, kernel stack id) key; stacks live in a
- * stack-trace map. User space reads both once at the end.
+ * its (pid, tid, comm, user stack id, kernel stack id) key; stacks live in
+ * flare's stack storage (stacks.h). User space reads both once at the end.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>

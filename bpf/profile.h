@@ -9,7 +9,7 @@
 struct profile_key {
 	__u32 pid;		/* thread group id, as flare's PID namespace sees it */
 	__u32 tid;		/* thread id, or 0 unless threads are told apart */
-	__s64 user_stack_id;	/* id in `stacks` or `ustacks`, or a negative errno */
+	__s64 user_stack_id;	/* id in `stacks`, or a negative errno */
 	__s32 kernel_stack_id;	/* id in `stacks`, or a negative errno */
 	char comm[FLARE_TASK_COMM_LEN];
 	__u32 pad;

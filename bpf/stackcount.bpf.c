@@ -8,7 +8,7 @@
  * kprobe and kprobe.multi or fentry (kernel functions). User space turns
  * autoload off for every entry point the pattern does not need. Each event
  * that passes the filters bumps the counter of its (pid, comm, user stack
- * id, kernel stack id) key; stacks live in a stack-trace map.
+ * id, kernel stack id) key; stacks live in flare's stack storage (stacks.h).
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>

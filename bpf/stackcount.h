@@ -13,7 +13,7 @@
 struct stackcount_key {
 	__u32 pid;		/* thread group id, or FLARE_SC_ALL_PIDS */
 	__s32 kernel_stack_id;	/* id in `stacks`, or a negative errno */
-	__s64 user_stack_id;	/* id in `stacks` or `ustacks`, or a negative errno */
+	__s64 user_stack_id;	/* id in `stacks`, or a negative errno */
 	char comm[FLARE_TASK_COMM_LEN];	/* empty with FLARE_SC_ALL_PIDS */
 };
 

@@ -10,15 +10,15 @@
  * steps by the frame pointer (auto only). The walk runs under bpf_loop
  * (5.17+); user space keeps frame pointers where the kernel lacks it.
  *
- * Stacks go to `ustacks`, keyed by a hash of their frames with
- * UNWIND_OWN_ID set; a different stack with the same hash is detected and
- * reported as lost, never merged.
+ * Stacks go to flare's stack storage (stacks.h), keyed by a hash of
+ * their frames computed as they are walked.
  */
 #ifndef FLARE_UNWIND_H
 #define FLARE_UNWIND_H
 
 #include <bpf/bpf_core_read.h>
 #include "unwind_types.h"
+#include "stacks.h"
 
 const volatile __u32 unwind_mode = UNWIND_MODE_FP;
 
@@ -69,21 +69,6 @@ struct {
 	__type(value, __u64);
 	__uint(max_entries, 4096);
 } unwind_reported SEC(".maps");
-
-/* flare's user stacks, by id (hash | UNWIND_OWN_ID); sized before load. */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__type(key, __u64);
-	__type(value, struct unwind_stack);
-	__uint(max_entries, 16384);
-} ustacks SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__type(key, __u32);
-	__type(value, struct unwind_stack);
-	__uint(max_entries, 1);
-} unwind_scratch SEC(".maps");
 
 #ifdef FLARE_FP_ONLY
 /*
@@ -279,17 +264,16 @@ static long unwind_step(__u64 i, void *ctx)
 	struct unwind_mapping *m = NULL;
 	struct unwind_row *r = NULL;
 	__u64 pc = w->pc, cfa, ra, bp, lookup;
-	struct unwind_stack *out;
+	struct flare_stack *out;
 	__u32 n = w->n, zero = 0;
 	__u8 kind;
 
-	out = bpf_map_lookup_elem(&unwind_scratch, &zero);
+	out = bpf_map_lookup_elem(&stack_scratch, &zero);
 	if (!out || !pc || n >= FLARE_MAX_STACK_DEPTH)
 		return 1;
 	out->pcs[n] = pc;
 	w->n = n + 1;
-	w->hash = (w->hash ^ pc) * 0x100000001b3ULL;
-	w->hash ^= w->hash >> 29;
+	w->hash = flare_hash_step(w->hash, pc);
 
 	lookup = w->return_address ? pc - 1 : pc;
 	if (w->have_proc) {
@@ -350,35 +334,19 @@ static long unwind_step(__u64 i, void *ctx)
 	return 0;
 }
 
-/* True when `a` and `b` hold the same frames. */
-static __always_inline bool unwind_same(struct unwind_stack *a, struct unwind_stack *b)
-{
-	if (a->len != b->len)
-		return false;
-	for (int i = 0; i < FLARE_MAX_STACK_DEPTH; i++) {
-		if (i >= a->len)
-			break;
-		if (a->pcs[i] != b->pcs[i])
-			return false;
-	}
-	return true;
-}
-
 /*
- * Walks the current task's user stack with the tables and stores it:
- * its id (UNWIND_OWN_ID | hash), or a negative errno as bpf_get_stackid
- * gives one (-EFAULT: no user stack; -ENOMEM: storage full; -EEXIST: a
- * different stack with the same hash).
+ * Walks the current task's user stack with the tables and stores it: its
+ * id, or a negative errno as flare_store_stack gives one (-EFAULT: no
+ * user stack).
  */
 static __always_inline __s64 flare_unwind_user(__u32 pid)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
 	struct unwind_walk w = {};
 	struct unwind_proc *proc;
-	struct unwind_stack *old, *out;
+	struct flare_stack *out;
 	struct pt_regs *regs;
 	__u32 zero = 0;
-	__u64 id;
 
 	if (!BPF_CORE_READ(task, mm))
 		return -FLARE_EFAULT;
@@ -389,7 +357,7 @@ static __always_inline __s64 flare_unwind_user(__u32 pid)
 	w.sp = BPF_CORE_READ(regs, sp);
 	w.bp = BPF_CORE_READ(regs, bp);
 	w.pid = pid;
-	w.hash = 0xcbf29ce484222325ULL;
+	w.hash = FLARE_HASH_SEED;
 	proc = bpf_map_lookup_elem(&unwind_procs, &pid);
 	if (proc) {
 		w.first = proc->first;
@@ -403,26 +371,11 @@ static __always_inline __s64 flare_unwind_user(__u32 pid)
 	__sync_fetch_and_add(&unwind_stats.stacks, 1);
 	if (w.complete)
 		__sync_fetch_and_add(&unwind_stats.complete, 1);
-	out = bpf_map_lookup_elem(&unwind_scratch, &zero);
+	out = bpf_map_lookup_elem(&stack_scratch, &zero);
 	if (!out || !w.n)
 		return -FLARE_EFAULT;
 	out->len = w.n;
-	id = (w.hash & (UNWIND_OWN_ID - 1)) | UNWIND_OWN_ID;
-	old = bpf_map_lookup_elem(&ustacks, &id);
-	if (old) {
-		if (unwind_same(old, out))
-			return id;
-		__sync_fetch_and_add(&unwind_stats.collisions, 1);
-		return -FLARE_EEXIST;
-	}
-	if (bpf_map_update_elem(&ustacks, &id, out, BPF_NOEXIST)) {
-		/* Another CPU may have stored it meanwhile. */
-		old = bpf_map_lookup_elem(&ustacks, &id);
-		if (old && unwind_same(old, out))
-			return id;
-		return -FLARE_ENOMEM;
-	}
-	return id;
+	return flare_store_stack(out, w.hash, FLARE_USER_ID_MASK, FLARE_USER_ID_BASE);
 }
 #endif /* FLARE_FP_ONLY */
 

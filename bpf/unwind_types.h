@@ -9,13 +9,9 @@
 #include "common.h"
 
 /* --unwind: how user stacks are walked (rodata `unwind_mode`). */
-#define UNWIND_MODE_FP		0	/* bpf_get_stackid: frame pointers */
+#define UNWIND_MODE_FP		0	/* bpf_get_stack: frame pointers */
 #define UNWIND_MODE_AUTO	1	/* tables, frame pointers where none */
 #define UNWIND_MODE_DWARF	2	/* tables only: no table ends the walk */
-
-/* User stack ids at or above this bit are keys of `ustacks`; below it,
- * ids of the stack-trace map (negative: an errno, as before). */
-#define UNWIND_OWN_ID		(1ULL << 62)
 
 /* Row kinds (src/unwind/table.rs): the CFA rule in the low 4 bits... */
 #define UNWIND_CFA_NONE		0	/* no information: frame pointer */
@@ -70,12 +66,6 @@ struct unwind_proc {
 	__u32 nr;
 };
 
-/* A stack in flare's own storage (`ustacks`), leaf first. */
-struct unwind_stack {
-	__u64 len;
-	__u64 pcs[FLARE_MAX_STACK_DEPTH];
-};
-
 /* Sent to user space: a process, or an address, with no mapping known. */
 #define UNWIND_EVENT_PROC	1	/* no `unwind_procs` entry */
 #define UNWIND_EVENT_PC		2	/* pc in no mapping of the process */
@@ -92,7 +82,6 @@ struct unwind_stats {
 	__u64 complete;		/* ... that reached the outermost frame */
 	__u64 fp_frames;	/* frames found through the frame pointer */
 	__u64 no_proc;		/* stacks of processes not loaded yet */
-	__u64 collisions;	/* different stacks with one hash (not stored) */
 	__u64 events_lost;	/* events the ring buffer had no room for */
 };
 

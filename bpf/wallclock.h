@@ -14,7 +14,7 @@
 struct wallclock_key {
 	__u32 pid;		/* thread group id, as flare's PID namespace sees it */
 	__u32 tid;		/* thread id, likewise */
-	__s64 user_stack_id;	/* id in `stacks` or `ustacks`, or a negative errno */
+	__s64 user_stack_id;	/* id in `stacks`, or a negative errno */
 	__s32 kernel_stack_id;	/* id in `stacks`, or a negative errno */
 	__u32 state;		/* WALL_ON_CPU, or the task state when it blocked */
 	char comm[FLARE_TASK_COMM_LEN];

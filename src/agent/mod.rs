@@ -7,7 +7,7 @@
 //! collection never waits for a network. Long runs stay flat: the run is
 //! renewed every [`Config::renew`] (about two minutes, a whole number of
 //! windows), or sooner once it has seen [`RENEW_PROCESSES`] processes —
-//! a fresh BPF session, whose stack map would otherwise fill with stacks
+//! a fresh BPF session, whose stack storage would otherwise fill with stacks
 //! of exited processes (new stacks are then lost), and a fresh
 //! symbolizer: blazesym keeps an entry per process and mapping it has
 //! read, and the soak test saw an agent on a machine starting many short

@@ -57,6 +57,20 @@ pub struct CommonKnobs {
     /// A launched command's process whose descendants are targets too, or
     /// 0 (see [`CommonKnobs::following`]).
     pub follow_tgid: u32,
+    /// The bits of a stack's hash that make its id in the stack storage:
+    /// all, unless `FLARE_TEST_STACK_HASH_BITS` narrows them (tests make
+    /// different stacks collide on purpose, to see them kept apart).
+    pub stack_hash_mask: u64,
+}
+
+/// The stack hash mask `FLARE_TEST_STACK_HASH_BITS` asks for (all bits
+/// when unset or not a number below 64).
+fn stack_hash_mask() -> u64 {
+    std::env::var("FLARE_TEST_STACK_HASH_BITS")
+        .ok()
+        .and_then(|v| v.parse::<u32>().ok())
+        .filter(|&b| b < 64)
+        .map_or(!0, |b| (1u64 << b) - 1)
 }
 
 impl CommonKnobs {
@@ -69,6 +83,7 @@ impl CommonKnobs {
             self_tgid: if include_self { 0 } else { std::process::id() },
             pidns: system::pid_namespace(),
             follow_tgid: 0,
+            stack_hash_mask: stack_hash_mask(),
         }
     }
 
@@ -93,6 +108,7 @@ macro_rules! set_common_knobs {
         $ro.kernel_stacks = k.kernel_stacks;
         $ro.self_tgid = k.self_tgid;
         $ro.follow_tgid = k.follow_tgid;
+        $ro.stack_hash_mask = k.stack_hash_mask;
         if let Some((dev, ino)) = k.pidns {
             $ro.use_pidns = true;
             $ro.pidns_dev = dev;

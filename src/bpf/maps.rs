@@ -1,8 +1,7 @@
 //! Reading the two maps every tool has: a hash map from a tool-specific
-//! key to a `u64` count (or sum), and the stack-trace map those keys point
-//! into (and flare's own storage of user stacks unwound in BPF,
-//! `ustacks`). Losses are counted as they are met, so each tool reports
-//! them the same way.
+//! key to a `u64` count (or sum), and flare's stack storage (`stacks`,
+//! `bpf/stacks.h`) those keys point into. Losses are counted as they are
+//! met, so each tool reports them the same way.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -15,8 +14,6 @@ use crate::symbolize::RawTrace;
 
 /// Mirrors `common.h`: the stack id stored when a stack was not asked for.
 pub const STACK_SKIPPED: i64 = -1;
-/// Mirrors `unwind_types.h`: ids at or above this are keys of `ustacks`.
-pub const UNWIND_OWN_ID: i64 = 1 << 62;
 const EFAULT: i64 = 14;
 const ENOMEM: i64 = 12;
 const EEXIST: i64 = 17;
@@ -61,18 +58,16 @@ pub fn read_counts<K: PlainKey, M: MapCore>(counts: &M, clear: bool) -> Result<V
         .collect())
 }
 
-/// Stacks already read, by id. The stack maps are never cleared and ids
-/// are not reused (no BPF_F_REUSE_STACKID; `ustacks` never replaces an
-/// entry), so an id names the same stack for a whole run and periodic
-/// readers can keep this across reads. It holds at most one entry per
-/// slot of the stack maps.
+/// Stacks already read, by id. The storage is never cleared and an entry
+/// is never replaced, so an id names the same stack for a whole run and
+/// periodic readers can keep this across reads. It holds at most one
+/// entry per slot of the storage.
 pub type StackCache = HashMap<i64, RawTrace>;
 
 /// Reads stacks by id during one collection: each valid id is looked up
 /// in the kernel once, and stacks that could not be stored are counted.
 pub struct StackReader<'m, M: MapCore> {
     stacks: &'m M,
-    ustacks: Option<&'m M>,
     cache: StackCache,
     missed: u64,
     map_full: bool,
@@ -87,17 +82,10 @@ impl<'m, M: MapCore> StackReader<'m, M> {
     pub fn with_cache(stacks: &'m M, cache: StackCache) -> Self {
         StackReader {
             stacks,
-            ustacks: None,
             cache,
             missed: 0,
             map_full: false,
         }
-    }
-
-    /// Also reads user stacks unwound in BPF, from `ustacks`.
-    pub fn with_user_stacks(mut self, ustacks: &'m M) -> Self {
-        self.ustacks = Some(ustacks);
-        self
     }
 
     /// The stacks read so far, for the next reader.
@@ -105,13 +93,11 @@ impl<'m, M: MapCore> StackReader<'m, M> {
         self.cache
     }
 
-    /// The stack behind an id returned by `bpf_get_stackid` (or by
-    /// flare's unwinder: ids from [`UNWIND_OWN_ID`] on are keys of
-    /// `ustacks`). `collected` says whether the tool asked for this kind
-    /// of stack at all. A valid id is looked up in its map; -EFAULT means there is no such
-    /// stack (a user-mode sample has no kernel stack); any other error
-    /// means the stack could not be stored, and is counted (per key, as
-    /// bcc counts).
+    /// The stack behind an id in the storage. `collected` says whether
+    /// the tool asked for this kind of stack at all. A valid id is looked
+    /// up; -EFAULT means there is no such stack (a user-mode sample has no
+    /// kernel stack); any other error means the stack could not be stored,
+    /// and is counted (per key, as bcc counts).
     pub fn read(&mut self, id: impl Into<i64>, collected: bool) -> RawTrace {
         let id = id.into();
         if !collected || id == STACK_SKIPPED {
@@ -121,9 +107,8 @@ impl<'m, M: MapCore> StackReader<'m, M> {
             return RawTrace::Addrs(Arc::from([]));
         }
         if id < 0 {
-            // A stack map is a hash table without chaining: a taken bucket
-            // (-EEXIST) is as much a sign of a small map as running out
-            // (-ENOMEM).
+            // -ENOMEM: the storage was full. -EEXIST (every probed id
+            // held another stack) is as much a sign of a crowded storage.
             let enomem = id == -ENOMEM || id == -EEXIST;
             self.missed += 1;
             self.map_full |= enomem;
@@ -151,28 +136,12 @@ impl<'m, M: MapCore> StackReader<'m, M> {
 
     /// The addresses stored under `id`, leaf first.
     fn lookup(&self, id: i64) -> Option<Vec<u64>> {
-        let words = |bytes: &[u8]| -> Vec<u64> {
-            bytes
-                .chunks_exact(8)
-                .map(|c| u64::from_ne_bytes(c.try_into().unwrap_or([0; 8])))
-                .collect()
-        };
-        if id >= UNWIND_OWN_ID {
-            // struct unwind_stack: a length, then the frames.
-            let bytes = self
-                .ustacks?
-                .lookup(&id.to_ne_bytes(), MapFlags::ANY)
-                .ok()??;
-            let w = words(&bytes);
-            let len = usize::try_from(*w.first()?).ok()?;
-            return Some(w.get(1..1 + len.min(w.len() - 1))?.to_vec());
-        }
-        let key = i32::try_from(id).ok()?;
+        // struct flare_stack: a length, then the frames.
         let bytes = self
             .stacks
-            .lookup(&key.to_ne_bytes(), MapFlags::ANY)
+            .lookup(&(id as u64).to_ne_bytes(), MapFlags::ANY)
             .ok()??;
-        Some(words(&bytes).into_iter().take_while(|&a| a != 0).collect())
+        frames(&bytes)
     }
 
     /// What was lost, with `hash_full` events dropped for a full counts map.
@@ -184,6 +153,17 @@ impl<'m, M: MapCore> StackReader<'m, M> {
             ..Lost::default()
         }
     }
+}
+
+/// The frames of a `struct flare_stack` (a length, then the addresses),
+/// or `None` when the bytes are not one.
+fn frames(bytes: &[u8]) -> Option<Vec<u64>> {
+    let mut words = bytes
+        .chunks_exact(8)
+        .map(|c| u64::from_ne_bytes(c.try_into().unwrap_or([0; 8])));
+    let len = usize::try_from(words.next()?).ok()?;
+    let frames: Vec<u64> = words.take(len).collect();
+    (frames.len() == len).then_some(frames)
 }
 
 /// What a tool carries from one clearing read of its maps to the next (for

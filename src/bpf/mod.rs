@@ -1,6 +1,6 @@
 //! Collecting: BPF skeletons, perf events, and what every loader needs
 //! (privilege and BTF checks, memlock, CPU lists, PID namespaces, reading
-//! stack-trace maps).
+//! the stack storage).
 
 pub mod loader;
 pub mod maps;

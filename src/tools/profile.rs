@@ -235,7 +235,7 @@ impl<'obj> Session<'obj> {
         maps.targets
             .set_max_entries((ids.len() as u32).max(1))
             .map_err(load_err)?;
-        crate::unwind_size_maps!(maps, mode, config.stack_storage_size).map_err(load_err)?;
+        crate::unwind_size_maps!(maps, mode).map_err(load_err)?;
         if let Some(m) = &cgroup {
             maps.cgroup_sets
                 .set_inner_map_fd(m.as_fd())
@@ -376,10 +376,7 @@ impl Collector for Session<'_> {
     /// they are read, so the next call returns only what came after (stack
     /// map entries are kept: their ids may still be in use).
     fn collect(&mut self, clear: bool) -> Result<Collection> {
-        let mut stacks = self
-            .periodic
-            .reader(&self.skel.maps.stacks, clear)
-            .with_user_stacks(&self.skel.maps.ustacks);
+        let mut stacks = self.periodic.reader(&self.skel.maps.stacks, clear);
         let mut samples = Vec::new();
         for (k, count) in read_counts::<types::profile_key, _>(&self.skel.maps.counts, clear)? {
             let user = stacks.read(k.user_stack_id, self.config.stacks.user);

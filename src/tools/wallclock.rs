@@ -234,7 +234,7 @@ impl<'obj> Session<'obj> {
         maps.targets
             .set_max_entries((ids.len() as u32).max(1))
             .map_err(load_err)?;
-        crate::unwind_size_maps!(maps, mode, config.stack_storage_size).map_err(load_err)?;
+        crate::unwind_size_maps!(maps, mode).map_err(load_err)?;
         let skel = open.load().map_err(load_err)?;
         loader::fill_targets(&skel.maps.targets, ids, "wallclock")?;
         // A launched command has not exec'd yet: its maps are read when
@@ -463,10 +463,7 @@ impl Collector for Session<'_> {
         let mut entries = read_counts::<types::wallclock_key, _>(&self.skel.maps.counts, clear)?;
         entries.extend(self.still_blocked(clear));
         let want = self.config.stacks;
-        let mut stacks = self
-            .periodic
-            .reader(&self.skel.maps.stacks, clear)
-            .with_user_stacks(&self.skel.maps.ustacks);
+        let mut stacks = self.periodic.reader(&self.skel.maps.stacks, clear);
         let mut samples = Vec::with_capacity(entries.len());
         for (k, ns) in entries {
             let mut user = stacks.read(k.user_stack_id, want.user);

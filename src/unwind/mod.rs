@@ -136,7 +136,6 @@ pub fn start(
 
 /// The unwinder's maps of a tool's object, before load.
 pub struct OpenMaps<'a, 'obj> {
-    pub ustacks: &'a mut OpenMapMut<'obj>,
     pub procs: &'a mut OpenMapMut<'obj>,
     pub mappings: &'a mut OpenMapMut<'obj>,
     pub tables: &'a mut OpenMapMut<'obj>,
@@ -144,13 +143,12 @@ pub struct OpenMaps<'a, 'obj> {
     pub events: &'a mut OpenMapMut<'obj>,
 }
 
-/// Sizes the unwinder's maps for `mode`: `stack_storage` user stacks;
-/// with frame pointers, one entry each, so they cost nothing.
-pub fn size_maps(mode: Mode, stack_storage: u32, m: OpenMaps<'_, '_>) -> libbpf_rs::Result<()> {
+/// Sizes the unwinder's maps for `mode`: with frame pointers, one entry
+/// each, so they cost nothing.
+pub fn size_maps(mode: Mode, m: OpenMaps<'_, '_>) -> libbpf_rs::Result<()> {
     if mode != Mode::Fp {
-        return m.ustacks.set_max_entries(stack_storage);
+        return Ok(());
     }
-    m.ustacks.set_max_entries(1)?;
     m.procs.set_max_entries(1)?;
     m.mappings.set_max_entries(1)?;
     m.tables.set_max_entries(1)?;
@@ -163,12 +161,10 @@ pub fn size_maps(mode: Mode, stack_storage: u32, m: OpenMaps<'_, '_>) -> libbpf_
 /// Sizes the unwinder maps of an open skeleton (`$maps`: its `maps`).
 #[macro_export]
 macro_rules! unwind_size_maps {
-    ($maps:expr, $mode:expr, $storage:expr) => {
+    ($maps:expr, $mode:expr) => {
         $crate::unwind::size_maps(
             $mode,
-            $storage,
             $crate::unwind::OpenMaps {
-                ustacks: &mut $maps.ustacks,
                 procs: &mut $maps.unwind_procs,
                 mappings: &mut $maps.unwind_mappings,
                 tables: &mut $maps.unwind_tables,

@@ -67,9 +67,20 @@ impl Tracer {
 
     /// As [`Tracer::start`], or flare's output when it exits instead.
     pub fn try_start(args: &[&str]) -> Result<Self, String> {
+        Self::try_start_with(args, &[])
+    }
+
+    /// As [`Tracer::start`], with `env` set for flare.
+    pub fn start_with(args: &[&str], env: &[(&str, &str)]) -> Self {
+        Self::try_start_with(args, env)
+            .unwrap_or_else(|e| panic!("flare {args:?} did not start: {e}"))
+    }
+
+    fn try_start_with(args: &[&str], env: &[(&str, &str)]) -> Result<Self, String> {
         let mut child = flare()
             .arg("stackcount")
             .args(args)
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -110,6 +121,13 @@ impl Tracer {
         signal(self.child.0.id(), libc::SIGINT);
         wait_output(&mut self.child.0)
     }
+
+    /// Interrupts flare and returns the rest of its standard output and
+    /// its standard error.
+    pub fn finish_both(mut self) -> (String, String) {
+        signal(self.child.0.id(), libc::SIGINT);
+        wait_both(&mut self.child.0)
+    }
 }
 
 /// Reads one line byte by byte, so that nothing after it is buffered away.
@@ -127,6 +145,11 @@ pub fn read_line_unbuffered(r: &mut impl Read, line: &mut String) -> usize {
 }
 
 pub fn wait_output(child: &mut Child) -> String {
+    wait_both(child).0
+}
+
+/// Waits for flare to succeed; its standard output and standard error.
+pub fn wait_both(child: &mut Child) -> (String, String) {
     let mut out = String::new();
     child
         .stdout
@@ -140,7 +163,7 @@ pub fn wait_output(child: &mut Child) -> String {
         let _ = e.read_to_string(&mut err);
     }
     assert!(status.success(), "flare failed ({status}): {err}\n{out}");
-    out
+    (out, err)
 }
 
 /// Counts of the multi-line output, keyed by the stack's frames joined

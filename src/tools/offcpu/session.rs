@@ -166,7 +166,7 @@ impl<'obj> Session<'obj> {
             // Unused: keep it from taking memory.
             maps.wokeby.set_max_entries(1).map_err(load_err)?;
         }
-        crate::unwind_size_maps!(maps, mode, config.stack_storage_size).map_err(load_err)?;
+        crate::unwind_size_maps!(maps, mode).map_err(load_err)?;
         let skel = open.load().map_err(load_err)?;
         loader::fill_targets(&skel.maps.targets, ids, "offcpu")?;
         let (pids, all): (&[u32], bool) = match &config.threads {
@@ -314,10 +314,7 @@ impl Collector for Session<'_> {
     /// are read, so the next call returns only what came after (periods
     /// still running are counted when they end).
     fn collect(&mut self, clear: bool) -> Result<Collection> {
-        let mut stacks = self
-            .periodic
-            .reader(&self.skel.maps.stacks, clear)
-            .with_user_stacks(&self.skel.maps.ustacks);
+        let mut stacks = self.periodic.reader(&self.skel.maps.stacks, clear);
         let mut samples = Vec::new();
         let want = self.config.stacks;
         let mut task = |t: &types::offcpu_task| RawTask {

@@ -277,7 +277,7 @@ impl<'obj> Session<'obj> {
             .stacks
             .set_max_entries(config.stack_storage_size)
             .map_err(load_err)?;
-        crate::unwind_size_maps!(open.maps, mode, config.stack_storage_size).map_err(load_err)?;
+        crate::unwind_size_maps!(open.maps, mode).map_err(load_err)?;
         attach::choose_programs(&mut open.progs, &pattern, &targets)?;
         // Loading fentry is itself the probe: keep libbpf's complaints
         // out of the way of the one-line error that explains a refusal.
@@ -391,13 +391,10 @@ impl Collector for Session<'_> {
     }
 
     /// Reads every counted stack. With `clear`, counts are removed as they
-    /// are read, so the next call returns only what came after (stack map
-    /// entries are kept: their ids may still be in use).
+    /// are read, so the next call returns only what came after (stored
+    /// stacks are kept: their ids may still be in use).
     fn collect(&mut self, clear: bool) -> Result<Collection> {
-        let mut stacks = self
-            .periodic
-            .reader(&self.skel.maps.stacks, clear)
-            .with_user_stacks(&self.skel.maps.ustacks);
+        let mut stacks = self.periodic.reader(&self.skel.maps.stacks, clear);
         let mut samples = Vec::new();
         for (k, count) in read_counts::<types::stackcount_key, _>(&self.skel.maps.counts, clear)? {
             let user = stacks.read(k.user_stack_id, self.config.stacks.user);

@@ -1,0 +1,139 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * flare's own stack storage, for every stack of every tool: kernel stacks
+ * and user stacks, whether walked by frame pointers (bpf_get_stack) or
+ * with tables (unwind.h). Included by unwind.h.
+ *
+ * Why not the kernel's stack-trace map: it is a table of buckets chosen
+ * by a hash of the frames with a fixed seed, without chaining. Two common
+ * stacks in one bucket collide on every event of a run; without
+ * BPF_F_REUSE_STACKID the second is lost ([Missed Kernel Stack]), with it
+ * the first is overwritten under keys that still point to it. KASLR makes
+ * it a different pair on every boot. Here a stack's id is a hash of its
+ * frames, a different stack under a taken id is probed apart (the next
+ * ids), and a stack is lost only when the storage is full.
+ */
+#ifndef FLARE_STACKS_H
+#define FLARE_STACKS_H
+
+#include "unwind_types.h"
+
+/* Every stack of the run, by id; sized before load (--stack-storage-size).
+ * Entries are never replaced or deleted, so an id names one stack for the
+ * whole run. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, __u64);
+	__type(value, struct flare_stack);
+	__uint(max_entries, 16384);
+} stacks SEC(".maps");
+
+/* Where a stack is assembled before it is stored (one per CPU). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, struct flare_stack);
+	__uint(max_entries, 1);
+} stack_scratch SEC(".maps");
+
+struct flare_stack_stats stack_stats = {};
+
+/* Bits of a stack's hash that make its id: all of them, unless a test
+ * narrows them (FLARE_TEST_STACK_HASH_BITS) so that different stacks
+ * collide on purpose. Set before load. */
+const volatile __u64 stack_hash_mask = ~0ULL;
+
+/* FNV-1a over 64-bit words, with a fold so that the low bits (the ids'
+ * first probe) depend on every frame. The table unwinder hashes frame by
+ * frame as it walks, with the same step. */
+#define FLARE_HASH_SEED	0xcbf29ce484222325ULL
+
+static __always_inline __u64 flare_hash_step(__u64 h, __u64 pc)
+{
+	h = (h ^ pc) * 0x100000001b3ULL;
+	return h ^ (h >> 29);
+}
+
+/* The hash of the first `len` frames of `s`. */
+static __always_inline __u64 flare_hash_frames(struct flare_stack *s, __u32 len)
+{
+	__u64 h = FLARE_HASH_SEED;
+
+	for (int i = 0; i < FLARE_MAX_STACK_DEPTH; i++) {
+		if (i >= len)
+			break;
+		h = flare_hash_step(h, s->pcs[i]);
+	}
+	return h;
+}
+
+/* True when `a` and `b` hold the same frames. */
+static __always_inline bool flare_same_stack(struct flare_stack *a, struct flare_stack *b)
+{
+	if (a->len != b->len)
+		return false;
+	for (int i = 0; i < FLARE_MAX_STACK_DEPTH; i++) {
+		if (i >= a->len)
+			break;
+		if (a->pcs[i] != b->pcs[i])
+			return false;
+	}
+	return true;
+}
+
+/*
+ * Stores `s` (its len set) under the first of FLARE_STACK_PROBES ids from
+ * `hash` that is free or already holds the same frames: ids are
+ * `(hash + probe) & mask | base`, `mask` and `base` keeping kernel and user
+ * stacks in ranges of their own (FLARE_KERNEL_ID_MASK, FLARE_USER_ID_BASE).
+ * Returns the id, or a negative errno as bpf_get_stackid gives one:
+ * -ENOMEM when the storage is full, -EEXIST when every probed id holds
+ * another stack (never seen in practice: the ids have 31 or 62 bits).
+ */
+static __always_inline __s64 flare_store_stack(struct flare_stack *s, __u64 hash, __u64 mask,
+					       __u64 base)
+{
+	hash &= stack_hash_mask;
+	for (int p = 0; p < FLARE_STACK_PROBES; p++) {
+		__u64 id = ((hash + p) & mask) | base;
+		struct flare_stack *old = bpf_map_lookup_elem(&stacks, &id);
+
+		if (!old) {
+			if (!bpf_map_update_elem(&stacks, &id, s, BPF_NOEXIST))
+				return id;
+			/* Taken meanwhile by another CPU, or full. */
+			old = bpf_map_lookup_elem(&stacks, &id);
+			if (!old) {
+				__sync_fetch_and_add(&stack_stats.full, 1);
+				return -FLARE_ENOMEM;
+			}
+		}
+		if (flare_same_stack(old, s))
+			return id;
+		__sync_fetch_and_add(&stack_stats.collisions, 1);
+	}
+	return -FLARE_EEXIST;
+}
+
+/*
+ * Captures a stack with bpf_get_stack (`flags`: 0 for the kernel stack,
+ * BPF_F_USER_STACK for the user stack by frame pointers) and stores it:
+ * its id, or a negative errno (-EFAULT: there is no such stack, as for
+ * the kernel stack of a sample taken in user mode).
+ */
+static __always_inline __s64 flare_get_stack(void *ctx, __u64 flags, __u64 mask, __u64 base)
+{
+	__u32 zero = 0;
+	struct flare_stack *s = bpf_map_lookup_elem(&stack_scratch, &zero);
+	long n;
+
+	if (!s)
+		return -FLARE_EFAULT;
+	n = bpf_get_stack(ctx, s->pcs, sizeof(s->pcs), flags);
+	if (n <= 0)
+		return n < 0 ? n : -FLARE_EFAULT;
+	s->len = (__u64)n / sizeof(__u64);
+	return flare_store_stack(s, flare_hash_frames(s, s->len), mask, base);
+}
+
+#endif /* FLARE_STACKS_H */

@@ -1,0 +1,186 @@
+//! Real BPF tests of flare's stack storage (`bpf/stacks.h`), which does not
+//! depend on the boot's luck: stacks are keyed by a hash of their frames,
+//! a different stack under a taken id is probed apart, and a stack is
+//! lost only when the storage is full — then counted, with the option to
+//! raise. `callers` calls touch() through N distinct callers, caller i
+//! exactly (i + 1) * CALLS times; counts are asserted exactly.
+//!
+//! Collisions are made on purpose: `FLARE_TEST_STACK_HASH_BITS=1` keeps
+//! one bit of each hash, so every stack's first id is one of two.
+
+mod common;
+
+use common::bpf::{require_bpf, serial, workload};
+use common::stackcount::{text_counts, Tracer, Workload};
+
+const CALLS: u64 = 500;
+
+/// The calls counted under each caller (`caller_N` in the stack), and the
+/// calls under `[Missed User Stack]`.
+fn by_caller(out: &str, n: usize) -> (Vec<u64>, u64) {
+    let counts = text_counts(out);
+    let callers = (0..n)
+        .map(|i| {
+            let name = format!(";caller_{i};");
+            counts
+                .iter()
+                .filter(|(k, _)| k.contains(&name))
+                .map(|(_, v)| *v)
+                .sum()
+        })
+        .collect();
+    let missed = counts
+        .iter()
+        .filter(|(k, _)| k.contains("[Missed User Stack]"))
+        .map(|(_, v)| *v)
+        .sum();
+    (callers, missed)
+}
+
+/// Counts the calls of `callers N` at touch() with `args` and `env`; the
+/// output and the warnings.
+fn count_callers(n: usize, args: &[&str], env: &[(&str, &str)]) -> (String, String) {
+    let mut w = Workload::start("callers", &[&n.to_string(), &CALLS.to_string()]);
+    let pattern = format!("{}:touch", workload("callers").display());
+    let pid = w.pid().to_string();
+    let mut all = vec!["-U", "-p", &pid];
+    all.extend_from_slice(args);
+    all.push(&pattern);
+    let t = Tracer::start_with(&all, env);
+    w.go();
+    t.finish_both()
+}
+
+/// Different stacks whose hashes collide are each stored under an id of
+/// their own and counted exactly, never merged, whether user stacks are
+/// walked by frame pointers (bpf_get_stack, as kernel stacks are taken)
+/// or with tables.
+#[test]
+fn colliding_stacks_are_kept_apart_and_counted_exactly() {
+    if !require_bpf() {
+        return;
+    }
+    let _guard = serial();
+    for unwind in ["fp", "auto"] {
+        let (out, err) = count_callers(
+            4,
+            &["--unwind", unwind],
+            &[("FLARE_TEST_STACK_HASH_BITS", "1")],
+        );
+        let (callers, missed) = by_caller(&out, 4);
+        let want: Vec<u64> = (1..=4).map(|i| i * CALLS).collect();
+        assert_eq!(callers, want, "--unwind {unwind}:\n{out}\n{err}");
+        assert_eq!(missed, 0, "--unwind {unwind}:\n{out}\n{err}");
+        assert!(!err.contains("could not be displayed"), "{err}");
+    }
+}
+
+/// More colliding stacks than the ids probed for one hash: those that
+/// find no id are shown as missed with their calls, and counted in the
+/// warning; nothing is merged into another stack.
+#[test]
+fn stacks_past_the_probed_ids_are_missed_not_merged() {
+    if !require_bpf() {
+        return;
+    }
+    let _guard = serial();
+    let (out, err) = count_callers(
+        8,
+        &["--unwind", "fp"],
+        &[("FLARE_TEST_STACK_HASH_BITS", "1")],
+    );
+    let (callers, missed) = by_caller(&out, 8);
+    // Two first ids, four probes each: five ids in all.
+    let named = callers.iter().filter(|&&c| c > 0).count();
+    assert!((1..=5).contains(&named), "{out}");
+    for (i, &c) in callers.iter().enumerate() {
+        assert!(
+            c == 0 || c == (i as u64 + 1) * CALLS,
+            "caller_{i}: {c}\n{out}"
+        );
+    }
+    let total: u64 = (1..=8).map(|i| i * CALLS).sum();
+    assert_eq!(callers.iter().sum::<u64>() + missed, total, "{out}");
+    assert!(missed > 0, "{out}");
+    assert!(
+        err.contains(
+            "stack traces could not be displayed. Consider increasing --stack-storage-size."
+        ),
+        "{err}"
+    );
+}
+
+/// A storage too small for the distinct stacks: the stacks that fit are
+/// counted exactly, the rest shown as missed with their calls, and the
+/// warning names the option to raise.
+#[test]
+fn a_full_storage_counts_the_missed_and_names_the_option() {
+    if !require_bpf() {
+        return;
+    }
+    let _guard = serial();
+    for unwind in ["fp", "auto"] {
+        let (out, err) = count_callers(4, &["--unwind", unwind, "--stack-storage-size", "2"], &[]);
+        let (callers, missed) = by_caller(&out, 4);
+        let named = callers.iter().filter(|&&c| c > 0).count();
+        assert_eq!(named, 2, "--unwind {unwind}:\n{out}");
+        for (i, &c) in callers.iter().enumerate() {
+            assert!(
+                c == 0 || c == (i as u64 + 1) * CALLS,
+                "caller_{i}: {c}\n{out}"
+            );
+        }
+        assert_eq!(callers.iter().sum::<u64>() + missed, 10 * CALLS, "{out}");
+        assert!(
+            err.contains(
+                "stack traces could not be displayed. Consider increasing --stack-storage-size."
+            ),
+            "--unwind {unwind}: {err}"
+        );
+    }
+}
+
+/// Kernel stacks of a workload's context switches as it blocks in many
+/// different ways, ROUNDS times each: every way's stack is there, none is
+/// missed, and none holds more than its rounds (two ways merged into
+/// one). A way may block a round less than it was asked to (a timer
+/// that expired before the task slept), hence a tenth of slack below.
+/// The kernel's stack-trace map lost one or two stacks of a run like
+/// this on most boots, a different pair on each.
+#[test]
+fn kernel_stacks_of_many_paths_are_all_kept() {
+    if !require_bpf() {
+        return;
+    }
+    let _guard = serial();
+    const ROUNDS: u64 = 50;
+    let mut w = Workload::start("blockways", &[&ROUNDS.to_string()]);
+    let t = Tracer::start(&["-K", "-p", &w.pid().to_string(), "t:sched:sched_switch"]);
+    w.go();
+    let (out, err) = t.finish_both();
+    assert!(!out.contains("[Missed"), "{out}\n{err}");
+    assert!(!err.contains("could not be displayed"), "{err}");
+    let counts = text_counts(&out);
+    // Functions on the way to schedule() on every kernel flare supports
+    // (futex_wait_queue was futex_wait_queue_me before 5.16; pipe_read
+    // is anon_pipe_read since 6.16).
+    for way in [
+        ";do_nanosleep;",
+        ";do_sys_poll;",
+        ";do_select;",
+        ";do_epoll_wait;",
+        ";futex_wait",
+        ";do_sigtimedwait",
+        "pipe_read;",
+    ] {
+        let n: u64 = counts
+            .iter()
+            .filter(|(k, _)| k.contains(way))
+            .map(|(_, v)| *v)
+            .sum();
+        assert!(
+            (ROUNDS - ROUNDS / 10..=ROUNDS).contains(&n),
+            "{n} switches through {way}, not {ROUNDS}:\n{out}"
+        );
+    }
+}
