@@ -86,7 +86,10 @@ pub trait Collector {
 
     /// Finishes freshly symbolized samples the way only this collector
     /// knows (the off-CPU tools drop tracing frames from kernel stacks),
-    /// in place: one sample out for each in.
+    /// in place: one sample out for each in. The pipeline calls it exactly
+    /// once for each sample it symbolizes, in every mode (a periodic run's
+    /// resolver keeps what a raw stack became, tidied, and does not tidy
+    /// it again), so a step need not be idempotent (`-s` appends offsets).
     fn tidy(&self, _samples: &mut [Sample]) {}
 
     /// What symbolization may load while collecting.

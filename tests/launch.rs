@@ -116,6 +116,32 @@ fn offcputime_sees_the_commands_sleep() {
     );
 }
 
+/// offcputime -s of a command: each frame with one offset into its
+/// function (the collector's tidy step appends them, once).
+#[test]
+fn offcputime_offsets_of_a_command_appear_once() {
+    if !require_bpf() {
+        return;
+    }
+    let _g = serial();
+    let w = workload("wallwork");
+    let script = format!("{} 1 30 20; exit 0", w.display());
+    let out = run(&["offcputime", "-s", "--", "sh", "-c", &script]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let frames: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("    ") && !l.starts_with("    -") && !l.starts_with("     "))
+        .map(str::trim)
+        .filter(|f| !f.starts_with('[') && *f != "--")
+        .collect();
+    assert!(frames.iter().any(|f| f.starts_with("clock_nanosleep+0x")), "{text}");
+    for f in &frames {
+        assert_eq!(f.matches("+0x").count(), 1, "{f}:\n{text}");
+    }
+}
+
 /// The "cpu S wall S" line wallwork prints on exit (through flare's
 /// stderr, which the command shares).
 fn measured(stderr: &str) -> (f64, f64) {

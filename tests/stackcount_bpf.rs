@@ -64,31 +64,40 @@ fn uprobe_counts_every_call_once_per_caller() {
 
 /// -s: each frame is named with the offset of its address into its
 /// function, user frames included: the probed leaf at +0x0 (its first
-/// instruction), its callers a few bytes past their starts.
+/// instruction), its callers a few bytes past their starts. One offset per
+/// frame, also when intervals are printed (-i: a periodic run names and
+/// tidies each stack once, not again at every interval).
 #[test]
 fn offsets_are_into_each_function() {
     if !require_bpf() {
         return;
     }
     let _guard = serial();
-    let mut w = Workload::start("leafcalls", &["2000"]);
     let bin = workload("leafcalls");
     let pattern = format!("{}:leaf", bin.display());
-    let t = Tracer::start(&["-s", "-p", &w.pid().to_string(), &pattern]);
-    w.go();
-    let out = t.finish();
-    let counts = text_counts(&out);
-    assert_eq!(counts.values().sum::<u64>(), 2000, "{out}");
-    for stack in counts.keys() {
-        let frames: Vec<&str> = stack.split(';').collect();
-        assert_eq!(frames[0], "leaf+0x0", "{out}");
-        for f in frames.iter().filter(|f| **f != "[unknown]") {
-            let (name, off) = f.rsplit_once("+0x").unwrap_or_else(|| panic!("{f}: {out}"));
-            let off = u64::from_str_radix(off, 16).unwrap_or_else(|_| panic!("{f}: {out}"));
-            assert!(
-                !name.is_empty() && off < 0x1000,
-                "{f} is not an offset into its function:\n{out}"
-            );
+    for extra in [&[][..], &["-i", "1"][..]] {
+        // With -i, caller_b's calls come 1.5 s after caller_a's.
+        let mut w = Workload::start("leafcalls", &["2000", "0", "1500"]);
+        let pid = w.pid().to_string();
+        let mut args = vec!["-s", "-p", &pid];
+        args.extend_from_slice(extra);
+        args.push(&pattern);
+        let t = Tracer::start(&args);
+        w.go();
+        let out = t.finish();
+        let counts = text_counts(&out);
+        assert_eq!(counts.values().sum::<u64>(), 2000, "{extra:?}: {out}");
+        for stack in counts.keys() {
+            let frames: Vec<&str> = stack.split(';').collect();
+            assert_eq!(frames[0], "leaf+0x0", "{extra:?}: {out}");
+            for f in frames.iter().filter(|f| **f != "[unknown]") {
+                let (name, off) = f.rsplit_once("+0x").unwrap_or_else(|| panic!("{f}: {out}"));
+                let off = u64::from_str_radix(off, 16).unwrap_or_else(|_| panic!("{f}: {out}"));
+                assert!(
+                    !name.is_empty() && !name.contains("+0x") && off < 0x1000,
+                    "{f} is not one offset into its function ({extra:?}):\n{out}"
+                );
+            }
         }
     }
 }

@@ -88,15 +88,13 @@ fn each(sinks: &mut [&mut dyn Sink], mut f: impl FnMut(&mut dyn Sink) -> Result<
     first
 }
 
-/// Tidies, merges and sorts freshly symbolized samples into a profile.
+/// Merges and sorts tidied samples into a profile.
 fn finish(
-    collector: &dyn Collector,
     mut meta: Meta,
-    mut samples: Vec<Sample>,
+    samples: Vec<Sample>,
     c_lost: crate::profile::Lost,
     duration: Duration,
 ) -> Profile {
-    collector.tidy(&mut samples);
     meta.duration = duration;
     meta.lost = c_lost;
     let mut profile = Profile { meta, samples };
@@ -177,8 +175,9 @@ fn once(
     wait(stop, plan.duration.map(|d| started + d));
     let elapsed = started.elapsed();
     let Collection { samples, lost } = collector.collect(false)?;
-    let samples = symbolizer.resolve(samples);
-    let profile = finish(&*collector, meta, samples, lost, elapsed);
+    let mut samples = symbolizer.resolve(samples);
+    collector.tidy(&mut samples);
+    let profile = finish(meta, samples, lost, elapsed);
     let reported = each(sinks, |s| s.report(&profile));
     let ended = each(sinks, |s| s.end());
     // Detaching (closing the BPF objects and perf events) takes a while
@@ -213,8 +212,9 @@ fn periodic(
         let length = now - last_read;
         last_read = now;
         let Collection { samples, lost } = collector.collect(true)?;
+        // Tidied by the resolver, once per stack it names.
         let samples = resolver.resolve(&*collector, samples);
-        let delta = finish(&*collector, meta.clone(), samples, lost, length);
+        let delta = finish(meta.clone(), samples, lost, length);
         each(sinks, |s| s.update(&delta, length))?;
         if report_each {
             each(sinks, |s| s.report(&delta))?;

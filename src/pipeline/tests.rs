@@ -1,6 +1,6 @@
 //! The pipeline driven by a fake collector that replays fixed reads, into
 //! sinks that record what they were given: the order of calls, what each
-//! mode reads and reports, tidying, merging, losses, and sink failures.
+//! mode reads and reports, tidying (once per stack), merging, losses, and sink failures.
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
@@ -48,10 +48,11 @@ impl Collector for Fake {
         Ok(self.reads.pop_front().unwrap_or_default())
     }
 
-    /// Upper-cases process names, so that tests see tidying happened.
+    /// Appends `+` to process names, so that tests see tidying happened,
+    /// and happened once (as `-s` appends offsets).
     fn tidy(&self, samples: &mut [Sample]) {
         for s in samples {
-            s.task.comm = s.task.comm.to_uppercase();
+            s.task.comm.push('+');
         }
     }
 }
@@ -160,7 +161,7 @@ fn once_reads_once_then_tidies_merges_and_sorts() {
     assert_eq!(*log.borrow(), vec![false], "one read, not clearing");
     let expected = vec![
         "begin Count Tracing a fake event [\"attached the fake way\"]".to_string(),
-        "report APP;[unknown];[unknown] 8| lost=3".to_string(),
+        "report app+;[unknown];[unknown] 8| lost=3".to_string(),
         "end".to_string(),
     ];
     assert_eq!(a.events, expected);
@@ -197,8 +198,8 @@ fn periodic_runs_report_each_interval_or_the_whole_run() {
         assert_eq!(
             updates,
             [
-                "update A;[unknown] 3|",
-                "update B;[unknown];[unknown] 1|A;[unknown] 4|",
+                "update a+;[unknown] 3|",
+                "update b+;[unknown];[unknown] 1|a+;[unknown] 4|",
                 "update ",
             ]
         );
@@ -211,15 +212,15 @@ fn periodic_runs_report_each_interval_or_the_whole_run() {
             assert_eq!(
                 reports,
                 [
-                    "report A;[unknown] 3| lost=1",
-                    "report B;[unknown];[unknown] 1|A;[unknown] 4| lost=0",
+                    "report a+;[unknown] 3| lost=1",
+                    "report b+;[unknown];[unknown] 1|a+;[unknown] 4| lost=0",
                     "report  lost=2",
                 ]
             );
         } else {
             assert_eq!(
                 reports,
-                ["report B;[unknown];[unknown] 1|A;[unknown] 7| lost=3"]
+                ["report b+;[unknown];[unknown] 1|a+;[unknown] 7| lost=3"]
             );
         }
         assert_eq!(rec.events.last().map(String::as_str), Some("end"));
@@ -290,7 +291,7 @@ fn a_failing_sink_does_not_keep_the_others_from_the_report() {
     )
     .unwrap_err();
     assert_eq!(err.to_string(), "cannot write");
-    assert!(after.events.iter().any(|e| e.starts_with("report APP")));
+    assert!(after.events.iter().any(|e| e.starts_with("report app+")));
     assert_eq!(after.events.last().map(String::as_str), Some("end"));
 }
 
@@ -313,5 +314,5 @@ fn a_duration_ends_the_run_without_a_stop() {
     assert!(rec
         .events
         .iter()
-        .any(|e| e == "report APP;[unknown] 2| lost=0"));
+        .any(|e| e == "report app+;[unknown] 2| lost=0"));
 }

@@ -49,10 +49,11 @@ impl PerfMap {
     }
 
     /// The name of the function holding `addr`.
-    pub fn find(&self, addr: u64) -> Option<&Arc<str>> {
+    /// The function holding `addr`: its start and name.
+    pub fn find(&self, addr: u64) -> Option<(u64, &Arc<str>)> {
         let i = self.entries.partition_point(|e| e.0 <= addr);
-        let (_, end, name) = self.entries[..i].last()?;
-        (addr < *end).then_some(name)
+        let (start, end, name) = self.entries[..i].last()?;
+        (addr < *end).then_some((*start, name))
     }
 
     pub fn len(&self) -> usize {
@@ -198,10 +199,10 @@ mod tests {
              7f0000001000 30 replaced\n",
         );
         assert_eq!(m.len(), 2);
-        assert_eq!(m.find(0x7f0000001000).map(|s| &**s), Some("replaced"));
-        assert_eq!(m.find(0x7f000000102f).map(|s| &**s), Some("replaced"));
+        assert_eq!(m.find(0x7f0000001000).map(|s| &**s.1), Some("replaced"));
+        assert_eq!(m.find(0x7f000000102f).map(|s| &**s.1), Some("replaced"));
         assert_eq!(m.find(0x7f0000001030), None);
-        assert_eq!(m.find(0x7f000000200f).map(|s| &**s), Some("jit_spin"));
+        assert_eq!(m.find(0x7f000000200f).map(|s| &**s.1), Some("jit_spin"));
         assert_eq!(m.find(0x10), None);
     }
 }

@@ -122,7 +122,9 @@ impl ObjectRef {
 /// paths. A frame is 56 bytes.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Frame {
-    /// Function name, or `[unknown]`.
+    /// Function name. For a function without a name ([`Frame::unnamed`]):
+    /// `object+0xSTART` where its object and start are known (so that two
+    /// unnamed functions are two frames), else `[unknown]`.
     pub name: Arc<str>,
     pub kind: FrameKind,
     /// The instruction address the frame was resolved from (0 if none).
@@ -138,6 +140,12 @@ pub struct Frame {
     pub source: Option<Box<SourceLine>>,
     /// True for a function inlined into the frame below it (its caller).
     pub inlined: bool,
+    /// True when no symbol named the function: bcc's formats print
+    /// `[unknown]` for it, whatever [`Frame::name`] says.
+    pub unnamed: bool,
+    /// The offset of `addr` into its function (bcc's `-s`), for a named
+    /// frame; 0 for an inlined one, whose address lies in its caller.
+    pub offset: u32,
 }
 
 impl Frame {
@@ -151,6 +159,8 @@ impl Frame {
             file_offset: 0,
             source: None,
             inlined: false,
+            unnamed: false,
+            offset: 0,
         }
     }
 
@@ -158,7 +168,18 @@ impl Frame {
     pub fn unknown(addr: u64, kind: FrameKind) -> Self {
         Frame {
             addr,
+            unnamed: true,
             ..Frame::named(UNKNOWN, kind)
+        }
+    }
+
+    /// The name bcc's formats print: `[unknown]` for a function without a
+    /// name, unless `label` asks for flare's `object+0xSTART`.
+    pub fn bcc_name(&self, label: bool) -> &str {
+        if self.unnamed && !label {
+            UNKNOWN
+        } else {
+            &self.name
         }
     }
 }
@@ -281,10 +302,10 @@ pub struct ExtraValue {
 /// Counts of what the kernel could not record during a run.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Lost {
-    /// Stacks that could not be stored (stack map full or hash collision).
+    /// Stacks that could not be stored (the stack storage was full).
     pub stacks: u64,
-    /// True if at least one of those was for lack of room in the stack map
-    /// (-ENOMEM, or -EEXIST from a bucket taken by another stack).
+    /// True if at least one of those was for lack of room in the storage
+    /// (-ENOMEM, or -EEXIST: every id probed held another stack).
     pub stacks_enomem: bool,
     /// Events dropped because the counts map was full.
     pub hash_full: u64,

@@ -103,10 +103,10 @@ pub(crate) fn transient(path: &Path) -> Vec<(u64, Arc<str>)> {
 }
 
 /// The transient function holding `addr`: the last one starting at or
-/// before it (kallsyms gives no sizes).
-pub(crate) fn find(syms: &[(u64, Arc<str>)], addr: u64) -> Option<&Arc<str>> {
+/// before it (kallsyms gives no sizes), its start and name.
+pub(crate) fn find(syms: &[(u64, Arc<str>)], addr: u64) -> Option<&(u64, Arc<str>)> {
     let i = syms.partition_point(|s| s.0 <= addr);
-    syms[..i].last().map(|s| &s.1)
+    syms[..i].last()
 }
 
 /// Each module's memory (`name size refs deps state address`), or `None`
@@ -334,8 +334,8 @@ ffffffffc0200000 t ftrace_trampoline\t[__builtin__ftrace]
         let names: Vec<&str> = syms.iter().map(|s| &*s.1).collect();
         assert_eq!(names, ["bpf_prog_0123456789abcdef_f", "ftrace_trampoline"]);
         assert_eq!(
-            find(&syms, 0xffff_ffff_c010_0040).map(|s| &**s),
-            Some("bpf_prog_0123456789abcdef_f")
+            find(&syms, 0xffff_ffff_c010_0040).map(|s| (s.0, &*s.1)),
+            Some((0xffff_ffff_c010_0000, "bpf_prog_0123456789abcdef_f"))
         );
         assert_eq!(find(&syms, 0xffff_ffff_c000_0000), None);
     }

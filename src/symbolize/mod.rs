@@ -116,6 +116,7 @@ pub(crate) fn convert(
     let mut frames = vec![Frame {
         addr,
         source: source.clone(),
+        offset: u32::try_from(sym.offset).unwrap_or(u32::MAX),
         ..Frame::named(sym.name.as_ref(), kind)
     }];
     if options.inlined {
@@ -187,8 +188,9 @@ impl Symbolizer {
                 let syms = kallsyms::transient(std::path::Path::new("/proc/kallsyms"));
                 for a in rest {
                     let frames = match kallsyms::find(&syms, a) {
-                        Some(name) => vec![Frame {
+                        Some((start, name)) => vec![Frame {
                             addr: a,
+                            offset: offset_into(a, *start),
                             ..Frame::named(name.clone(), FrameKind::Kernel)
                         }],
                         None => vec![Frame::unknown(a, FrameKind::Kernel)],
@@ -285,8 +287,9 @@ impl Symbolizer {
                         })
                         .collect(),
                     None => match perf_map.as_ref().and_then(|m| m.find(a)) {
-                        Some(name) => vec![Frame {
+                        Some((start, name)) => vec![Frame {
                             addr: a,
+                            offset: offset_into(a, start),
                             ..Frame::named(name.clone(), FrameKind::User)
                         }],
                         None => vec![Frame::unknown(a, FrameKind::User)],
@@ -388,6 +391,11 @@ impl Symbolizer {
     }
 }
 
+/// The offset of `addr` into a function that starts at `start`.
+fn offset_into(addr: u64, start: u64) -> u32 {
+    u32::try_from(addr.saturating_sub(start)).unwrap_or(u32::MAX)
+}
+
 /// The address to look up for the frame at `index` of a leaf-first stack.
 /// Caller frames hold return addresses, which may point past the end of the
 /// calling function (after a call to a function that does not return); they
@@ -410,15 +418,22 @@ fn rebuild(trace: RawTrace, resolved: &HashMap<u64, Resolved>, kind: FrameKind) 
             for (i, &a) in addrs.iter().enumerate() {
                 match resolved.get(&lookup_addr(i, a)) {
                     // Leaf first: the innermost inlined function comes first.
-                    Some(r) => frames.extend(r.iter().rev().map(|f| Frame {
-                        addr: a,
-                        // The offset of `a` itself, not of the address
+                    Some(r) => frames.extend(r.iter().rev().map(|f| {
+                        // The offsets of `a` itself, not of the address
                         // looked up (one byte earlier for callers).
-                        file_offset: match f.file_offset {
-                            0 => 0,
-                            off => off + (a - lookup_addr(i, a)),
-                        },
-                        ..f.clone()
+                        let back = a - lookup_addr(i, a);
+                        Frame {
+                            addr: a,
+                            file_offset: match f.file_offset {
+                                0 => 0,
+                                off => off + back,
+                            },
+                            offset: match f.inlined {
+                                true => 0,
+                                false => f.offset.saturating_add(back as u32),
+                            },
+                            ..f.clone()
+                        }
                     })),
                     None => frames.push(Frame::unknown(a, kind)),
                 }
