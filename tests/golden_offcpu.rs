@@ -247,6 +247,7 @@ fn styles() -> [(&'static str, StackStyle); 2] {
             StackStyle {
                 delimited: true,
                 annotate_kernel: false,
+                ..StackStyle::default()
             },
         ),
     ]
@@ -292,11 +293,11 @@ fn wakeuptime_formats() {
         let s = wakeup(user);
         golden::check(
             &format!("{name}.txt"),
-            &render(|w| offcpu::wakeuptime_text(w, &s)),
+            &render(|w| offcpu::wakeuptime_text(w, &s, StackStyle::default())),
         );
         golden::check(
             &format!("{name}.folded"),
-            &render(|w| offcpu::wakeuptime_folded(w, &s)),
+            &render(|w| offcpu::wakeuptime_folded(w, &s, StackStyle::default())),
         );
     }
 }

@@ -33,6 +33,7 @@ fn profile_formats() {
                 StackStyle {
                     delimited: true,
                     annotate_kernel: false,
+                    ..StackStyle::default()
                 },
             ),
             (
@@ -40,6 +41,7 @@ fn profile_formats() {
                 StackStyle {
                     delimited: false,
                     annotate_kernel: true,
+                    ..StackStyle::default()
                 },
             ),
             (
@@ -47,6 +49,7 @@ fn profile_formats() {
                 StackStyle {
                     delimited: true,
                     annotate_kernel: true,
+                    ..StackStyle::default()
                 },
             ),
         ] {

@@ -21,6 +21,7 @@ fn fold(p: &Profile, delimited: bool) -> String {
     let style = StackStyle {
         delimited,
         annotate_kernel: false,
+        ..StackStyle::default()
     };
     folded::write(&mut out, &p.samples, style).unwrap();
     String::from_utf8(out).unwrap()
@@ -33,6 +34,7 @@ fn stackcount_text_formats() {
         delimited: false,
         addresses: false,
         tasks: true,
+        unknown_offsets: false,
     };
     golden::check("stackcount.txt", &text(&p, base));
     golden::check(

@@ -169,7 +169,7 @@ impl StackArgs {
         StackStyle {
             // bcc draws the delimiter only when both kinds are shown.
             delimited: self.delimited && !self.user_stacks_only && !self.kernel_stacks_only,
-            annotate_kernel: false,
+            ..StackStyle::default()
         }
     }
 }

@@ -29,6 +29,22 @@ pub struct OutputArgs {
     /// -o is given): text, folded, svg, pprof, speedscope
     #[arg(long, value_name = "FORMAT", value_parser = format)]
     pub format: Option<Format>,
+
+    /// How bcc's text and folded output name a function without a symbol:
+    /// bcc's `[unknown]`, or `offset` for `object+0xSTART` (its start from
+    /// .eh_frame), as flame graphs, pprof and speedscope always do
+    #[arg(long, value_name = "NAMES", value_enum, default_value_t = Unknown::Bcc)]
+    pub unknown: Unknown,
+}
+
+/// `--unknown`: how bcc's formats name functions without a symbol.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Unknown {
+    /// `[unknown]`, as bcc prints them
+    #[default]
+    Bcc,
+    /// `object+0xSTART`: one name per function
+    Offset,
 }
 
 fn format(s: &str) -> Result<Format, String> {
@@ -36,6 +52,14 @@ fn format(s: &str) -> Result<Format, String> {
 }
 
 impl OutputArgs {
+    /// `style` with the naming `--unknown` asks for.
+    pub fn styled(&self, style: StackStyle) -> StackStyle {
+        StackStyle {
+            unknown_offsets: self.unknown == Unknown::Offset,
+            ..style
+        }
+    }
+
     /// True when `--format` takes standard output (no `-o` given): then
     /// nothing else may be printed there.
     pub fn format_on_stdout(&self) -> bool {
@@ -107,7 +131,7 @@ pub fn bcc_printer(
         folded,
         blank_line: stacks && !folded,
         trailer: trailer.filter(|_| stacks && !folded).map(str::to_string),
-        style,
+        style: output.styled(style),
         ..PrinterOptions::default()
     }
 }
@@ -140,7 +164,7 @@ pub fn request(
         },
         printer,
         destinations,
-        style,
+        style: output.styled(style),
         live,
         command: Vec::new(),
         push: None,

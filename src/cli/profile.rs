@@ -170,6 +170,7 @@ impl ProfileArgs {
         StackStyle {
             delimited: self.delimited,
             annotate_kernel: self.annotations,
+            ..StackStyle::default()
         }
     }
 }

@@ -172,10 +172,10 @@ impl StackcountArgs {
         let config = self.config();
         let kind = Pattern::parse(&config.pattern, config.regex)?.kind;
         let style = self.style(config.keys_processes(kind));
-        let fstyle = StackStyle {
+        let fstyle = self.output.styled(StackStyle {
             delimited: style.delimited,
-            annotate_kernel: false,
-        };
+            ..StackStyle::default()
+        });
         // bcc's blank lines, timestamps and closing line, unless standard
         // output carries a file's format.
         let decorate = !self.output.format_on_stdout();
@@ -239,6 +239,7 @@ impl StackcountArgs {
             delimited: self.delimited && !(self.kernel_stacks_only || self.user_stacks_only),
             addresses: self.verbose,
             tasks: tasks && self.pid.is_none(),
+            unknown_offsets: self.output.unknown == super::output::Unknown::Offset,
         }
     }
 }

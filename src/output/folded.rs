@@ -13,7 +13,7 @@ pub fn line(s: &Sample, style: StackStyle) -> String {
     match &t.user {
         Trace::NotCollected => {}
         Trace::Missed { .. } => parts.push("[Missed User Stack]".into()),
-        Trace::Frames(f) => parts.extend(f.iter().rev().map(|f| (&*f.name).into())),
+        Trace::Frames(f) => parts.extend(f.iter().rev().map(|f| style.name(f).into())),
     }
     if t.kernel != Trace::NotCollected {
         if style.delimited && t.user.has_frames() && t.kernel.has_frames() {
@@ -26,7 +26,7 @@ pub fn line(s: &Sample, style: StackStyle) -> String {
                     .frames()
                     .iter()
                     .rev()
-                    .map(|f| kernel_name(&f.name, style)),
+                    .map(|f| kernel_name(style.name(f), style)),
             ),
         }
     }

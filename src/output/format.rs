@@ -84,7 +84,7 @@ pub fn write_text<W: Write>(w: &mut W, profile: &Profile, style: StackStyle) -> 
     let samples = &profile.samples;
     match profile.meta.kind {
         Kind::OffCpu | Kind::Wall => offcpu::offcputime_text(w, samples, style),
-        Kind::Wakeup => offcpu::wakeuptime_text(w, samples),
+        Kind::Wakeup => offcpu::wakeuptime_text(w, samples, style),
         Kind::OffWake => offcpu::offwaketime_text(w, samples, style),
         Kind::Count => {
             let sc = stackcount::Style {
@@ -92,6 +92,7 @@ pub fn write_text<W: Write>(w: &mut W, profile: &Profile, style: StackStyle) -> 
                 addresses: false,
                 // Stacks of all processes counted together carry no process.
                 tasks: samples.iter().any(|s| s.task.pid.is_some()),
+                unknown_offsets: style.unknown_offsets,
             };
             stackcount::write(w, samples, sc)
         }
@@ -104,7 +105,7 @@ pub fn write_text<W: Write>(w: &mut W, profile: &Profile, style: StackStyle) -> 
 pub fn write_folded<W: Write>(w: &mut W, profile: &Profile, style: StackStyle) -> io::Result<()> {
     let samples = &profile.samples;
     match profile.meta.kind {
-        Kind::Wakeup => offcpu::wakeuptime_folded(w, samples),
+        Kind::Wakeup => offcpu::wakeuptime_folded(w, samples, style),
         Kind::OffWake => offcpu::offwaketime_folded(w, samples, style),
         Kind::Cpu | Kind::OffCpu | Kind::Count | Kind::Wall => folded::write(w, samples, style),
     }

@@ -12,6 +12,8 @@ pub mod text;
 
 pub use format::Format;
 
+use crate::profile::Frame;
+
 /// How stacks are printed in bcc's text and folded formats.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct StackStyle {
@@ -20,6 +22,16 @@ pub struct StackStyle {
     pub delimited: bool,
     /// Append `_[k]` to kernel frames (`-a`).
     pub annotate_kernel: bool,
+    /// Name functions without a symbol `object+0xSTART`, as flare's own
+    /// formats do (`--unknown=offset`), instead of bcc's `[unknown]`.
+    pub unknown_offsets: bool,
+}
+
+impl StackStyle {
+    /// A frame's name as these formats print it (without `_[k]`).
+    pub(crate) fn name(self, f: &Frame) -> &str {
+        f.bcc_name(self.unknown_offsets)
+    }
 }
 
 /// The name of a kernel frame as printed, with `_[k]` under `-a`.

@@ -53,18 +53,19 @@ pub fn offcputime_text<'a, W: Write>(
 }
 
 /// One side of a folded line: the frames of `trace` in the given order
-/// (kernel frames named under `kernel` style), a placeholder for a stack
+/// (`kernel` ones annotated as `style` says), a placeholder for a stack
 /// that could not be stored.
 fn push_frames<'a>(
     parts: &mut Vec<Cow<'a, str>>,
     trace: &'a Trace,
     root_first: bool,
     missed: &'static str,
-    kernel: Option<StackStyle>,
+    style: StackStyle,
+    kernel: bool,
 ) {
     let name = |f: &'a Frame| match kernel {
-        Some(style) => kernel_name(&f.name, style),
-        None => Cow::Borrowed(&*f.name),
+        true => kernel_name(style.name(f), style),
+        false => Cow::Borrowed(style.name(f)),
     };
     match trace {
         Trace::NotCollected => {}
@@ -92,12 +93,13 @@ fn write_lines<W: Write>(
 pub fn wakeuptime_text<'a, W: Write>(
     w: &mut W,
     samples: impl IntoIterator<Item = &'a Sample>,
+    style: StackStyle,
 ) -> io::Result<()> {
     let none = nobody();
     for s in samples {
         let wk = s.waker.as_ref().unwrap_or(&none);
         writeln!(w, "    {:<16} {}", "target:", s.task.comm)?;
-        let line = |f: &Frame| format!("    {:<16x} {}", f.addr, f.name);
+        let line = |f: &Frame| format!("    {:<16x} {}", f.addr, style.name(f));
         write_lines(w, &wk.kernel, MISSED_KERNEL, line)?;
         write_lines(w, &wk.user, MISSED_USER, line)?;
         writeln!(w, "    {:<16} {}", "waker:", wk.comm)?;
@@ -110,14 +112,19 @@ pub fn wakeuptime_text<'a, W: Write>(
 pub fn wakeuptime_folded<'a, W: Write>(
     w: &mut W,
     samples: impl IntoIterator<Item = &'a Sample>,
+    style: StackStyle,
 ) -> io::Result<()> {
     let none = nobody();
     for s in samples {
         let wk = s.waker.as_ref().unwrap_or(&none);
         let mut parts: Vec<Cow<'_, str>> = vec![wk.comm.as_str().into()];
-        push_frames(&mut parts, &wk.user, true, MISSED_USER, None);
-        let plain = StackStyle::default();
-        push_frames(&mut parts, &wk.kernel, true, MISSED_KERNEL, Some(plain));
+        // bcc's wakeuptime does not annotate kernel frames.
+        let plain = StackStyle {
+            annotate_kernel: false,
+            ..style
+        };
+        push_frames(&mut parts, &wk.user, true, MISSED_USER, plain, false);
+        push_frames(&mut parts, &wk.kernel, true, MISSED_KERNEL, plain, true);
         parts.push(s.task.comm.as_str().into());
         writeln!(w, "{} {}", parts.join(";"), s.value)?;
     }
@@ -147,8 +154,8 @@ pub fn offwaketime_text<'a, W: Write>(
     for s in samples {
         let wk = s.waker.as_ref().unwrap_or(&none);
         let t = &s.task;
-        let kname = |f: &Frame| format!("    {}", kernel_name(&f.name, style));
-        let uname = |f: &Frame| format!("    {}", f.name);
+        let kname = |f: &Frame| format!("    {}", kernel_name(style.name(f), style));
+        let uname = |f: &Frame| format!("    {}", style.name(f));
         let rev = |trace: &Trace| match trace {
             Trace::Frames(f) => Trace::Frames(f.iter().rev().cloned().collect()),
             other => other.clone(),
@@ -187,13 +194,13 @@ pub fn offwaketime_folded<'a, W: Write>(
         let wk = s.waker.as_ref().unwrap_or(&none);
         let t = &s.task;
         let mut parts: Vec<Cow<'_, str>> = vec![t.comm.as_str().into()];
-        push_frames(&mut parts, &t.user, true, MISSED_USER, None);
+        push_frames(&mut parts, &t.user, true, MISSED_USER, style, false);
         parts.push(delim.into());
-        push_frames(&mut parts, &t.kernel, true, MISSED_KERNEL, Some(style));
+        push_frames(&mut parts, &t.kernel, true, MISSED_KERNEL, style, true);
         parts.push("--".into());
-        push_frames(&mut parts, &wk.kernel, false, MISSED_KERNEL, Some(style));
+        push_frames(&mut parts, &wk.kernel, false, MISSED_KERNEL, style, true);
         parts.push(delim.into());
-        push_frames(&mut parts, &wk.user, false, MISSED_USER, None);
+        push_frames(&mut parts, &wk.user, false, MISSED_USER, style, false);
         parts.push(wk.comm.as_str().into());
         writeln!(w, "{} {}", parts.join(";"), s.value)?;
     }

@@ -19,13 +19,17 @@ pub struct Style {
     /// Print the `comm [pid]` line (bcc: unless `-p`, and unless kernel
     /// stacks of all processes were counted together).
     pub tasks: bool,
+    /// Name functions without a symbol `object+0xSTART`
+    /// (`--unknown=offset`), not `[unknown]`.
+    pub unknown_offsets: bool,
 }
 
 fn frame<W: Write>(w: &mut W, f: &Frame, style: Style) -> io::Result<()> {
+    let name = f.bcc_name(style.unknown_offsets);
     if style.addresses {
-        writeln!(w, "  {:<16x} {}", f.addr, f.name)
+        writeln!(w, "  {:<16x} {name}", f.addr)
     } else {
-        writeln!(w, "  {}", f.name)
+        writeln!(w, "  {name}")
     }
 }
 

@@ -29,7 +29,7 @@ pub(crate) fn write_stacks<W: Write>(
         Trace::Missed { .. } => writeln!(w, "    [Missed Kernel Stack]")?,
         Trace::Frames(frames) => {
             for f in frames {
-                writeln!(w, "    {}", kernel_name(&f.name, style))?;
+                writeln!(w, "    {}", kernel_name(style.name(f), style))?;
             }
         }
     }
@@ -41,7 +41,7 @@ pub(crate) fn write_stacks<W: Write>(
             Trace::Missed { .. } => writeln!(w, "    [Missed User Stack]")?,
             trace => {
                 for f in trace.frames() {
-                    writeln!(w, "    {}", f.name)?;
+                    writeln!(w, "    {}", style.name(f))?;
                 }
             }
         }

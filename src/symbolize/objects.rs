@@ -9,6 +9,7 @@
 //! files.
 
 use std::collections::{BTreeSet, HashMap};
+use std::ops::Range;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -29,6 +30,9 @@ struct Entry {
     debug_file: Option<PathBuf>,
     /// Frames by file offset (looked-up offset; `addr` is that offset).
     resolved: HashMap<u64, Resolved>,
+    /// The object's functions from its call-frame information, read when
+    /// the first address without a symbol is met (`None` until then).
+    functions: Option<Vec<Range<u64>>>,
 }
 
 /// At most this many offsets are cached over all objects.
@@ -64,6 +68,7 @@ impl ObjectCache {
                 layout,
                 debug_file,
                 resolved: HashMap::new(),
+                functions: None,
             }
         });
         let missing: Vec<u64> = offsets
@@ -144,7 +149,7 @@ fn run(
 fn symbolize(
     inner: &blazesym::symbolize::Symbolizer,
     options: Options,
-    entry: &Entry,
+    entry: &mut Entry,
     offsets: &[u64],
 ) -> Vec<Resolved> {
     let dwarf = options.code_info || options.inlined;
@@ -205,10 +210,53 @@ fn symbolize(
     out.into_iter()
         .zip(offsets)
         .map(|(r, &off)| {
-            let r = r.unwrap_or_else(|| vec![Frame::unknown(off, FrameKind::User)]);
+            let r = r.unwrap_or_else(|| vec![unnamed(entry, off)]);
             with_object(r, &entry.reference, off)
         })
         .collect()
+}
+
+/// The frame of a function without a symbol at file offset `off`: named
+/// `object+0xSTART`, START the virtual address its function starts at
+/// (from the call-frame information; the address itself where no FDE
+/// covers it), so that each unnamed function is a frame of its own.
+fn unnamed(entry: &mut Entry, off: u64) -> Frame {
+    let Some(vaddr) = entry.layout.as_ref().and_then(|l| l.vaddr(off)) else {
+        return Frame::unknown(off, FrameKind::User);
+    };
+    let object = &entry.object;
+    let functions = entry.functions.get_or_insert_with(|| {
+        let Some(file) = object.file() else {
+            return Vec::new();
+        };
+        // SAFETY: the map is only read, and dropped before this returns.
+        // A file truncated while mapped would fault; executables and
+        // libraries in use are replaced by rename, not rewritten in place.
+        match unsafe { memmap2::Mmap::map(file) } {
+            Ok(data) => crate::unwind::table::function_ranges(&data),
+            Err(_) => Vec::new(),
+        }
+    });
+    let start = function_start(functions, vaddr).unwrap_or(vaddr);
+    let path = &*entry.reference.path;
+    let base = path.rsplit('/').next().unwrap_or(path);
+    Frame {
+        name: format!("{base}+0x{start:x}").into(),
+        ..Frame::unknown(off, FrameKind::User)
+    }
+}
+
+/// The start of the function in `functions` (sorted by start) that holds
+/// `vaddr`.
+fn function_start(functions: &[Range<u64>], vaddr: u64) -> Option<u64> {
+    let i = functions.partition_point(|r| r.start <= vaddr);
+    // Nested or overlapping ranges are rare; the nearest start wins.
+    functions[..i]
+        .iter()
+        .rev()
+        .take(4)
+        .find(|r| r.contains(&vaddr))
+        .map(|r| r.start)
 }
 
 /// Marks resolved frames as lying in `object` at `offset`.

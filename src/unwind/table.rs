@@ -164,6 +164,47 @@ impl Table {
     }
 }
 
+/// The functions the call-frame information of the ELF image in `data`
+/// describes: each FDE's address range (virtual addresses), sorted by
+/// start. Every function a compiler emits has one, named or not, so this
+/// tells where a function without a symbol begins.
+pub fn function_ranges(data: &[u8]) -> Vec<std::ops::Range<u64>> {
+    let Some(elf) = Elf::parse(data) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    if let Some(s) = &elf.eh_frame {
+        let mut section = EhFrame::new(&data[s.file.clone()], LittleEndian);
+        section.set_address_size(8);
+        let bases = BaseAddresses::default().set_eh_frame(s.addr);
+        ranges(&section, &bases, &mut out);
+    } else if let Some(s) = &elf.debug_frame {
+        let mut section = DebugFrame::new(&data[s.file.clone()], LittleEndian);
+        section.set_address_size(8);
+        ranges(&section, &BaseAddresses::default(), &mut out);
+    }
+    out.sort_by_key(|r| (r.start, r.end));
+    out
+}
+
+/// Adds the range of every FDE of `section` that can be read to `out`.
+fn ranges<'a, S>(section: &S, bases: &BaseAddresses, out: &mut Vec<std::ops::Range<u64>>)
+where
+    S: UnwindSection<Slice<'a>>,
+{
+    let mut entries = section.entries(bases);
+    while let Ok(Some(entry)) = entries.next() {
+        if let CieOrFde::Fde(partial) = entry {
+            if let Ok(fde) = partial.parse(S::cie_from_offset) {
+                let start = fde.initial_address();
+                if fde.len() > 0 {
+                    out.push(start..start.saturating_add(fde.len()));
+                }
+            }
+        }
+    }
+}
+
 /// Adds every FDE's rows in `section` to `spans`; returns how many FDEs
 /// could not be read.
 fn collect<'a, S>(

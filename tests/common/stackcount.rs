@@ -16,7 +16,12 @@ pub struct Workload {
 
 impl Workload {
     pub fn start(name: &str, args: &[&str]) -> Self {
-        let mut child = Command::new(workload(name))
+        Self::start_path(&workload(name), args)
+    }
+
+    /// As [`Workload::start`], for an executable built elsewhere.
+    pub fn start_path(exe: &std::path::Path, args: &[&str]) -> Self {
+        let mut child = Command::new(exe)
             .args(args)
             .stdout(Stdio::piped())
             .spawn()
