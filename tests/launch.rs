@@ -136,7 +136,10 @@ fn offcputime_offsets_of_a_command_appear_once() {
         .map(str::trim)
         .filter(|f| !f.starts_with('[') && *f != "--")
         .collect();
-    assert!(frames.iter().any(|f| f.starts_with("clock_nanosleep+0x")), "{text}");
+    assert!(
+        frames.iter().any(|f| f.starts_with("clock_nanosleep+0x")),
+        "{text}"
+    );
     for f in &frames {
         assert_eq!(f.matches("+0x").count(), 1, "{f}:\n{text}");
     }
