@@ -117,7 +117,7 @@ pub struct TopArgs {
     pub input: PathBuf,
 
     /// Show this many functions (0 for all)
-    #[arg(short = 'n', long, default_value_t = 20)]
+    #[arg(short = 'n', long, default_value_t = 20, value_parser = super::whole::<usize>)]
     pub lines: usize,
 
     /// Rank by total (inclusive) value instead of self value

@@ -22,34 +22,40 @@ pub struct Cli {
     pub command: Command,
 }
 
+// Every tool takes negative numbers as option values (`-F -5`), so that
+// their parsers say what is wrong with them instead of clap taking them
+// for unknown flags.
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Profile CPU stack traces at a timed interval
-    #[command(after_help = profile::EXAMPLES)]
+    #[command(after_help = profile::EXAMPLES, allow_negative_numbers = true)]
     Profile(profile::ProfileArgs),
     /// Draw a flame graph (SVG) from folded stacks
+    #[command(allow_negative_numbers = true)]
     Flamegraph(analyze::FlamegraphArgs),
     /// Draw a differential flame graph of two folded profiles
+    #[command(allow_negative_numbers = true)]
     Diff(analyze::DiffArgs),
     /// List the functions with the most self and total value
+    #[command(allow_negative_numbers = true)]
     Top(analyze::TopArgs),
     /// Count the stacks that reach a function, tracepoint or probe
-    #[command(after_help = stackcount::EXAMPLES)]
+    #[command(after_help = stackcount::EXAMPLES, allow_negative_numbers = true)]
     Stackcount(stackcount::StackcountArgs),
     /// Summarize off-CPU time by stack trace
-    #[command(after_help = offcpu::OFFCPUTIME_EXAMPLES)]
+    #[command(after_help = offcpu::OFFCPUTIME_EXAMPLES, allow_negative_numbers = true)]
     Offcputime(offcpu::OffcputimeArgs),
     /// Summarize sleep to wakeup time by waker kernel stack
-    #[command(after_help = offcpu::WAKEUPTIME_EXAMPLES)]
+    #[command(after_help = offcpu::WAKEUPTIME_EXAMPLES, allow_negative_numbers = true)]
     Wakeuptime(offcpu::WakeuptimeArgs),
     /// Summarize blocked time by kernel stack trace + waker stack
-    #[command(after_help = offcpu::OFFWAKETIME_EXAMPLES)]
+    #[command(after_help = offcpu::OFFWAKETIME_EXAMPLES, allow_negative_numbers = true)]
     Offwaketime(offcpu::OffwaketimeArgs),
     /// Where threads spend wall-clock time: on CPU and blocked, by stack
-    #[command(after_help = wallclock::EXAMPLES)]
+    #[command(after_help = wallclock::EXAMPLES, allow_negative_numbers = true)]
     Wallclock(wallclock::WallclockArgs),
     /// Profile continuously and push each window to Pyroscope, Parca, OTLP or a directory
-    #[command(after_help = agent::EXAMPLES)]
+    #[command(after_help = agent::EXAMPLES, allow_negative_numbers = true)]
     Agent(agent::AgentArgs),
     /// Print shell completions (bash, zsh, fish, elvish, powershell)
     Completions(docs::CompletionsArgs),
@@ -85,13 +91,31 @@ pub fn id_list(s: &str) -> Result<IdList, String> {
         .map(IdList)
 }
 
+/// What is wrong with `s` as a whole number, `what` saying
+/// which numbers are allowed.
+fn not_whole(s: &str, what: &str) -> String {
+    match s.trim().parse::<i128>() {
+        Ok(n) if n < 0 => format!("'{s}' is negative: give {what}"),
+        Ok(_) => format!("'{s}' is too large: give {what}"),
+        Err(_) => format!("'{s}' is not a whole number: give {what}"),
+    }
+}
+
 /// A whole number greater than zero.
 pub fn nonzero(s: &str) -> Result<u64, String> {
-    match s.parse::<u64>() {
-        Ok(0) => Err("must be greater than zero".into()),
+    const WHAT: &str = "a whole number greater than zero, e.g. 5";
+    match s.trim().parse::<u64>() {
+        Ok(0) => Err(format!("'0' is not allowed: give {WHAT}")),
         Ok(n) => Ok(n),
-        Err(_) => Err(format!("'{s}' is not a whole number")),
+        Err(_) => Err(not_whole(s, WHAT)),
     }
+}
+
+/// A whole number, 0 or more, that fits `T` (ids, CPUs, states, counts).
+pub fn whole<T: std::str::FromStr>(s: &str) -> Result<T, String> {
+    s.trim()
+        .parse::<T>()
+        .map_err(|_| not_whole(s, "a whole number, 0 or more"))
 }
 
 /// A whole number greater than zero that fits 32 bits (map sizes).

@@ -187,7 +187,7 @@ pub struct OffcputimeArgs {
     pub stack_storage_size: u32,
 
     /// Filter on this thread state bitmask (eg, 2 == TASK_UNINTERRUPTIBLE) see include/linux/sched.h
-    #[arg(long, value_name = "STATE")]
+    #[arg(long, value_name = "STATE", value_parser = super::whole::<u64>)]
     pub state: Option<u64>,
 
     /// Show address offsets (symbol+0xOFFSET)
@@ -205,7 +205,7 @@ pub struct WakeuptimeArgs {
     pub user_threads_only: bool,
 
     /// Trace this PID only
-    #[arg(short = 'p', long, value_name = "PID")]
+    #[arg(short = 'p', long, value_name = "PID", value_parser = super::whole::<u32>)]
     pub pid: Option<u32>,
 
     /// Also show the waker's user stack, below its kernel stack (bcc

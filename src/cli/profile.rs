@@ -82,7 +82,7 @@ pub struct ProfileArgs {
     pub stack_storage_size: u32,
 
     /// CPU number to run profile on
-    #[arg(short = 'C', long, value_name = "CPU")]
+    #[arg(short = 'C', long, value_name = "CPU", value_parser = super::whole::<u32>)]
     pub cpu: Option<u32>,
 
     /// Trace cgroups in this pinned BPF map only

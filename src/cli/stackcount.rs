@@ -52,11 +52,11 @@ pub enum KernelAttachArg {
 #[derive(Debug, Args)]
 pub struct StackcountArgs {
     /// Trace this PID only
-    #[arg(short = 'p', long = "pid", value_name = "PID")]
+    #[arg(short = 'p', long = "pid", value_name = "PID", value_parser = super::whole::<u32>)]
     pub pid: Option<u32>,
 
     /// Trace this CPU only
-    #[arg(short = 'c', long = "cpu", value_name = "CPU")]
+    #[arg(short = 'c', long = "cpu", value_name = "CPU", value_parser = super::whole::<u32>)]
     pub cpu: Option<u32>,
 
     /// Summary interval, seconds

@@ -139,3 +139,87 @@ fn outputs_pick_formats_by_extension_or_name() {
         .unwrap_err();
     assert!(err.contains("cannot tell the format of 'cpu.out'"), "{err}");
 }
+
+/// Every numeric option of every tool, and the positional durations:
+/// a negative value is named negative and a word is named not a number,
+/// each with what to give instead (never clap's "unexpected argument").
+#[test]
+fn negative_and_non_numeric_values_are_named() {
+    // (subcommand, option or "" for a positional, trailing arguments)
+    let cases: &[(&str, &str, &[&str])] = &[
+        ("profile", "-F", &[]),
+        ("profile", "-c", &[]),
+        ("profile", "-p", &[]),
+        ("profile", "-L", &[]),
+        ("profile", "-C", &[]),
+        ("profile", "--hash-storage-size", &[]),
+        ("profile", "--stack-storage-size", &[]),
+        ("profile", "", &[]),
+        ("stackcount", "-p", &["f"]),
+        ("stackcount", "-c", &["f"]),
+        ("stackcount", "-i", &["f"]),
+        ("stackcount", "-D", &["f"]),
+        ("stackcount", "--stack-storage-size", &["f"]),
+        ("offcputime", "-p", &[]),
+        ("offcputime", "-t", &[]),
+        ("offcputime", "-m", &[]),
+        ("offcputime", "-M", &[]),
+        ("offcputime", "--state", &[]),
+        ("offcputime", "--stack-storage-size", &[]),
+        ("offcputime", "--blocked-storage-size", &[]),
+        ("offcputime", "", &[]),
+        ("wakeuptime", "-p", &[]),
+        ("wakeuptime", "--stack-storage-size", &[]),
+        ("wakeuptime", "", &[]),
+        ("offwaketime", "-p", &[]),
+        ("offwaketime", "--stack-storage-size", &[]),
+        ("offwaketime", "", &[]),
+        ("wallclock", "-p", &[]),
+        ("wallclock", "-F", &[]),
+        ("wallclock", "-m", &[]),
+        ("wallclock", "--state", &[]),
+        ("wallclock", "--hash-storage-size", &[]),
+        ("wallclock", "--stack-storage-size", &[]),
+        ("wallclock", "", &[]),
+        ("agent", "-F", &["--pyroscope", "http://127.0.0.1:1"]),
+        ("agent", "-p", &["--pyroscope", "http://127.0.0.1:1"]),
+        (
+            "agent",
+            "--interval",
+            &["--pyroscope", "http://127.0.0.1:1"],
+        ),
+        (
+            "agent",
+            "--push-timeout",
+            &["--pyroscope", "http://127.0.0.1:1"],
+        ),
+        (
+            "agent",
+            "--spool-max-mb",
+            &["--pyroscope", "http://127.0.0.1:1"],
+        ),
+        ("agent", "--keep", &["--pyroscope", "http://127.0.0.1:1"]),
+        ("top", "-n", &["x"]),
+        ("flamegraph", "--minwidth", &["x"]),
+    ];
+    for (tool, opt, rest) in cases {
+        for (value, says) in [("-5", "negative"), ("abc", "not a")] {
+            let mut argv = vec!["flare", tool];
+            if !opt.is_empty() {
+                argv.push(opt);
+            }
+            argv.push(value);
+            argv.extend_from_slice(rest);
+            let err = match Cli::try_parse_from(&argv) {
+                Ok(c) => panic!("{argv:?} parsed: {c:?}"),
+                Err(e) => e.to_string(),
+            };
+            let first = err.lines().next().unwrap_or("");
+            assert!(
+                first.contains(&format!("invalid value '{value}'")) && first.contains(says)
+                    || (says == "negative" && first.contains("is not a") && first.contains("-5")),
+                "{argv:?}: {err}"
+            );
+        }
+    }
+}

@@ -48,11 +48,11 @@ pub struct WallclockArgs {
 
     /// Count time off CPU only in this task state (0 preempted, 1 sleeping,
     /// 2 uninterruptible; a bitmask as in offcputime)
-    #[arg(long, value_name = "STATE")]
+    #[arg(long, value_name = "STATE", value_parser = super::whole::<u64>)]
     pub state: Option<u64>,
 
     /// Drop blocked periods shorter than this, in microseconds
-    #[arg(short = 'm', long, value_name = "MIN_US", default_value_t = 0)]
+    #[arg(short = 'm', long, value_name = "MIN_US", default_value_t = 0, value_parser = super::whole::<u64>)]
     pub min_block_time: u64,
 
     /// Output folded format, one line per stack (values in microseconds)
