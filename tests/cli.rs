@@ -68,7 +68,10 @@ fn bad_input_is_one_clear_line() {
         "no thread with TID 4000000",
     );
     fails_with(&["profile", "-C", "4096", "1"], "CPU 4096 does not exist");
-    fails_with(&["profile", "-F", "0"], "must be greater than zero");
+    fails_with(
+        &["profile", "-F", "0"],
+        "'0' is not allowed: give a whole number greater than zero",
+    );
     fails_with(&["profile", "-p", "1", "-L", "1"], "cannot be used with");
     fails_with(
         &["profile", "-p", "1,two"],
