@@ -11,7 +11,11 @@ and peak RSS. Last, the cost to an unrelated process of a profiler aimed
 at another (idle) process at 4999 Hz: flare -p (task-bound events) against
 bpftrace's profile probe with a pid predicate (per-CPU events).
 
-usage: bench/profile.py [--rounds N] [--iterations N] [--hz HZ] [--system-wide-only]   (as root)
+usage: bench/profile.py [--rounds N] [--iterations N] [--hz HZ] [--system-wide-only]
+                        [--in-kernel-only [--baseline FLARE]]   (as root)
+--in-kernel-only measures only the BPF run time per sample, on a user-mode
+workload (spin.c) and a kernel-mode one (syscalls.c); --baseline adds
+another flare binary (e.g. built from an earlier commit) beside this one.
 --hz sets the system-wide frequency (999 by default); the run also shows the
 floor every timer-driven profiler pays: an empty bpftrace probe at the
 same frequency.
@@ -29,7 +33,7 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-FLARE = os.path.join(ROOT, "target", "release", "flare")
+FLARE = os.environ.get("FLARE", os.path.join(ROOT, "target", "release", "flare"))
 NCPU = os.cpu_count() or 1
 
 
@@ -184,6 +188,22 @@ def bpf_cost(workload, profilers):
             f.write(was)
 
 
+def in_kernel(tmp, spin, args):
+    """BPF run time per sample of flare (and --baseline), in user-mode and
+    kernel-mode work: several rounds each, profilers taken in turn."""
+    syscalls = build("syscalls", tmp)
+    profs = {}
+    for tag, binary in [("", FLARE)] + ([(" (baseline)", args.baseline)] if args.baseline else []):
+        for mode in ["auto", "fp"]:
+            profs[f"flare --unwind {mode}{tag}"] = (
+                [binary, "profile", "--unwind", mode, "-F", str(args.hz), "-f"], NCPU)
+    for name, work in [("user mode (spin.c)", [spin, str(args.iterations * 10), str(NCPU)]),
+                       ("kernel mode (syscalls.c)", [syscalls, "100000000", str(NCPU)])]:
+        for r in range(args.rounds):
+            print(f"\nIn-kernel cost at {args.hz} Hz, {name}, round {r + 1}:")
+            bpf_cost(work, profs)
+
+
 def stop_to_output(tmp, manystacks):
     w = subprocess.Popen([manystacks, "8", str(NCPU)])
     out_path = os.path.join(tmp, "many.folded")
@@ -210,6 +230,8 @@ def main():
     ap.add_argument("--iterations", type=int, default=400000)
     ap.add_argument("--hz", type=int, default=999)
     ap.add_argument("--system-wide-only", action="store_true")
+    ap.add_argument("--in-kernel-only", action="store_true")
+    ap.add_argument("--baseline", metavar="FLARE")
     args = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("bench/profile.py: run as root (the profilers need it)")
@@ -219,6 +241,9 @@ def main():
         spin = build("spin", tmp)
         manystacks = build("manystacks", tmp)
         work_all = [spin, str(args.iterations), str(NCPU)]
+        if args.in_kernel_only:
+            in_kernel(tmp, spin, args)
+            return
         print(f"System-wide at {args.hz} Hz, {NCPU} CPUs busy (median of {args.rounds}; ratio to the workload alone):")
         overhead(work_all, args.rounds, peers(args.hz))
         print(f"\nIn-kernel cost at {args.hz} Hz (BPF program run time per sample, same workload):")
