@@ -155,7 +155,8 @@ def bpf_cost(workload, profilers):
             f.write("1")
     except OSError as e:
         print(f"  (skipped: cannot enable BPF statistics: {e})")
-        return
+        return {}
+    costs = {}
     w = subprocess.Popen(workload, stdout=subprocess.DEVNULL)
     try:
         for name, (cmd, events) in profilers.items():
@@ -180,12 +181,14 @@ def bpf_cost(workload, profilers):
                 pass
             stop(p)
             if runs:
-                print(f"  {name:<22} {run_ns / runs / 1000:7.2f} us per sample ({runs} samples)")
+                costs[name] = run_ns / runs / 1000
+                print(f"  {name:<22} {costs[name]:7.2f} us per sample ({runs} samples)")
     finally:
         w.kill()
         w.wait()
         with open("/proc/sys/kernel/bpf_stats_enabled", "w") as f:
             f.write(was)
+    return costs
 
 
 def in_kernel(tmp, spin, args):
@@ -197,11 +200,21 @@ def in_kernel(tmp, spin, args):
         for mode in ["auto", "fp"]:
             profs[f"flare --unwind {mode}{tag}"] = (
                 [binary, "profile", "--unwind", mode, "-F", str(args.hz), "-f"], NCPU)
-    for name, work in [("user mode (spin.c)", [spin, str(args.iterations * 10), str(NCPU)]),
+    # Long enough that every profiler of a round samples it busy.
+    for name, work in [("user mode (spin.c)", [spin, str(args.iterations * 100), str(NCPU)]),
                        ("kernel mode (syscalls.c)", [syscalls, "100000000", str(NCPU)])]:
+        per = {p: [] for p in profs}
         for r in range(args.rounds):
             print(f"\nIn-kernel cost at {args.hz} Hz, {name}, round {r + 1}:")
-            bpf_cost(work, profs)
+            # Taken in turn, in another order each round.
+            order = list(profs.items())
+            order = order[r % len(order):] + order[:r % len(order)]
+            for p, cost in bpf_cost(work, dict(order)).items():
+                per[p].append(cost)
+        print(f"\nMedians over {args.rounds} rounds, {name}:")
+        for p, costs in per.items():
+            if costs:
+                print(f"  {p:<32} {statistics.median(costs):6.2f} us per sample")
 
 
 def stop_to_output(tmp, manystacks):

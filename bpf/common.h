@@ -26,9 +26,11 @@
 /* Ids tried for one stack before it is given up as colliding. */
 #define FLARE_STACK_PROBES	4
 
-/* A stack in flare's storage (`stacks`), leaf first. */
+/* A stack in flare's storage (`stacks`), leaf first, with the 64-bit
+ * hash of its frames (its id holds only some of the bits). */
 struct flare_stack {
 	__u64 len;
+	__u64 hash;
 	__u64 pcs[FLARE_MAX_STACK_DEPTH];
 };
 

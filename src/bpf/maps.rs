@@ -155,13 +155,14 @@ impl<'m, M: MapCore> StackReader<'m, M> {
     }
 }
 
-/// The frames of a `struct flare_stack` (a length, then the addresses),
-/// or `None` when the bytes are not one.
+/// The frames of a `struct flare_stack` (a length, the hash, then the
+/// addresses), or `None` when the bytes are not one.
 fn frames(bytes: &[u8]) -> Option<Vec<u64>> {
     let mut words = bytes
         .chunks_exact(8)
         .map(|c| u64::from_ne_bytes(c.try_into().unwrap_or([0; 8])));
     let len = usize::try_from(words.next()?).ok()?;
+    let _hash = words.next()?;
     let frames: Vec<u64> = words.take(len).collect();
     (frames.len() == len).then_some(frames)
 }
