@@ -28,6 +28,7 @@ pub mod profile;
 pub mod sinks;
 pub mod symbolize;
 pub mod tools;
+pub mod untrusted;
 pub mod unwind;
 
 pub use error::{Error, Result};

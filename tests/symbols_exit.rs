@@ -75,7 +75,22 @@ impl Running {
     fn stop(mut self) -> (String, String) {
         // SAFETY: kill only sends a signal to the flare process we started.
         unsafe { libc::kill(self.child.0.id() as i32, libc::SIGINT) };
-        let status = self.child.0.wait().expect("waiting for flare");
+        // A flare that does not stop fails the test instead of hanging it.
+        let asked = Instant::now();
+        let status = loop {
+            if let Some(status) = self.child.0.try_wait().expect("waiting for flare") {
+                break status;
+            }
+            if asked.elapsed() > Duration::from_secs(30) {
+                let _ = self.child.0.kill();
+                let _ = self.child.0.wait();
+                panic!(
+                    "flare did not stop within 30 s of SIGINT:\n{}",
+                    self.stderr.join().unwrap_or_default()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
         let out = self.stdout.join().unwrap_or_default();
         let err = self.stderr.join().unwrap_or_default();
         assert!(status.success(), "flare failed ({status}):\n{err}");
@@ -303,10 +318,16 @@ fn fork_storm_is_named() {
 /// Runs `jitmap 1 exit|stay HOW` under a profile of it; returns the share
 /// of its samples in `jit_spin_loop`, and flare's stderr.
 fn jit_share(how: &str, exits: bool) -> (f64, String) {
+    let (share, _, err) = jit_run(&[how], exits);
+    (share, err)
+}
+
+/// [`jit_share`] with `post` after `exit|stay`; also flare's output.
+fn jit_run(post: &[&str], exits: bool) -> (f64, String, String) {
     let (out, err) = run_under(
         "jitmap",
         &["1"],
-        &[how],
+        post,
         "profile",
         &["-p", "{pid}", "-U", "-f", "-F", "499"],
         exits,
@@ -319,7 +340,7 @@ fn jit_share(how: &str, exits: bool) -> (f64, String) {
         .map(|(_, n)| n)
         .sum();
     assert!(all >= 20, "too few samples ({all}):\n{out}{err}");
-    (jit as f64 / all as f64, err)
+    (jit as f64 / all as f64, out, err)
 }
 
 /// A perf map written by the process's own user (root here) names its
@@ -368,6 +389,46 @@ fn perf_map_of_another_user_is_ignored() {
         err.contains("ignoring /tmp/perf-") && err.contains("owned by uid 65534"),
         "a note says why: {err}"
     );
+}
+
+/// A process of another user whose "perf map" is a symbolic link to a
+/// file only root may read: root's flare does not follow it (it printed
+/// the file's lines as frame names), and says why it ignored the map.
+#[test]
+fn perf_map_symlinked_by_its_owner_is_not_followed() {
+    if !require_bpf() {
+        return;
+    }
+    let _serial = serial();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let secret = dir.path().join("secret");
+    // A line naming every address: followed, it names the JIT frames.
+    std::fs::write(&secret, "0 ffffffffffffffff root_only_secret\n").expect("write");
+    let secret = secret.display().to_string();
+    let (share, out, err) = jit_run(&["symlink", &secret], false);
+    assert_eq!(share, 0.0, "{out}");
+    assert!(
+        !out.contains("root_only_secret"),
+        "the link was followed:\n{out}"
+    );
+    assert!(
+        err.contains("ignoring /tmp/perf-"),
+        "a note says why: {err}"
+    );
+}
+
+/// A process of another user whose "perf map" is a FIFO nobody writes:
+/// flare does not block on it (it hung for good, deaf to SIGINT), and
+/// stops as asked.
+#[test]
+fn perf_map_that_is_a_fifo_does_not_hang_flare() {
+    if !require_bpf() {
+        return;
+    }
+    let _serial = serial();
+    let (share, out, err) = jit_run(&["fifo"], false);
+    assert_eq!(share, 0.0, "{out}");
+    assert!(err.contains("not a regular file"), "a note says why: {err}");
 }
 
 /// A process in its own mount and PID namespace, running a binary that

@@ -12,13 +12,15 @@
 
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
-use std::io::{Read, Seek, SeekFrom};
+use std::io::{Seek, SeekFrom};
 use std::os::unix::fs::MetadataExt;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::procfs::{effective_uid, namespace_pid};
 use super::{Backing, Mapping};
+use crate::untrusted::{self, Resolve};
 
 /// A process's JIT symbols, sorted by address.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -70,6 +72,9 @@ struct Open {
     file: File,
     read: Option<(u64, Arc<PerfMap>)>,
 }
+
+/// A perf map larger than this is not read (a large JVM's is tens of MB).
+const MAX_PERF_MAP: u64 = 256 << 20;
 
 /// At most this many processes are waited on for a map to appear.
 const MAX_PENDING: usize = 1024;
@@ -137,18 +142,26 @@ impl PerfMaps {
         self.refused.remove(&pid);
     }
 
-    /// Opens `pid`'s map if it exists and may be used.
+    /// Opens `pid`'s map if it exists and may be used: a regular file,
+    /// reached without a symbolic link out of the process's root or at the
+    /// end ([`crate::untrusted`]), owned by the process's user or root.
     fn try_open(&mut self, pid: u32) -> bool {
         let Some(nspid) = namespace_pid(pid) else {
             return false;
         };
-        let path = format!("/proc/{pid}/root/tmp/perf-{nspid}.map");
-        let Ok(file) = File::open(&path) else {
-            return false;
-        };
-        let Ok(meta) = file.metadata() else {
-            return false;
-        };
+        let root = format!("/proc/{pid}/root");
+        let path = format!("/tmp/perf-{nspid}.map");
+        let (file, meta) =
+            match untrusted::open(Path::new(&path), Resolve::InRoot(Path::new(&root))) {
+                Ok(f) => f,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return false,
+                Err(e) => {
+                    if self.refused.insert(pid) {
+                        eprintln!("flare: ignoring /tmp/perf-{nspid}.map of PID {pid}: {e}");
+                    }
+                    return false;
+                }
+            };
         let Some(uid) = effective_uid(pid) else {
             return false;
         };
@@ -175,10 +188,18 @@ impl PerfMaps {
         match &open.read {
             Some((read_len, map)) if *read_len == len => Some(map.clone()),
             _ => {
-                let mut text = String::new();
                 open.file.seek(SeekFrom::Start(0)).ok()?;
-                (&open.file).read_to_string(&mut text).ok()?;
-                let map = Arc::new(PerfMap::parse(&text));
+                let bytes = match untrusted::read_bounded(&open.file, MAX_PERF_MAP) {
+                    Ok(b) => b,
+                    Err(e) => {
+                        eprintln!("flare: ignoring the perf map of PID {pid}: {e}");
+                        self.open.remove(&pid);
+                        self.refused.insert(pid);
+                        return None;
+                    }
+                };
+                // A line that is not UTF-8 is named as best it can be.
+                let map = Arc::new(PerfMap::parse(&String::from_utf8_lossy(&bytes)));
                 open.read = Some((len, map.clone()));
                 Some(map)
             }

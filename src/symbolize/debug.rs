@@ -6,13 +6,33 @@
 //! the name in `.gnu_debuglink` next to the object, in its `.debug/`
 //! directory or under `/usr/lib/debug/` (checked against the link's
 //! CRC-32).
+//!
+//! A debug link's candidates beside the object lie where the object's
+//! owner chose: each is opened as [`crate::untrusted`] says (no symbolic
+//! link, a regular file, read no further than [`MAX_DEBUG_FILE`]), held
+//! open, and handed to blazesym as `/proc/self/fd/N`, so that what was
+//! checked is what is read.
 
 use std::fs::{self, File};
 use std::io::Read;
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use crate::procmaps::Object;
+use crate::untrusted::{self, Resolve};
+
+/// A debug file larger than this is not read (the largest Debian ships,
+/// libLLVM's, is under 1 GiB).
+pub(crate) const MAX_DEBUG_FILE: u64 = 4 << 30;
+
+/// A debug file found: the path blazesym opens, and the file itself when
+/// that path is its descriptor's (`/proc/self/fd/N`), held open for it.
+#[derive(Debug)]
+pub(crate) struct DebugFile {
+    pub(crate) path: PathBuf,
+    _held: Option<File>,
+}
 
 /// Where distributions install debug files.
 const DEBUG_DIRS: [&str; 2] = ["/usr/lib/debug", "/lib/debug"];
@@ -34,19 +54,20 @@ fn debuginfod_caches() -> Vec<PathBuf> {
 }
 
 /// The debug file of `object`, whose ELF `.gnu_debuglink` is `link`.
-pub(crate) fn find(object: &Object, link: Option<&(String, u32)>) -> Option<PathBuf> {
+pub(crate) fn find(object: &Object, link: Option<&(String, u32)>) -> Option<DebugFile> {
+    let trusted = |path: PathBuf| DebugFile { path, _held: None };
     if let Some(hex) = object.reference().build_id_hex().filter(|h| h.len() > 2) {
         let (dir, rest) = hex.split_at(2);
         for d in DEBUG_DIRS {
             let p = PathBuf::from(format!("{d}/.build-id/{dir}/{rest}.debug"));
             if p.is_file() {
-                return Some(p);
+                return Some(trusted(p));
             }
         }
         for cache in debuginfod_caches() {
             let p = cache.join(&hex).join("debuginfo");
             if p.is_file() {
-                return Some(p);
+                return Some(trusted(p));
             }
         }
     }
@@ -65,12 +86,23 @@ pub(crate) fn find(object: &Object, link: Option<&(String, u32)>) -> Option<Path
     }
     candidates
         .into_iter()
-        .find(|c| c.as_path() != path && crc32(c) == Some(*crc))
+        .filter(|c| c.as_path() != path)
+        .find_map(|c| {
+            let (file, meta) = untrusted::open(&c, Resolve::NoSymlinks).ok()?;
+            if meta.len() > MAX_DEBUG_FILE || crc32(&file) != Some(*crc) {
+                return None;
+            }
+            Some(DebugFile {
+                path: PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd())),
+                _held: Some(file),
+            })
+        })
 }
 
-/// The CRC-32 of a whole file, as `.gnu_debuglink` records it.
-fn crc32(path: &Path) -> Option<u32> {
-    let mut file = File::open(path).ok()?;
+/// The CRC-32 of a whole file, as `.gnu_debuglink` records it, read no
+/// further than [`MAX_DEBUG_FILE`].
+fn crc32(file: &File) -> Option<u32> {
+    let mut file = file.take(MAX_DEBUG_FILE);
     let mut crc = flate2::Crc::new();
     let mut buf = vec![0; 1 << 16];
     loop {
@@ -92,6 +124,6 @@ mod tests {
         let p = dir.path().join("f");
         fs::write(&p, b"123456789").expect("write");
         // The standard CRC-32 check value.
-        assert_eq!(crc32(&p), Some(0xcbf4_3926));
+        assert_eq!(crc32(&File::open(&p).expect("open")), Some(0xcbf4_3926));
     }
 }

@@ -27,7 +27,7 @@ struct Entry {
     object: Arc<Object>,
     reference: Arc<ObjectRef>,
     layout: Option<Layout>,
-    debug_file: Option<PathBuf>,
+    debug_file: Option<debug::DebugFile>,
     /// Frames by file offset (looked-up offset; `addr` is that offset).
     resolved: HashMap<u64, Resolved>,
     /// The object's functions from its call-frame information, read when
@@ -169,7 +169,7 @@ fn symbolize(
         let found = run(
             inner,
             options,
-            dbg.clone(),
+            dbg.path.clone(),
             dwarf,
             Input::VirtOffset(&vaddrs),
             &offs,

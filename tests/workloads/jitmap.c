@@ -3,10 +3,12 @@
  * anonymous executable memory, names it jit_spin_loop in
  * /tmp/perf-PID.map, and runs it.
  *
- * usage: jitmap SECONDS exit|stay [other|drop]
+ * usage: jitmap SECONDS exit|stay [other|drop|symlink TARGET|fifo]
  *   other  the map is given to uid 65534 while the process stays root
  *          (a map flare must not trust)
  *   drop   the process becomes uid 65534 first and writes its own map
+ *   symlink  as drop, but its "map" is a symbolic link to TARGET
+ *   fifo     as drop, but its "map" is a FIFO nobody writes to
  * Protocol on stdio: prints "ready", waits for a line, spins for SECONDS,
  * prints "done"; then removes its map and exits, or with "stay" waits for
  * stdin to close.
@@ -16,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -38,11 +41,12 @@ __attribute__((noinline)) void jit_caller(long (*f)(long), double end)
 int main(int argc, char **argv)
 {
 	if (argc < 3) {
-		fprintf(stderr, "usage: jitmap SECONDS exit|stay [other|drop]\n");
+		fprintf(stderr, "usage: jitmap SECONDS exit|stay [other|drop|symlink TARGET|fifo]\n");
 		return 2;
 	}
 	const char *how = argc > 3 ? argv[3] : "";
-	if (strcmp(how, "drop") == 0 && (setgid(65534) || setuid(65534)))
+	int hostile = strcmp(how, "symlink") == 0 || strcmp(how, "fifo") == 0;
+	if ((strcmp(how, "drop") == 0 || hostile) && (setgid(65534) || setuid(65534)))
 		return 1;
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	unsigned char *page = mmap(NULL, 4096, PROT_READ | PROT_WRITE | PROT_EXEC,
@@ -54,11 +58,19 @@ int main(int argc, char **argv)
 	snprintf(path, sizeof path, "/tmp/perf-%d.map", getpid());
 	/* Not a stale map of an earlier process with this PID (see jit.c). */
 	unlink(path);
-	FILE *map = fopen(path, "wx");
-	if (!map)
-		return 1;
-	fprintf(map, "%lx %zx jit_spin_loop\n", (unsigned long)page, sizeof code);
-	fclose(map);
+	if (strcmp(how, "symlink") == 0) {
+		if (argc < 5 || symlink(argv[4], path))
+			return 1;
+	} else if (strcmp(how, "fifo") == 0) {
+		if (mkfifo(path, 0644))
+			return 1;
+	} else {
+		FILE *map = fopen(path, "wx");
+		if (!map)
+			return 1;
+		fprintf(map, "%lx %zx jit_spin_loop\n", (unsigned long)page, sizeof code);
+		fclose(map);
+	}
 	if (strcmp(how, "other") == 0 && chown(path, 65534, 65534))
 		return 1;
 	printf("ready\n");
