@@ -3,7 +3,9 @@
 //! directory decides what lies there. A FIFO hung flare for good; a link
 //! to `/dev/zero` kept a thread reading at full speed forever. Both must
 //! be passed over, the program named from its own symbols.
-//! (Perf maps: tests/symbols_exit.rs.)
+//! (Perf maps: tests/symbols_exit.rs.) And names another user chooses: a
+//! process name with a line break and a count in it forged a line of
+//! folded output.
 
 mod common;
 
@@ -101,4 +103,44 @@ fn a_debug_link_to_a_fifo_or_dev_zero_is_passed_over() {
             .sum();
         assert_eq!(named, 1000, "{what}:\n{out}\n{err}");
     }
+}
+
+/// A process named "evil 99999999\nx" (a process may name itself so)
+/// cannot forge a folded line: the line break becomes `?`, every line
+/// ends in its own count, and `flare top` of the output sees one process.
+#[test]
+fn a_process_name_cannot_forge_a_folded_line() {
+    if !require_bpf() {
+        return;
+    }
+    let _guard = serial();
+    let mut w = common::bpf::Reaper(
+        Command::new(common::bpf::workload("named"))
+            .arg("evil 99999999\nx")
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("starting the workload"),
+    );
+    let mut ready = String::new();
+    common::stackcount::read_line_unbuffered(w.0.stdout.as_mut().expect("stdout"), &mut ready);
+    assert_eq!(ready, "ready\n");
+    let out = common::bpf::run_flare(&[
+        "profile",
+        "-F",
+        "99",
+        "-f",
+        "-p",
+        &w.0.id().to_string(),
+        "1",
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut total = 0;
+    for line in text.lines() {
+        let (stack, n) = line.rsplit_once(' ').unwrap_or_else(|| panic!("{line:?}"));
+        let n: u64 = n.parse().unwrap_or_else(|_| panic!("{line:?}"));
+        assert!(stack.starts_with("evil 99999999?x;"), "{line:?}");
+        total += n;
+    }
+    // 1 s at 99 Hz of one busy thread: nothing near the forged count.
+    assert!((1..10_000).contains(&total), "{total} samples:\n{text}");
 }

@@ -59,7 +59,7 @@ impl Stacks {
                     .path()
                     .iter()
                     .map(|p| {
-                        let name = clean(p.name);
+                        let name = crate::profile::folded_safe(p.name).into_owned();
                         let inlined = p.frame.is_some_and(|f| f.inlined);
                         match p.kind {
                             PathKind::Kernel => format!("{name}_[k]"),
@@ -81,16 +81,6 @@ impl Stacks {
             .iter()
             .map(|s| format!("{} {}", s.frames.join(";"), s.value))
             .collect()
-    }
-}
-
-/// A frame name safe inside a folded line: `;` separates frames and a line
-/// break ends the stack, so both are replaced.
-fn clean(name: &str) -> String {
-    if name.contains([';', '\n', '\r']) {
-        name.replace(';', ":").replace(['\n', '\r'], " ")
-    } else {
-        name.to_string()
     }
 }
 

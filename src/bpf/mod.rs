@@ -42,5 +42,5 @@ pub fn comm_str(comm: &[i8]) -> String {
         .map(|&c| c as u8)
         .take_while(|&c| c != 0)
         .collect();
-    String::from_utf8_lossy(&bytes).into_owned()
+    crate::profile::clean_name(&String::from_utf8_lossy(&bytes)).into_owned()
 }

@@ -4,16 +4,16 @@
 use std::io::{self, Write};
 
 use super::{kernel_name, StackStyle};
-use crate::profile::{Sample, Trace};
+use crate::profile::{folded_safe, Sample, Trace};
 
 /// The frames of one sample joined by `;`, without the value.
 pub fn line(s: &Sample, style: StackStyle) -> String {
     let t = &s.task;
-    let mut parts: Vec<std::borrow::Cow<'_, str>> = vec![t.comm.as_str().into()];
+    let mut parts: Vec<std::borrow::Cow<'_, str>> = vec![folded_safe(&t.comm)];
     match &t.user {
         Trace::NotCollected => {}
         Trace::Missed { .. } => parts.push("[Missed User Stack]".into()),
-        Trace::Frames(f) => parts.extend(f.iter().rev().map(|f| style.name(f).into())),
+        Trace::Frames(f) => parts.extend(f.iter().rev().map(|f| folded_safe(style.name(f)))),
     }
     if t.kernel != Trace::NotCollected {
         if style.delimited && t.user.has_frames() && t.kernel.has_frames() {
@@ -21,13 +21,11 @@ pub fn line(s: &Sample, style: StackStyle) -> String {
         }
         match &t.kernel {
             Trace::Missed { .. } => parts.push("[Missed Kernel Stack]".into()),
-            trace => parts.extend(
-                trace
-                    .frames()
-                    .iter()
-                    .rev()
-                    .map(|f| kernel_name(style.name(f), style)),
-            ),
+            trace => parts.extend(trace.frames().iter().rev().map(|f| {
+                kernel_name(&folded_safe(style.name(f)), style)
+                    .into_owned()
+                    .into()
+            })),
         }
     }
     parts.join(";")

@@ -13,7 +13,7 @@ use std::borrow::Cow;
 use std::io::{self, Write};
 
 use super::{kernel_name, text, StackStyle};
-use crate::profile::{Frame, Sample, TaskStack, Trace};
+use crate::profile::{folded_safe, Frame, Sample, TaskStack, Trace};
 
 const MISSED_USER: &str = "[Missed User Stack]";
 const MISSED_KERNEL: &str = "[Missed Kernel Stack]";
@@ -64,8 +64,10 @@ fn push_frames<'a>(
     kernel: bool,
 ) {
     let name = |f: &'a Frame| match kernel {
-        true => kernel_name(style.name(f), style),
-        false => Cow::Borrowed(style.name(f)),
+        true => kernel_name(&folded_safe(style.name(f)), style)
+            .into_owned()
+            .into(),
+        false => folded_safe(style.name(f)),
     };
     match trace {
         Trace::NotCollected => {}
@@ -117,7 +119,7 @@ pub fn wakeuptime_folded<'a, W: Write>(
     let none = nobody();
     for s in samples {
         let wk = s.waker.as_ref().unwrap_or(&none);
-        let mut parts: Vec<Cow<'_, str>> = vec![wk.comm.as_str().into()];
+        let mut parts: Vec<Cow<'_, str>> = vec![folded_safe(&wk.comm)];
         // bcc's wakeuptime does not annotate kernel frames.
         let plain = StackStyle {
             annotate_kernel: false,
@@ -125,7 +127,7 @@ pub fn wakeuptime_folded<'a, W: Write>(
         };
         push_frames(&mut parts, &wk.user, true, MISSED_USER, plain, false);
         push_frames(&mut parts, &wk.kernel, true, MISSED_KERNEL, plain, true);
-        parts.push(s.task.comm.as_str().into());
+        parts.push(folded_safe(&s.task.comm));
         writeln!(w, "{} {}", parts.join(";"), s.value)?;
     }
     Ok(())
@@ -193,7 +195,7 @@ pub fn offwaketime_folded<'a, W: Write>(
     for s in samples {
         let wk = s.waker.as_ref().unwrap_or(&none);
         let t = &s.task;
-        let mut parts: Vec<Cow<'_, str>> = vec![t.comm.as_str().into()];
+        let mut parts: Vec<Cow<'_, str>> = vec![folded_safe(&t.comm)];
         push_frames(&mut parts, &t.user, true, MISSED_USER, style, false);
         parts.push(delim.into());
         push_frames(&mut parts, &t.kernel, true, MISSED_KERNEL, style, true);
@@ -201,7 +203,7 @@ pub fn offwaketime_folded<'a, W: Write>(
         push_frames(&mut parts, &wk.kernel, false, MISSED_KERNEL, style, true);
         parts.push(delim.into());
         push_frames(&mut parts, &wk.user, false, MISSED_USER, style, false);
-        parts.push(wk.comm.as_str().into());
+        parts.push(folded_safe(&wk.comm));
         writeln!(w, "{} {}", parts.join(";"), s.value)?;
     }
     Ok(())

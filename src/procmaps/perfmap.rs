@@ -42,7 +42,8 @@ impl PerfMap {
             let (Some(start), Some(size)) = (hex(start), hex(size)) else {
                 continue;
             };
-            by_start.insert(start, (start.saturating_add(size), name.trim_end().into()));
+            let name = crate::profile::clean_name(name.trim_end());
+            by_start.insert(start, (start.saturating_add(size), name.into()));
         }
         let mut entries: Vec<(u64, u64, Arc<str>)> =
             by_start.into_iter().map(|(s, (e, n))| (s, e, n)).collect();
@@ -50,7 +51,6 @@ impl PerfMap {
         PerfMap { entries }
     }
 
-    /// The name of the function holding `addr`.
     /// The function holding `addr`: its start and name.
     pub fn find(&self, addr: u64) -> Option<(u64, &Arc<str>)> {
         let i = self.entries.partition_point(|e| e.0 <= addr);

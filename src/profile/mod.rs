@@ -216,6 +216,32 @@ pub struct SourceLine {
 /// The name bcc and flare give a frame that could not be resolved.
 pub const UNKNOWN: &str = "[unknown]";
 
+/// A name others chose (a process name, a symbol, a perf map's entry, a
+/// file name) made safe for every output: control characters, line
+/// breaks and escape sequences among them, become `?`, so that a name
+/// can neither forge a line of folded or text output nor drive a
+/// terminal. (`;`, which only folded lines give a meaning, is their
+/// writers' to replace: [`folded_safe`].)
+pub fn clean_name(name: &str) -> std::borrow::Cow<'_, str> {
+    if name.chars().any(char::is_control) {
+        name.chars()
+            .map(|c| if c.is_control() { '?' } else { c })
+            .collect::<String>()
+            .into()
+    } else {
+        name.into()
+    }
+}
+
+/// A name as a folded line may hold it: cleaned, and `;` (which
+/// separates frames) replaced by `:`.
+pub fn folded_safe(name: &str) -> std::borrow::Cow<'_, str> {
+    match clean_name(name) {
+        c if c.contains(';') => c.replace(';', ":").into(),
+        c => c,
+    }
+}
+
 /// One of a task's two stacks.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Trace {

@@ -125,3 +125,13 @@ fn merging_sums_extra_values_too() {
     assert_eq!(p.samples[0].value, 5);
     assert_eq!(&*p.samples[0].extra, &[15, 3]);
 }
+
+#[test]
+fn names_are_cleaned_of_control_characters_and_folded_separators() {
+    assert_eq!(clean_name("read"), "read");
+    assert!(matches!(clean_name("read"), std::borrow::Cow::Borrowed(_)));
+    assert_eq!(clean_name("evil 99999999\nx"), "evil 99999999?x");
+    assert_eq!(clean_name("a\x1b[31mred\r\t"), "a?[31mred??");
+    assert_eq!(folded_safe("ns::f;g\n"), "ns::f:g?");
+    assert_eq!(folded_safe("plain"), "plain");
+}

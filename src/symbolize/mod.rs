@@ -21,7 +21,7 @@ use blazesym::symbolize::{CodeInfo, Input, Symbolized};
 use blazesym::MaybeDefault;
 
 use crate::procmaps::{Mappings, Object};
-use crate::profile::{Frame, FrameKind, Sample, SourceLine, TaskStack, Trace};
+use crate::profile::{clean_name, Frame, FrameKind, Sample, SourceLine, TaskStack, Trace};
 
 mod background;
 mod debug;
@@ -117,7 +117,7 @@ pub(crate) fn convert(
         addr,
         source: source.clone(),
         offset: u32::try_from(sym.offset).unwrap_or(u32::MAX),
-        ..Frame::named(sym.name.as_ref(), kind)
+        ..Frame::named(clean_name(&sym.name), kind)
     }];
     if options.inlined {
         for f in sym.inlined.iter() {
@@ -132,7 +132,7 @@ pub(crate) fn convert(
                 addr,
                 source: source.clone(),
                 inlined: true,
-                ..Frame::named(f.name.as_ref(), kind)
+                ..Frame::named(clean_name(&f.name), kind)
             });
         }
     }

@@ -241,7 +241,7 @@ fn unnamed(entry: &mut Entry, off: u64) -> Frame {
     let path = &*entry.reference.path;
     let base = path.rsplit('/').next().unwrap_or(path);
     Frame {
-        name: format!("{base}+0x{start:x}").into(),
+        name: crate::profile::clean_name(&format!("{base}+0x{start:x}")).into(),
         ..Frame::unknown(off, FrameKind::User)
     }
 }

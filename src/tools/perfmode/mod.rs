@@ -177,7 +177,7 @@ impl State {
             return c.clone();
         }
         let c: Arc<str> = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm"))
-            .map(|s| s.trim_end_matches('\n').to_string())
+            .map(|s| crate::profile::clean_name(s.trim_end_matches('\n')).into_owned())
             .unwrap_or_else(|_| "[unknown]".into())
             .into();
         self.comms.insert(tid, c.clone());
