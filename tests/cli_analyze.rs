@@ -152,7 +152,7 @@ fn write_errors_are_reported() {
     // The target is a directory: the final rename must fail.
     let target = dir.path().join("taken.svg");
     fs::create_dir(&target).unwrap();
-    let input = data("profile.folded");
+    let input = data("profile-a.folded");
     let err = fails(&["flamegraph", s(&input), "-o", s(&target)]);
     assert!(
         err.contains(&format!("cannot write {}", target.display())),
@@ -226,4 +226,36 @@ fn outputs_are_checked_before_profiling() {
     );
     let err = fails(&["profile", "--format", "png", "1"]);
     assert!(err.contains("unknown format 'png'"), "{err}");
+}
+
+/// `-o` replaces regular files only: a device (/dev/null, as root) or a
+/// symbolic link stays what it is, with a clear error; an existing file
+/// keeps its mode.
+#[test]
+fn output_files_replace_regular_files_only() {
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+    let input = data("profile-a.folded");
+    let err = fails(&["flamegraph", s(&input), "-o", "/dev/null"]);
+    assert!(err.contains("'/dev/null' is a device"), "{err}");
+    assert!(fs::metadata("/dev/null")
+        .unwrap()
+        .file_type()
+        .is_char_device());
+    let dir = tempfile::tempdir().unwrap();
+    let target = dir.path().join("elsewhere");
+    fs::write(&target, "keep").unwrap();
+    let link = dir.path().join("g.svg");
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    let err = fails(&["flamegraph", s(&input), "-o", s(&link)]);
+    assert!(err.contains("is a symbolic link"), "{err}");
+    assert_eq!(fs::read_to_string(&target).unwrap(), "keep");
+    let file = dir.path().join("mine.svg");
+    fs::write(&file, "old").unwrap();
+    fs::set_permissions(&file, fs::Permissions::from_mode(0o640)).unwrap();
+    ok(&["flamegraph", s(&input), "-o", s(&file)]);
+    assert!(fs::read_to_string(&file).unwrap().contains("<svg"));
+    assert_eq!(
+        fs::metadata(&file).unwrap().permissions().mode() & 0o777,
+        0o640
+    );
 }

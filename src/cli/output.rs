@@ -21,7 +21,9 @@ use crate::run::Request;
 #[derive(Clone, Debug, Default, Args)]
 pub struct OutputArgs {
     /// Write the result to FILE, in the format of its extension (.svg,
-    /// .folded or .txt, .pb.gz or .pprof, .json); give -o again for more files
+    /// .folded or .txt, .pb.gz or .pprof, .json); give -o again for more
+    /// files; - for standard output (with --format). Only a regular file
+    /// is replaced, keeping its mode and owner
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     pub outputs: Vec<PathBuf>,
 
@@ -63,7 +65,9 @@ impl OutputArgs {
     /// True when `--format` takes standard output (no `-o` given): then
     /// nothing else may be printed there.
     pub fn format_on_stdout(&self) -> bool {
-        self.outputs.is_empty() && self.format.is_some()
+        let to_stdout =
+            self.outputs.is_empty() || self.outputs.iter().any(|p| p.as_os_str() == "-");
+        to_stdout && self.format.is_some()
     }
 
     /// Whether the tool prints bcc's stacks (text, or folded under `-f`) on
@@ -88,6 +92,14 @@ impl OutputArgs {
         self.outputs
             .iter()
             .map(|path| {
+                if path.as_os_str() == "-" {
+                    return self.format.map(Destination::Stdout).ok_or_else(|| {
+                        format!("-o - writes to standard output in the format --format names: add --format, one of {FORMAT_NAMES}")
+                    });
+                }
+                if let Some(why) = flare::sinks::files::refusal(path) {
+                    return Err(why);
+                }
                 let format = self.format.or_else(|| Format::from_path(path)).ok_or_else(|| {
                     format!(
                         "cannot tell the format of '{}' from its extension: use one of {EXTENSIONS}, or name it with --format",

@@ -223,3 +223,28 @@ fn negative_and_non_numeric_values_are_named() {
         }
     }
 }
+
+#[test]
+fn outputs_refuse_devices_and_links_and_take_dash_for_stdout() {
+    use flare::output::Format;
+    use output::Destination;
+    let dests = |args: &[&str]| parse(args).unwrap().output.destinations();
+    let err = dests(&["-o", "/dev/null", "5"]).unwrap_err();
+    assert!(err.contains("'/dev/null' is a device"), "{err}");
+    let dir = tempfile::tempdir().unwrap();
+    let link = dir.path().join("p.svg");
+    std::os::unix::fs::symlink("/etc/passwd", &link).unwrap();
+    let err = dests(&["-o", link.to_str().unwrap(), "5"]).unwrap_err();
+    assert!(err.contains("is a symbolic link"), "{err}");
+    assert_eq!(
+        dests(&["-o", "-", "--format", "folded", "5"]).unwrap(),
+        vec![Destination::Stdout(Format::Folded)]
+    );
+    assert!(dests(&["-o", "-", "5"])
+        .unwrap_err()
+        .contains("add --format"));
+    assert!(parse(&["-o", "-", "--format", "svg", "5"])
+        .unwrap()
+        .output
+        .format_on_stdout());
+}
