@@ -190,3 +190,63 @@ fn completions_and_man_page_come_from_the_parser() {
     );
     fails_with(&["completions", "tcsh"], "invalid value 'tcsh'");
 }
+
+/// The largest durations, intervals and block times a user can type run
+/// until stopped instead of panicking ("overflow when adding duration to
+/// instant"); out-of-range agent intervals and push timeouts are refused
+/// with the range.
+#[test]
+fn huge_durations_run_until_stopped() {
+    if !require_bpf() {
+        return;
+    }
+    let _guard = serial();
+    const MAX: &str = "18446744073709551615";
+    for args in [
+        &["profile", MAX][..],
+        &["stackcount", "-D", MAX, "t:sched:sched_switch"],
+        &["stackcount", "-i", MAX, "t:sched:sched_switch"],
+        &["offcputime", "-m", MAX, MAX],
+        &["offwaketime", MAX],
+        &["wallclock", "-m", MAX, MAX],
+    ] {
+        let mut f = flare()
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("starting flare");
+        std::thread::sleep(std::time::Duration::from_millis(1500));
+        assert!(
+            f.try_wait().expect("status").is_none(),
+            "{args:?} ended early"
+        );
+        // SAFETY: kill only signals the flare process we started.
+        unsafe { libc::kill(f.id() as i32, libc::SIGINT) };
+        let out = f.wait_with_output().expect("waiting for flare");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+    fails_with(
+        &[
+            "agent",
+            "--interval",
+            "1e300",
+            "--pyroscope",
+            "http://127.0.0.1:1",
+        ],
+        "give 0.1 to 86400 seconds",
+    );
+    fails_with(
+        &[
+            "agent",
+            "--push-timeout",
+            MAX,
+            "--pyroscope",
+            "http://127.0.0.1:1",
+        ],
+        "give 1 to 3600 seconds",
+    );
+}

@@ -61,8 +61,8 @@ pub struct PushArgs {
     #[arg(long, value_name = "MB", default_value_t = 32.0, value_parser = megabytes)]
     pub spool_max_mb: f64,
 
-    /// Timeout of one push, in seconds
-    #[arg(long, value_name = "SECONDS", default_value_t = 10, value_parser = nonzero)]
+    /// Timeout of one push, in seconds (at most 3600)
+    #[arg(long, value_name = "SECONDS", default_value_t = 10, value_parser = push_timeout)]
     pub push_timeout: u64,
 }
 
@@ -152,11 +152,22 @@ fn megabytes(s: &str) -> Result<f64, String> {
     }
 }
 
-/// A window length: seconds, at least 0.1.
+/// A window length: seconds, 0.1 to a day.
 fn interval(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
-        Ok(v) if v.is_finite() && v >= 0.1 => Ok(v),
+        Ok(v) if v.is_finite() && (0.1..=86_400.0).contains(&v) => Ok(v),
+        Ok(v) if v.is_finite() && v > 0.0 => Err(format!(
+            "'{s}' is out of range: give 0.1 to 86400 seconds (a day)"
+        )),
         _ => Err(format!("'{s}' is not a number of seconds of at least 0.1")),
+    }
+}
+
+/// A push timeout: whole seconds, 1 to an hour.
+fn push_timeout(s: &str) -> Result<u64, String> {
+    match super::nonzero(s)? {
+        n if n <= 3600 => Ok(n),
+        _ => Err(format!("'{s}' is out of range: give 1 to 3600 seconds")),
     }
 }
 

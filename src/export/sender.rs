@@ -94,7 +94,7 @@ impl Sender {
     /// Delivers what is queued, trying until `timeout` has passed, and
     /// stops the thread.
     pub fn finish(mut self, timeout: Duration) -> Report {
-        let _ = self.tx.send(Msg::Finish(Instant::now() + timeout));
+        let _ = self.tx.send(Msg::Finish(after(timeout)));
         let name = self.name.clone();
         self.thread
             .take()
@@ -146,14 +146,14 @@ impl Worker {
                 Ok(Msg::Finish(deadline)) => return self.finish(deadline),
                 Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => {
-                    return self.finish(Instant::now() + Duration::from_secs(5))
+                    return self.finish(after(Duration::from_secs(5)))
                 }
             }
             if Instant::now() >= self.next_try {
                 if self.drain() {
                     self.backoff = self.options.backoff_min;
                 } else {
-                    self.next_try = Instant::now() + self.backoff;
+                    self.next_try = after(self.backoff);
                     self.backoff = (self.backoff * 2).min(self.options.backoff_max);
                 }
             }
@@ -232,4 +232,12 @@ impl Worker {
     fn is_disk(&self) -> bool {
         self.spool.is_disk()
     }
+}
+
+/// The instant `d` from now; a day from now where `d` reaches past what
+/// the clock can hold (no deadline of flare's is longer).
+fn after(d: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(d)
+        .unwrap_or_else(|| now + Duration::from_secs(86_400))
 }

@@ -172,7 +172,7 @@ fn once(
     each(sinks, |s| {
         s.begin(&meta, &collector.header(), &collector.notes())
     })?;
-    wait(stop, plan.duration.map(|d| started + d));
+    wait(stop, plan.duration.and_then(|d| started.checked_add(d)));
     let elapsed = started.elapsed();
     let Collection { samples, lost } = collector.collect(false)?;
     let mut samples = symbolizer.resolve(samples);
@@ -198,16 +198,20 @@ fn periodic(
     let meta = collector.meta();
     let mut resolver = Resolver::new(plan.symbolize, mappings);
     let started = Instant::now();
-    let end = plan.duration.map(|d| started + d);
+    // A duration or interval too long to add to the clock is forever.
+    let end = plan.duration.and_then(|d| started.checked_add(d));
     each(sinks, |s| {
         s.begin(&meta, &collector.header(), &collector.notes())
     })?;
     let mut whole = Profile::new(meta.clone());
     let mut last_read = started;
-    let mut next = started + interval;
+    let mut next = started.checked_add(interval);
     loop {
-        let tick = end.map_or(next, |e| e.min(next));
-        let stopped = wait(stop, Some(tick)) || end.is_some_and(|e| Instant::now() >= e);
+        let tick = match (end, next) {
+            (Some(e), Some(n)) => Some(e.min(n)),
+            (e, n) => e.or(n),
+        };
+        let stopped = wait(stop, tick) || end.is_some_and(|e| Instant::now() >= e);
         let now = Instant::now();
         let length = now - last_read;
         last_read = now;
@@ -226,10 +230,10 @@ fn periodic(
         if stopped {
             break;
         }
-        next += interval;
+        next = next.and_then(|n| n.checked_add(interval));
         // After a slow read, skip ticks rather than read back to back.
-        while next <= Instant::now() {
-            next += interval;
+        while let Some(n) = next.filter(|&n| n <= Instant::now()) {
+            next = n.checked_add(interval);
         }
     }
     drop(collector);
