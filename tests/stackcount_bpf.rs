@@ -447,3 +447,35 @@ fn fmt_thousands(n: u64) -> String {
     }
     out
 }
+
+/// -i with -o: an interval in which the event never fires writes an empty
+/// graph and an empty folded file, and the run goes on to its end (it
+/// stopped with an error at the first empty interval).
+#[test]
+fn empty_intervals_with_output_files_do_not_end_the_run() {
+    if !require_bpf() {
+        return;
+    }
+    let _guard = serial();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (svg, folded) = (dir.path().join("s.svg"), dir.path().join("s.folded"));
+    // A function nothing calls: the workload's, which is not running.
+    let pattern = format!("{}:caller_a", workload("leafcalls").display());
+    let out = common::bpf::run_flare(&[
+        "stackcount",
+        "-i",
+        "1",
+        "-D",
+        "3",
+        "-o",
+        svg.to_str().expect("path"),
+        "-o",
+        folded.to_str().expect("path"),
+        &pattern,
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.ends_with("Detaching...\n"), "{text}");
+    let svg = std::fs::read_to_string(&svg).expect("the graph");
+    assert!(svg.trim_end().ends_with("</svg>"), "{svg}");
+    assert!(std::fs::metadata(&folded).is_ok());
+}

@@ -21,10 +21,12 @@ pub fn diff(before: &Stacks, after: &Stacks) -> Vec<DiffStack> {
     let scale = if tb == 0 { 1.0 } else { ta as f64 / tb as f64 };
     let mut joined: HashMap<&[String], (u64, u64)> = HashMap::new();
     for s in &before.stacks {
-        joined.entry(&s.frames).or_default().0 += s.value;
+        let e = joined.entry(&s.frames).or_default();
+        e.0 = e.0.saturating_add(s.value);
     }
     for s in &after.stacks {
-        joined.entry(&s.frames).or_default().1 += s.value;
+        let e = joined.entry(&s.frames).or_default();
+        e.1 = e.1.saturating_add(s.value);
     }
     let mut out: Vec<DiffStack> = joined
         .into_iter()

@@ -4,7 +4,7 @@
 //! read is an error naming the file and the line, never skipped silently.
 
 use std::fs::File;
-use std::io::{self, BufRead, BufReader};
+use std::io::{self, BufRead, BufReader, Read};
 use std::path::Path;
 
 use crate::profile::{PathKind, Profile};
@@ -43,7 +43,9 @@ pub enum ParseError {
 impl Stacks {
     /// Sum of all values.
     pub fn total(&self) -> u64 {
-        self.stacks.iter().map(|s| s.value).sum()
+        self.stacks
+            .iter()
+            .fold(0u64, |t, s| t.saturating_add(s.value))
     }
 
     /// The stacks of a profile as flame graphs draw them: the process name
@@ -97,6 +99,11 @@ pub fn parse_file(path: &Path) -> Result<Stacks, ParseError> {
     parse(BufReader::new(file), &name)
 }
 
+/// The longest line read (a stack of 254 frames of 1,000-byte C++ names
+/// is a quarter of it): an input without line breaks (`/dev/zero`) is an
+/// error, not all of memory.
+pub const MAX_LINE: usize = 4 << 20;
+
 /// Parses folded stacks; `source_name` names the input in errors. Blank
 /// lines are skipped; anything else must be `frames COUNT`.
 pub fn parse<R: BufRead>(mut reader: R, source_name: &str) -> Result<Stacks, ParseError> {
@@ -105,7 +112,8 @@ pub fn parse<R: BufRead>(mut reader: R, source_name: &str) -> Result<Stacks, Par
     let mut number = 0;
     loop {
         buf.clear();
-        let n = reader
+        let n = (&mut reader)
+            .take(MAX_LINE as u64 + 1)
             .read_until(b'\n', &mut buf)
             .map_err(|error| ParseError::Io {
                 source_name: source_name.to_string(),
@@ -120,6 +128,12 @@ pub fn parse<R: BufRead>(mut reader: R, source_name: &str) -> Result<Stacks, Par
             line: number,
             reason,
         };
+        if buf.len() > MAX_LINE {
+            return Err(fail(format!(
+                "the line is longer than {} MiB (is this folded stacks?)",
+                MAX_LINE >> 20
+            )));
+        }
         let line = std::str::from_utf8(&buf)
             .map_err(|_| fail("the line is not valid UTF-8 text".into()))?
             .trim();

@@ -103,3 +103,26 @@ fn profile_paths_are_annotated_for_flame_graphs() {
         ["app;main:x;inner_[i];schedule_[k];schedule_[w];inner_[w];main:x_[w];waker 9"]
     );
 }
+
+#[test]
+fn an_endless_line_is_an_error_not_all_of_memory() {
+    // /dev/zero's first "line" is endless: reading stops past the bound.
+    let zero = std::fs::File::open("/dev/zero").expect("/dev/zero");
+    match parse(std::io::BufReader::new(zero), "/dev/zero") {
+        Err(ParseError::Line { line, reason, .. }) => {
+            assert_eq!(line, 1);
+            assert!(reason.contains("longer than 4 MiB"), "{reason}");
+        }
+        other => panic!("expected a line error, got {other:?}"),
+    }
+}
+
+#[test]
+fn counts_add_up_without_wrapping() {
+    let s = stacks("a;b 18446744073709551615\na;c 10\n");
+    assert_eq!(s.total(), u64::MAX);
+    let t = top(&s);
+    let a = t.iter().find(|e| e.name == "a").expect("a");
+    assert_eq!(a.total_value, u64::MAX, "saturated, not wrapped to 9");
+    assert!(t.iter().all(|e| e.total_value <= s.total()));
+}

@@ -33,10 +33,10 @@ pub fn top(stacks: &Stacks) -> Vec<TopEntry> {
                 entries.len() - 1
             });
             if seen.insert(frame) {
-                entries[at].total_value += s.value;
+                entries[at].total_value = entries[at].total_value.saturating_add(s.value);
             }
             if i + 1 == s.frames.len() {
-                entries[at].self_value += s.value;
+                entries[at].self_value = entries[at].self_value.saturating_add(s.value);
             }
         }
     }

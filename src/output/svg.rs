@@ -112,11 +112,36 @@ fn time(ns: u64) -> String {
 }
 
 /// Writes a profile as a flame graph with the options of its kind.
-pub fn write<W: Write>(w: W, profile: &Profile) -> io::Result<()> {
-    write_stacks(
+/// A profile with nothing in it (an interval of stackcount -i in which
+/// the event did not fire) is drawn as an empty graph that says so, so
+/// that a file rewritten at every interval always holds the last one.
+pub fn write<W: Write>(mut w: W, profile: &Profile) -> io::Result<()> {
+    let stacks = Stacks::from_profile(profile);
+    let opts = SvgOptions::for_profile(&profile.meta);
+    if stacks.total() == 0 {
+        return write_empty(&mut w, &opts);
+    }
+    write_stacks(w, &stacks, &opts)
+}
+
+/// A graph with a title and a line saying there was nothing to draw.
+fn write_empty<W: Write>(w: &mut W, opts: &SvgOptions) -> io::Result<()> {
+    let esc = |s: &str| {
+        xml_safe(s.to_string())
+            .replace('&', "&amp;")
+            .replace('<', "&lt;")
+            .replace('>', "&gt;")
+    };
+    writeln!(
         w,
-        &Stacks::from_profile(profile),
-        &SvgOptions::for_profile(&profile.meta),
+        r#"<?xml version="1.0" standalone="no"?>
+<svg version="1.1" width="1200" height="100" xmlns="http://www.w3.org/2000/svg">
+<rect x="0" y="0" width="100%" height="100%" fill="rgb(248,248,248)"/>
+<text x="600" y="24" font-size="17" font-family="Verdana" text-anchor="middle">{}</text>
+<text x="600" y="60" font-size="12" font-family="Verdana" text-anchor="middle">No {} were recorded in this profile: there is no flame graph to draw.</text>
+</svg>"#,
+        esc(&opts.title),
+        esc(&opts.count_name),
     )
 }
 

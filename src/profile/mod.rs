@@ -480,7 +480,9 @@ impl Profile {
 
     /// Sum of all sample values.
     pub fn total(&self) -> u64 {
-        self.samples.iter().map(|s| s.value).sum()
+        self.samples
+            .iter()
+            .fold(0u64, |t, s| t.saturating_add(s.value))
     }
 
     /// Merges samples whose tasks and frame names are the same (different
@@ -495,7 +497,7 @@ impl Profile {
             match slot.iter().find(|&&i| same_key(&merged[i], &sample)) {
                 Some(&i) => {
                     let m = &mut merged[i];
-                    m.value += sample.value;
+                    m.value = m.value.saturating_add(sample.value);
                     for (a, b) in m.extra.iter_mut().zip(sample.extra.iter()) {
                         *a += b;
                     }
