@@ -22,14 +22,7 @@ fn program_with_debuglink(dir: &Path, what: &str) -> PathBuf {
     let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/workloads/leafcalls.c");
     let exe = dir.join("prog");
     let dbg = dir.join("prog.debug");
-    let run = |cmd: &mut Command| {
-        let out = cmd.output().expect("running a build tool");
-        assert!(
-            out.status.success(),
-            "{cmd:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
+    let run = common::bpf::run_tool;
     run(Command::new("gcc")
         .args(["-O1", "-g", "-fno-omit-frame-pointer", "-fno-inline", "-o"])
         .arg(&exe)

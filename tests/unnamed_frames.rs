@@ -27,15 +27,7 @@ fn build() -> (PathBuf, PathBuf, u64, u64) {
     let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/workloads/twolocal.c");
     let lib = dir.join("libtwolocal.so");
     let exe = dir.join("twolocal");
-    let run = |cmd: &mut Command| {
-        let out = cmd.output().expect("running a build tool");
-        assert!(
-            out.status.success(),
-            "{cmd:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    };
+    let run = common::bpf::run_tool;
     run(Command::new("gcc")
         .args([
             "-shared",

@@ -114,6 +114,19 @@ pub fn build(out: &str, src: &str, command: &[&str]) -> PathBuf {
     exe
 }
 
+/// Runs a build tool (gcc, objcopy, strip, nm) to success; its output.
+pub fn run_tool(cmd: &mut Command) -> String {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("running {cmd:?} (scripts/deps.sh installs it): {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 /// The flare binary under test.
 pub fn flare() -> Command {
     Command::new(env!("CARGO_BIN_EXE_flare"))
