@@ -67,20 +67,41 @@ fn profile_twofuncs() -> Run {
         "{stderr}"
     );
 
-    // A file that cannot be written fails the run, after the others are
-    // written: here the target name is taken by a directory.
+    // A target that is not a regular file is refused before profiling.
     fs::create_dir(dir.join("taken.svg")).unwrap();
-    let mut w = Workload::start("twofuncs", &["2", "25"]);
-    w.go();
     let out = common::bpf::flare()
-        .args(["profile", "-p", &w.pid.to_string()])
-        .args(["-o", &path("taken.svg"), "-o", &path("also.folded"), "1"])
+        .args(["profile", "-o", &path("taken.svg"), "1"])
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("is a directory"), "{err}");
+
+    // A file that cannot be written fails the run, after the others are
+    // written: here its directory is removed while flare profiles.
+    fs::create_dir(dir.join("gone")).unwrap();
+    let mut w = Workload::start("twofuncs", &["2", "25"]);
+    w.go();
+    let child = common::bpf::flare()
+        .args(["profile", "-p", &w.pid.to_string()])
+        .args([
+            "-o",
+            &path("gone/lost.svg"),
+            "-o",
+            &path("also.folded"),
+            "1",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    fs::remove_dir(dir.join("gone")).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "a failed write must fail the run");
     assert!(
-        err.contains(&format!("cannot write {} (svg)", path("taken.svg"))),
+        err.contains(&format!("cannot write {} (svg)", path("gone/lost.svg"))),
         "{err}"
     );
     assert!(fs::read_to_string(dir.join("also.folded"))
