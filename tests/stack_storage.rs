@@ -142,10 +142,12 @@ fn a_full_storage_counts_the_missed_and_names_the_option() {
 
 /// Kernel stacks of a workload's context switches as it blocks in many
 /// different ways, ROUNDS times each: every way's stack is there, none is
-/// missed, and none holds more than its rounds (two ways merged into
-/// one). A way may block in fewer rounds than asked (a timer that
-/// expired before the task slept: 44 of 50 nanosleeps in a TCG guest),
-/// hence a lower bound of half the rounds.
+/// missed, and none holds much more than its rounds (two ways merged into
+/// one would hold twice as many). The kernel decides how often a round
+/// really sleeps: a timer may expire before the task sleeps (44 of 50
+/// nanosleeps in a TCG guest), a pipe reader may be woken early and sleep
+/// again (52 sleeps in 50 reads on 5.10), hence half the rounds to one
+/// and a half.
 /// The kernel's stack-trace map lost one or two stacks of a run like
 /// this on most boots, a different pair on each.
 #[test]
@@ -184,7 +186,7 @@ fn kernel_stacks_of_many_paths_are_all_kept() {
             .map(|(_, v)| *v)
             .sum();
         assert!(
-            (ROUNDS / 2..=ROUNDS).contains(&n),
+            (ROUNDS / 2..=ROUNDS + ROUNDS / 2).contains(&n),
             "{n} switches through {way}, not {ROUNDS}:\n{out}"
         );
     }
