@@ -29,7 +29,8 @@ pub enum Resolve<'a> {
     InRoot(&'a Path),
 }
 
-fn cstring(p: &Path) -> io::Result<CString> {
+/// `p` as a C string for a system call (an error for a NUL inside).
+pub(crate) fn cstring(p: &Path) -> io::Result<CString> {
     CString::new(p.as_os_str().as_bytes()).map_err(|_| io::ErrorKind::InvalidInput.into())
 }
 

@@ -4,11 +4,9 @@
 //! half a file where the result should be; stackcount's intervals
 //! rewrite the files at every report. Only regular files are replaced.
 
-use std::ffi::CString;
 use std::fs;
 use std::io::{self, BufWriter, Write};
 use std::os::fd::AsRawFd;
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
@@ -16,6 +14,7 @@ use crate::error::{Error, Result};
 use crate::output::{Format, StackStyle};
 use crate::pipeline::Sink;
 use crate::profile::Profile;
+use crate::untrusted::cstring;
 
 /// One place to write to.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -183,9 +182,8 @@ fn fill(
 fn link_into_place(file: &fs::File, dir: &Path, path: &Path) -> io::Result<()> {
     let proc_path = format!("/proc/self/fd/{}", file.as_raw_fd());
     let link = |to: &Path| -> io::Result<()> {
-        let from = CString::new(proc_path.as_bytes()).map_err(|_| io::ErrorKind::InvalidInput)?;
-        let to =
-            CString::new(to.as_os_str().as_bytes()).map_err(|_| io::ErrorKind::InvalidInput)?;
+        let from = cstring(Path::new(&proc_path))?;
+        let to = cstring(to)?;
         // SAFETY: both are NUL-terminated paths; linkat only reads them.
         let r = unsafe {
             libc::linkat(
