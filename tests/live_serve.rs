@@ -17,8 +17,13 @@ use serde_json::Value;
 const HZ: f64 = 199.0;
 const SHARE_A: f64 = 0.25;
 
-fn snapshot(port: u16, query: &str) -> Value {
-    let (code, body) = http(port, "GET", &format!("/api/profile?{query}"), None);
+fn snapshot(served: &serve::Served, query: &str) -> Value {
+    let (code, body) = http(
+        served.port,
+        "GET",
+        &served.path(&format!("api/profile?{query}")),
+        None,
+    );
     assert_eq!(code, 200, "{body}");
     serde_json::from_str(&body).expect("snapshot JSON")
 }
@@ -58,41 +63,51 @@ fn serve_windows_add_up_and_match_cpu_time() {
 
     // Wait for a few intervals, then compare windows of one snapshot time.
     wait_for("four intervals", Duration::from_secs(20), || {
-        (snapshot(port, "")["seq"].as_u64().unwrap_or(0) >= 4).then_some(())
+        (snapshot(&served, "")["seq"].as_u64().unwrap_or(0) >= 4).then_some(())
     });
-    let whole = snapshot(port, "");
-    let kept = snapshot(port, "last=60");
+    let whole = snapshot(&served, "");
+    let kept = snapshot(&served, "last=60");
     let seq = whole["seq"].as_u64().unwrap();
     if kept["seq"].as_u64() == Some(seq) {
         // Every interval is kept, so the longest window is the whole run.
         assert_eq!(kept["total"], whole["total"]);
     }
-    let last = snapshot(port, "last=1");
+    let last = snapshot(&served, "last=1");
     // The nearest whole half-second intervals to 1 s.
     let span = last["span"].as_f64().unwrap();
     assert!((0.74..=1.26).contains(&span), "{span}");
     assert!(last["total"].as_u64() < whole["total"].as_u64());
-    let filtered = snapshot(port, &format!("pid={pid}"));
+    let filtered = snapshot(&served, &format!("pid={pid}"));
     assert_eq!(filtered["procs"][0][0].as_u64(), Some(pid as u64));
 
     // Reading only: fixed routes, loopback hosts, GET.
-    assert_eq!(http(port, "POST", "/api/profile", Some("{}")).0, 405);
+    let api = served.path("api/profile");
+    assert_eq!(http(port, "POST", &api, Some("{}")).0, 405);
     // A page elsewhere reaching loopback through DNS rebinding.
-    let rebound = http_as(
-        &format!("attacker.example:{port}"),
-        port,
-        "GET",
-        "/api/profile",
-        None,
-    );
+    let rebound = http_as(&format!("attacker.example:{port}"), port, "GET", &api, None);
     assert_eq!(rebound.0, 403);
+    let page = served.path("");
     assert_eq!(
-        http_as(&format!("localhost:{port}"), port, "GET", "/", None).0,
+        http_as(&format!("localhost:{port}"), port, "GET", &page, None).0,
         200
     );
-    assert_eq!(http(port, "GET", "/../../etc/passwd", None).0, 404);
-    assert_eq!(http(port, "GET", "/download/flare.pb.gz", None).0, 200);
-    let (code, folded) = http(port, "GET", "/download/flare.folded?last=2", None);
+    // Without the URL's token, another local user reads nothing.
+    assert_eq!(http(port, "GET", "/", None).0, 404);
+    assert_eq!(http(port, "GET", "/api/profile", None).0, 404);
+    assert_eq!(
+        http(port, "GET", &served.path("../../etc/passwd"), None).0,
+        404
+    );
+    assert_eq!(
+        http(port, "GET", &served.path("download/flare.pb.gz"), None).0,
+        200
+    );
+    let (code, folded) = http(
+        port,
+        "GET",
+        &served.path("download/flare.folded?last=2"),
+        None,
+    );
     assert_eq!(code, 200);
     assert!(folded.contains(";func_a "), "{folded}");
 
@@ -174,7 +189,7 @@ fn offcputime_serves_blocked_time_live() {
         "blocked time in block_in_read",
         Duration::from_secs(20),
         || {
-            let v = snapshot(served.port, "");
+            let v = snapshot(&served, "");
             (value_of(&v, "block_in_read") >= 500_000).then_some(v)
         },
     );
@@ -203,7 +218,7 @@ fn stackcount_serves_exact_counts_live() {
     let mut stdout = served.stdout.take().expect("flare stdout");
     // Every call through each caller arrives, exactly.
     let v = wait_for("all calls counted", Duration::from_secs(30), || {
-        let v = snapshot(served.port, "");
+        let v = snapshot(&served, "");
         (v["total"].as_u64() == Some(CALLS)).then_some(v)
     });
     assert_eq!(v["unit"], "events", "{v}");
@@ -239,7 +254,7 @@ fn offcputime_serve_reports_untracked_threads() {
     // a system-wide off-CPU profile makes too deep for serde_json) empty;
     // the totals still count everything.
     let v = wait_for("untracked periods", Duration::from_secs(20), || {
-        let v = snapshot(served.port, "pid=4294967295");
+        let v = snapshot(&served, "pid=4294967295");
         (v["lost"]["untracked"].as_u64().unwrap_or(0) > 0).then_some(v)
     });
     assert!(v["lost"]["untracked"].as_u64() > Some(0), "{v}");

@@ -2,18 +2,34 @@
 //! snapshot and downloads, all from memory.
 //!
 //! It is read-only by construction: only `GET` and `HEAD` are answered,
-//! routes are a fixed list (no request names a file), and every answer is
-//! computed from the [`Store`]. When bound to loopback it also refuses
-//! requests whose `Host` is not a loopback name, so a web page elsewhere
-//! cannot read it through DNS rebinding. A small synchronous server on one
-//! thread is plenty for one or a few browser tabs polling once a second.
+//! routes are a fixed list under a random token (no request names a file,
+//! and another local user who does not know the printed URL reads
+//! nothing), and every answer is computed from the [`Store`]. When bound
+//! to loopback it also refuses requests whose `Host` is not a loopback
+//! name, so a web page elsewhere cannot read it through DNS rebinding.
+//!
+//! It is bounded whatever clients do: at most [`MAX_CONNECTIONS`] at once
+//! (a new one closes the oldest that has not sent its request), a request head of at most [`MAX_HEAD`]
+//! bytes read within [`HEAD_TIMEOUT`], one request per connection, and
+//! each connection closed after [`CONNECTION_TIMEOUT`] whether or not its
+//! client reads. Connections are tasks on one thread of their own, so a
+//! client that never reads stalls neither the other clients nor the
+//! profile, and dropping the [`Server`] cancels them all.
 
-use std::net::SocketAddr;
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::net::{SocketAddr, TcpListener};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use tiny_http::{Header, Method, Request, Response, Server as Http};
+use http_body_util::Full;
+use hyper::body::Bytes;
+use hyper::header::{HeaderValue, HOST};
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::sync::oneshot;
 
 use super::{download, snapshot_json, Format, Selection, Store, DEFAULT_MIN_SHARE};
 use crate::error::{Error, Result};
@@ -22,41 +38,86 @@ const PAGE: &str = include_str!("page/index.html");
 const SCRIPT: &str = include_str!("page/flare.js");
 const STYLE: &str = include_str!("page/flare.css");
 
-/// A running server; dropping it stops the server thread.
+/// Connections served at once; past it the oldest silent one is closed.
+pub const MAX_CONNECTIONS: usize = 64;
+/// The longest request line and headers read (hyper's smallest buffer is
+/// 8 KiB); a longer head is answered 431.
+pub const MAX_HEAD: usize = 16 * 1024;
+/// Time a client has to send its request head.
+pub const HEAD_TIMEOUT: Duration = Duration::from_secs(5);
+/// Time a connection lives, reading and writing included.
+pub const CONNECTION_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A running server; dropping it stops the server thread and closes every
+/// connection.
 pub struct Server {
-    http: Arc<Http>,
     addr: SocketAddr,
+    token: String,
+    stop: Option<oneshot::Sender<()>>,
     thread: Option<JoinHandle<()>>,
+}
+
+/// What every connection's task shares.
+struct Context {
+    store: Arc<Mutex<Store>>,
+    bound: SocketAddr,
+    /// `/TOKEN/`: the prefix of every route.
+    prefix: String,
+    cache: Mutex<SnapshotCache>,
 }
 
 impl Server {
     /// Binds `addr` and serves `store` from a background thread.
     pub fn start(addr: SocketAddr, store: Arc<Mutex<Store>>) -> Result<Self> {
-        let http = Http::http(addr).map_err(|e| Error::Io {
+        let in_use = |source| {
+            Error::Io {
             what: format!("cannot serve the live view on {addr} (is the port in use? give another with --serve ADDR:PORT)"),
-            source: std::io::Error::other(e.to_string()),
-        })?;
-        let addr = http
-            .server_addr()
-            .to_ip()
-            .ok_or_else(|| Error::Unsupported("the live view needs a TCP address".into()))?;
-        let http = Arc::new(http);
-        let serving = Arc::clone(&http);
+            source,
+        }
+        };
+        let listener = TcpListener::bind(addr).map_err(in_use)?;
+        listener.set_nonblocking(true).map_err(in_use)?;
+        let addr = listener.local_addr().map_err(in_use)?;
+        let token = random_token()?;
+        let ctx = Arc::new(Context {
+            store,
+            bound: addr,
+            prefix: format!("/{token}/"),
+            cache: Mutex::new(SnapshotCache::default()),
+        });
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_io()
+            .enable_time()
+            .build()
+            .map_err(|source| Error::Io {
+                what: "starting the live view's server".into(),
+                source,
+            })?;
+        let (stop, stopped) = oneshot::channel();
         let thread = std::thread::Builder::new()
             .name("flare-serve".into())
             .spawn(move || {
-                let mut cache = SnapshotCache::default();
-                for request in serving.incoming_requests() {
-                    handle(request, &store, addr, &mut cache);
-                }
+                runtime.block_on(async move {
+                    match tokio::net::TcpListener::from_std(listener) {
+                        Ok(l) => {
+                            tokio::spawn(accept(l, ctx));
+                        }
+                        Err(e) => eprintln!("WARNING: the live view cannot serve: {e}"),
+                    }
+                    // Until the Server is dropped (its sender with it).
+                    let _ = stopped.await;
+                });
+                // Cancels every connection, however stuck its client is.
+                runtime.shutdown_background();
             })
             .map_err(|source| Error::Io {
                 what: "starting the live view's server thread".into(),
                 source,
             })?;
         Ok(Server {
-            http,
             addr,
+            token,
+            stop: Some(stop),
             thread: Some(thread),
         })
     }
@@ -66,7 +127,7 @@ impl Server {
         self.addr
     }
 
-    /// The URL to open.
+    /// The URL to open, token included.
     pub fn url(&self) -> String {
         let host = if self.addr.ip().is_unspecified() {
             "127.0.0.1".to_string()
@@ -75,17 +136,124 @@ impl Server {
         } else {
             self.addr.ip().to_string()
         };
-        format!("http://{host}:{}/", self.addr.port())
+        format!("http://{host}:{}/{}/", self.addr.port(), self.token)
     }
 }
 
 impl Drop for Server {
     fn drop(&mut self) {
-        self.http.unblock();
+        drop(self.stop.take());
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
     }
+}
+
+/// 128 random bits in hex, from the kernel's generator.
+fn random_token() -> Result<String> {
+    let mut bytes = [0u8; 16];
+    let mut filled = 0;
+    while filled < bytes.len() {
+        let rest = &mut bytes[filled..];
+        // SAFETY: the pointer and length describe the writable tail of
+        // `bytes`, which getrandom fills at most.
+        let n = unsafe { libc::getrandom(rest.as_mut_ptr().cast(), rest.len(), 0) };
+        if n < 0 {
+            let source = std::io::Error::last_os_error();
+            if source.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(Error::Io {
+                what: "drawing the live view's URL token".into(),
+                source,
+            });
+        }
+        filled += n as usize;
+    }
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// The connections open, oldest first.
+#[derive(Default)]
+struct Slots {
+    next: u64,
+    open: VecDeque<Slot>,
+}
+
+struct Slot {
+    id: u64,
+    /// Set once the request head has been read.
+    started: Arc<AtomicBool>,
+    /// Dropped to close the connection.
+    _close: oneshot::Sender<()>,
+}
+
+impl Slots {
+    /// Makes room for one more connection: at the cap, the oldest one still
+    /// waiting for its request head goes (else the oldest of all), so no
+    /// client holds the server by opening connections and staying silent.
+    fn admit(&mut self) -> (u64, Arc<AtomicBool>, oneshot::Receiver<()>) {
+        if self.open.len() >= MAX_CONNECTIONS {
+            let idle = self
+                .open
+                .iter()
+                .position(|s| !s.started.load(Ordering::Relaxed));
+            self.open.remove(idle.unwrap_or(0));
+        }
+        let (close, closed) = oneshot::channel();
+        let started = Arc::new(AtomicBool::new(false));
+        self.next += 1;
+        self.open.push_back(Slot {
+            id: self.next,
+            started: Arc::clone(&started),
+            _close: close,
+        });
+        (self.next, started, closed)
+    }
+
+    fn leave(&mut self, id: u64) {
+        self.open.retain(|s| s.id != id);
+    }
+}
+
+/// Accepts connections for ever, each served on a task of its own.
+async fn accept(listener: tokio::net::TcpListener, ctx: Arc<Context>) {
+    let slots = Arc::new(Mutex::new(Slots::default()));
+    loop {
+        let stream = match listener.accept().await {
+            Ok((s, _)) => s,
+            Err(_) => {
+                // Out of descriptors or the like: let connections end.
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let (id, started, closed) = lock(&slots).admit();
+        let ctx = Arc::clone(&ctx);
+        let slots = Arc::clone(&slots);
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(|req: Request<hyper::body::Incoming>| {
+                started.store(true, Ordering::Relaxed);
+                let answer = handle(&req, &ctx);
+                async move { Ok::<_, Infallible>(answer) }
+            });
+            let conn = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEAD_TIMEOUT)
+                .max_buf_size(MAX_HEAD)
+                .keep_alive(false)
+                .serve_connection(TokioIo::new(stream), service);
+            tokio::select! {
+                _ = tokio::time::timeout(CONNECTION_TIMEOUT, conn) => {}
+                _ = closed => {}
+            }
+            lock(&slots).leave(id);
+        });
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// The last snapshot served: tabs polling between two updates, or
@@ -138,21 +306,32 @@ fn parse_query(query: &str) -> std::result::Result<(Selection, f64), Refusal> {
 }
 
 fn route(method: &Method, url: &str) -> std::result::Result<Route, Refusal> {
-    if !matches!(method, Method::Get | Method::Head) {
+    if !matches!(*method, Method::GET | Method::HEAD) {
         return Err((405, "the live view is read-only: GET only".into()));
     }
     let (path, query) = url.split_once('?').unwrap_or((url, ""));
     let (sel, min) = parse_query(query)?;
     Ok(match path {
-        "/" | "/index.html" => Route::Page,
-        "/flare.js" => Route::Script,
-        "/flare.css" => Route::Style,
-        "/api/profile" => Route::Snapshot(sel, min),
-        "/download/flare.folded" => Route::Download(sel, Format::Folded),
-        "/download/flare.svg" => Route::Download(sel, Format::Svg),
-        "/download/flare.pb.gz" => Route::Download(sel, Format::Pprof),
+        "" | "index.html" => Route::Page,
+        "flare.js" => Route::Script,
+        "flare.css" => Route::Style,
+        "api/profile" => Route::Snapshot(sel, min),
+        "download/flare.folded" => Route::Download(sel, Format::Folded),
+        "download/flare.svg" => Route::Download(sel, Format::Svg),
+        "download/flare.pb.gz" => Route::Download(sel, Format::Pprof),
         _ => return Err((404, format!("no such page: {path}"))),
     })
+}
+
+/// The rest of `path_and_query` after the token's prefix, if it starts
+/// with it; compared in constant time so timing tells nothing of it.
+fn after_token<'a>(path_and_query: &'a str, prefix: &str) -> Option<&'a str> {
+    let head = path_and_query.as_bytes().get(..prefix.len())?;
+    let differ = head
+        .iter()
+        .zip(prefix.as_bytes())
+        .fold(0u8, |acc, (a, b)| acc | (a ^ b));
+    (differ == 0).then(|| &path_and_query[prefix.len()..])
 }
 
 /// True if `host` (a Host header) names the loopback interface.
@@ -168,166 +347,95 @@ fn loopback_host(host: &str) -> bool {
             .is_ok_and(|ip| ip.is_loopback())
 }
 
-fn header(name: &str, value: &str) -> Option<Header> {
-    Header::from_bytes(name.as_bytes(), value.as_bytes()).ok()
-}
+type Answer = Response<Full<Bytes>>;
 
-fn respond(
-    request: Request,
-    status: u16,
-    content_type: &str,
-    body: Vec<u8>,
-    extra: Option<Header>,
-) {
-    let mut r = Response::from_data(body).with_status_code(status);
-    let headers = [
-        header("Content-Type", content_type),
-        header("Cache-Control", "no-store"),
-        header("X-Content-Type-Options", "nosniff"),
-        header("Referrer-Policy", "no-referrer"),
-        header(
-            "Content-Security-Policy",
+fn respond(status: u16, content_type: &'static str, body: Vec<u8>) -> Answer {
+    let mut r = Response::new(Full::new(Bytes::from(body)));
+    *r.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let h = r.headers_mut();
+    for (name, value) in [
+        ("content-type", content_type),
+        ("cache-control", "no-store"),
+        ("x-content-type-options", "nosniff"),
+        ("referrer-policy", "no-referrer"),
+        (
+            "content-security-policy",
             "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'",
         ),
-        extra,
-    ];
-    for h in headers.into_iter().flatten() {
-        r.add_header(h);
+    ] {
+        h.insert(name, HeaderValue::from_static(value));
     }
-    // A browser that went away mid-answer is not an error worth reporting.
-    let _ = request.respond(r);
+    r
 }
 
-fn handle(request: Request, store: &Mutex<Store>, bound: SocketAddr, cache: &mut SnapshotCache) {
-    if bound.ip().is_loopback() {
+fn refuse(status: u16, msg: &str) -> Answer {
+    respond(
+        status,
+        "text/plain; charset=utf-8",
+        format!("{msg}\n").into_bytes(),
+    )
+}
+
+fn handle<B>(request: &Request<B>, ctx: &Context) -> Answer {
+    if ctx.bound.ip().is_loopback() {
         let host = request
             .headers()
-            .iter()
-            .find(|h| h.field.equiv("Host"))
-            .map(|h| h.value.as_str().to_string())
+            .get(HOST)
+            .map(|h| String::from_utf8_lossy(h.as_bytes()).into_owned())
             .unwrap_or_default();
         if !loopback_host(&host) {
-            let msg = format!("refused: Host '{host}' is not loopback\n");
-            return respond(
-                request,
-                403,
-                "text/plain; charset=utf-8",
-                msg.into_bytes(),
-                None,
-            );
+            let host = host.escape_debug().to_string();
+            return refuse(403, &format!("refused: Host '{host}' is not loopback"));
         }
     }
-    let route = match route(request.method(), request.url()) {
+    let url = request.uri().path_and_query().map_or("/", |p| p.as_str());
+    let Some(rest) = after_token(url, &ctx.prefix) else {
+        return refuse(
+            404,
+            "no such page: the live view's address has a token, open the URL flare printed",
+        );
+    };
+    let route = match route(request.method(), rest) {
         Ok(r) => r,
-        Err((status, msg)) => {
-            return respond(
-                request,
-                status,
-                "text/plain; charset=utf-8",
-                format!("{msg}\n").into_bytes(),
-                None,
-            )
-        }
+        Err((status, msg)) => return refuse(status, &msg),
     };
     match route {
-        Route::Page => respond(request, 200, "text/html; charset=utf-8", PAGE.into(), None),
-        Route::Script => respond(
-            request,
-            200,
-            "text/javascript; charset=utf-8",
-            SCRIPT.into(),
-            None,
-        ),
-        Route::Style => respond(request, 200, "text/css; charset=utf-8", STYLE.into(), None),
+        Route::Page => respond(200, "text/html; charset=utf-8", PAGE.into()),
+        Route::Script => respond(200, "text/javascript; charset=utf-8", SCRIPT.into()),
+        Route::Style => respond(200, "text/css; charset=utf-8", STYLE.into()),
         Route::Snapshot(sel, min) => {
+            let mut cache = lock(&ctx.cache);
             {
-                let store = store.lock().unwrap_or_else(|e| e.into_inner());
+                let store = lock(&ctx.store);
                 let key = Some((store.seq(), sel, min.to_bits()));
                 if cache.key != key {
                     cache.json = snapshot_json(&store, sel, min).into_bytes();
                     cache.key = key;
                 }
             }
-            respond(request, 200, "application/json", cache.json.clone(), None)
+            respond(200, "application/json", cache.json.clone())
         }
         Route::Download(sel, format) => {
             let result = {
-                let store = store.lock().unwrap_or_else(|e| e.into_inner());
+                let store = lock(&ctx.store);
                 download(&store, sel, format)
             };
             match result {
                 Ok(d) => {
-                    let disposition = header(
-                        "Content-Disposition",
-                        &format!("attachment; filename=\"{}\"", d.file_name),
-                    );
-                    respond(request, 200, d.content_type, d.body, disposition)
+                    let disposition =
+                        HeaderValue::from_str(&format!("attachment; filename=\"{}\"", d.file_name));
+                    let mut r = respond(200, d.content_type, d.body);
+                    if let Ok(v) = disposition {
+                        r.headers_mut().insert("content-disposition", v);
+                    }
+                    r
                 }
-                Err(e) => respond(
-                    request,
-                    501,
-                    "text/plain; charset=utf-8",
-                    format!("{e}\n").into_bytes(),
-                    None,
-                ),
+                Err(e) => refuse(501, &e.to_string()),
             }
         }
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn routes_are_a_fixed_list() {
-        assert_eq!(route(&Method::Get, "/"), Ok(Route::Page));
-        assert!(matches!(
-            route(&Method::Get, "/api/profile?last=10&pid=42"),
-            Ok(Route::Snapshot(
-                Selection {
-                    last: Some(d),
-                    pid: Some(42)
-                },
-                _
-            )) if d == Duration::from_secs(10)
-        ));
-        assert_eq!(route(&Method::Get, "/../etc/passwd").unwrap_err().0, 404);
-        assert_eq!(route(&Method::Get, "/flare.js/../x").unwrap_err().0, 404);
-        assert_eq!(route(&Method::Post, "/api/profile").unwrap_err().0, 405);
-        assert_eq!(
-            route(&Method::Get, "/api/profile?pid=x").unwrap_err().0,
-            400
-        );
-        assert_eq!(
-            route(&Method::Get, "/api/profile?min=2").unwrap_err().0,
-            400
-        );
-        assert!(matches!(
-            route(&Method::Get, "/download/flare.svg?last=0"),
-            Ok(Route::Download(
-                Selection {
-                    last: None,
-                    pid: None
-                },
-                Format::Svg
-            ))
-        ));
-    }
-
-    #[test]
-    fn loopback_hosts() {
-        for h in [
-            "127.0.0.1:8080",
-            "localhost:1",
-            "[::1]:80",
-            "LOCALHOST",
-            "127.1.2.3:9",
-        ] {
-            assert!(loopback_host(h), "{h}");
-        }
-        for h in ["evil.example:8080", "10.0.0.1:80", "", "[fe80::1]:80"] {
-            assert!(!loopback_host(h), "{h}");
-        }
-    }
-}
+#[path = "server_tests.rs"]
+mod tests;

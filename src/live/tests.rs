@@ -7,7 +7,7 @@ use super::window::{Limits, Selection, Store, TOO_MANY};
 use super::{download, snapshot_json, Format};
 use crate::profile::{Frame, FrameKind, Kind, Lost, Meta, Sample, TaskStack, Trace};
 
-fn sample(pid: u32, comm: &str, user: &[&str], value: u64) -> Sample {
+pub(super) fn sample(pid: u32, comm: &str, user: &[&str], value: u64) -> Sample {
     Sample {
         task: TaskStack {
             pid: Some(pid),

@@ -50,12 +50,19 @@ pub struct Served {
     pub flare: Reaper,
     pub url: String,
     pub port: u16,
+    /// The URL's path: `/TOKEN/`, the prefix of every route.
+    pub base: String,
     /// The profile printed at the end of the run.
     pub stdout: Option<ChildStdout>,
     err: BufReader<ChildStderr>,
 }
 
 impl Served {
+    /// The path of a route (`api/profile?..`) under the URL's token.
+    pub fn path(&self, route: &str) -> String {
+        format!("{}{route}", self.base)
+    }
+
     /// Everything flare printed on stderr after its URL, up to its exit.
     #[allow(dead_code)] // Not every test binary reads it.
     pub fn stderr_rest(&mut self) -> String {
@@ -90,15 +97,17 @@ pub fn serve_tool(tool: &str, args: &[&str]) -> Served {
         .find(|w| w.starts_with("http://127.0.0.1:"))
         .unwrap_or_else(|| panic!("no loopback URL in {line:?}"))
         .to_string();
-    let port = url
+    let (port, base) = url
         .trim_start_matches("http://127.0.0.1:")
-        .trim_end_matches('/')
-        .parse()
-        .unwrap_or_else(|_| panic!("no port in {url}"));
+        .split_once('/')
+        .unwrap_or_else(|| panic!("no path in {url}"));
+    let port = port.parse().unwrap_or_else(|_| panic!("no port in {url}"));
+    let base = format!("/{base}");
     Served {
         flare,
         url,
         port,
+        base,
         stdout,
         err,
     }
