@@ -7,6 +7,11 @@
 //! `/proc` (complete), or with the first mapping seen of a process that
 //! was already running when tracking began (partial: the symbolizer reads
 //! `/proc` instead while the process lives).
+//!
+//! A PID names one process after another: a fork begins a new process's
+//! spaces, and a process is found by its PID and its start time (as BPF
+//! reads it from the kernel), so that one that exited keeps its own
+//! mappings when a later process takes its PID.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
@@ -31,8 +36,11 @@ struct AddressSpace {
     own: Vec<(u64, Mapping)>,
 }
 
-/// Address spaces kept per process (a PID reused, or exec'd, has several).
+/// Address spaces kept per PID (a PID reused, or exec'd, has several).
 const MAX_SPACES_PER_PID: usize = 4;
+/// How long after a process's start (the kernel's `start_time`) its fork
+/// record may come: a fork later than this begins another process.
+const FORK_SLACK: u64 = 100_000_000;
 /// Processes that have exited are forgotten, oldest first, past this many.
 const MAX_EXITED: usize = 1 << 16;
 /// Fork chains are followed this deep.
@@ -42,8 +50,9 @@ const MAX_FORK_DEPTH: usize = 16;
 #[derive(Default)]
 pub(crate) struct History {
     procs: HashMap<u32, Vec<AddressSpace>>,
-    /// Exited processes, oldest first, each with its exit's number.
-    exited: VecDeque<(u64, u32)>,
+    /// Exited processes, oldest first, each with its exit's number and
+    /// time.
+    exited: VecDeque<(u64, u32, u64)>,
     /// Exits seen so far.
     exits: u64,
 }
@@ -70,7 +79,15 @@ impl History {
             },
         );
         if spaces.len() > MAX_SPACES_PER_PID {
-            spaces.remove(0);
+            // The oldest space that a later one of the same process
+            // replaced goes first, so that each process keeps its latest
+            // and the forks that part them; else the oldest.
+            let forked = |s: &AddressSpace| matches!(s.origin, Origin::Fork(_));
+            let old = spaces
+                .windows(2)
+                .position(|w| !forked(&w[0]) && !forked(&w[1]))
+                .unwrap_or(0);
+            spaces.remove(old);
         }
     }
 
@@ -111,10 +128,10 @@ impl History {
         }
     }
 
-    /// `pid` exited; its mappings are kept for a while.
-    pub(crate) fn exit(&mut self, pid: u32) {
+    /// `pid` exited at `time`; its mappings are kept for a while.
+    pub(crate) fn exit(&mut self, pid: u32, time: u64) {
         self.exits += 1;
-        self.exited.push_back((self.exits, pid));
+        self.exited.push_back((self.exits, pid, time));
         while self.exited.len() > MAX_EXITED {
             self.forget_oldest();
         }
@@ -129,21 +146,24 @@ impl History {
     /// of [`History::exits`]). Returns them.
     pub(crate) fn forget_exited(&mut self, mark: u64) -> Vec<u32> {
         let mut gone = Vec::new();
-        while self.exited.front().is_some_and(|&(n, _)| n <= mark) {
+        while self.exited.front().is_some_and(|&(n, ..)| n <= mark) {
             gone.extend(self.forget_oldest());
         }
         gone
     }
 
-    /// Forgets the process that exited first, unless it came back (a
-    /// reused PID that exited again later).
+    /// Forgets the process that exited first: the address spaces its PID
+    /// had until then (a later process with the PID keeps its own). The
+    /// PID, when nothing is left of it.
     fn forget_oldest(&mut self) -> Option<u32> {
-        let (_, old) = self.exited.pop_front()?;
-        if self.exited.iter().any(|&(_, p)| p == old) {
+        let (_, pid, time) = self.exited.pop_front()?;
+        let spaces = self.procs.get_mut(&pid)?;
+        spaces.retain(|s| s.start > time);
+        if !spaces.is_empty() {
             return None;
         }
-        self.procs.remove(&old);
-        Some(old)
+        self.procs.remove(&pid);
+        Some(pid)
     }
 
     /// `pid`'s mappings at `at` (the latest known when `None`), sorted by
@@ -152,12 +172,42 @@ impl History {
         self.resolve(pid, at, 0)
     }
 
+    /// The latest mappings of the process `pid` that started at `start`
+    /// (the kernel's `start_time`), and whether they are complete: those
+    /// of its latest address space, not of a later process with the PID.
+    /// 0 means any: the PID's latest.
+    pub(crate) fn process_mappings(&self, pid: u32, start: u64) -> Option<(Vec<Mapping>, bool)> {
+        if start == 0 {
+            return self.mappings(pid, None);
+        }
+        let spaces = self.procs.get(&pid)?;
+        // The process's spaces begin at its start (its fork record comes
+        // just after) and end where a later process's fork begins.
+        let from = spaces.partition_point(|s| s.start < start);
+        let end = spaces[from..]
+            .iter()
+            .position(|s| {
+                matches!(s.origin, Origin::Fork(_)) && s.start > start.saturating_add(FORK_SLACK)
+            })
+            .map_or(spaces.len(), |n| from + n);
+        // None of its own: the space it began in (it was running before
+        // tracking began, its first mappings arrived before a snapshot).
+        let space = &spaces[end.checked_sub(1)?];
+        Some(self.build(space, None, 0))
+    }
+
     fn resolve(&self, pid: u32, at: Option<u64>, depth: usize) -> Option<(Vec<Mapping>, bool)> {
         let spaces = self.procs.get(&pid)?;
         let space = match at {
             Some(t) => spaces[..spaces.partition_point(|s| s.start <= t)].last()?,
             None => spaces.last()?,
         };
+        Some(self.build(space, at, depth))
+    }
+
+    /// The mappings of `space` at `at` (all of them when `None`): what it
+    /// inherited at its fork, with its own laid over them.
+    fn build(&self, space: &AddressSpace, at: Option<u64>, depth: usize) -> (Vec<Mapping>, bool) {
         let (base, complete) = match space.origin {
             Origin::Fork(parent) if depth < MAX_FORK_DEPTH => self
                 .resolve(parent, Some(space.start), depth + 1)
@@ -175,7 +225,7 @@ impl History {
         for (_, m) in own {
             overlay(&mut layout, m.clone());
         }
-        Some((layout.into_values().collect(), complete))
+        (layout.into_values().collect(), complete)
     }
 }
 
@@ -284,19 +334,65 @@ mod tests {
         for pid in [1, 2, 3] {
             h.snapshot(pid, 1, vec![anon("app", 0x1000, 0x2000)]);
         }
-        h.exit(1);
+        h.exit(1, 2);
         let mark = h.exits();
-        h.exit(2);
+        h.exit(2, 3);
         assert_eq!(h.forget_exited(mark), [1]);
         assert!(h.mappings(1, None).is_none(), "exited before the mark");
         assert!(h.mappings(2, None).is_some(), "exited after the mark");
         assert!(h.mappings(3, None).is_some(), "still running");
         // A reused PID that exits again is kept until its last exit.
         h.snapshot(2, 5, vec![anon("again", 0x1000, 0x2000)]);
-        h.exit(2);
+        h.exit(2, 6);
         assert_eq!(h.forget_exited(mark + 1), Vec::<u32>::new());
         assert!(h.mappings(2, None).is_some());
         assert_eq!(h.forget_exited(h.exits()), [2]);
         assert!(h.mappings(2, None).is_none());
+    }
+
+    /// Times in these tests are in seconds.
+    const S: u64 = 1_000_000_000;
+
+    #[test]
+    fn a_reused_pid_keeps_each_process_apart() {
+        let mut h = History::default();
+        h.snapshot(1, S, vec![anon("shell", 0x1000, 0x2000)]);
+        // The first process: forked (its start a little before its fork
+        // record), exec'd, exits; the second takes its PID.
+        h.fork(7, 1, 10 * S + 5);
+        h.exec(7, 10 * S + 9);
+        h.map(7, 11 * S, anon("first", 0x4000, 0x5000));
+        h.exit(7, 12 * S);
+        h.fork(7, 1, 13 * S + 5);
+        h.exec(7, 13 * S + 9);
+        h.map(7, 14 * S, anon("second", 0x8000, 0x9000));
+        let of = |h: &History, start| names(&h.process_mappings(7, start).expect("known").0);
+        assert_eq!(of(&h, 10 * S), [("first".into(), 0x4000, 0x5000)]);
+        assert_eq!(of(&h, 13 * S), [("second".into(), 0x8000, 0x9000)]);
+        assert_eq!(of(&h, 0), of(&h, 13 * S), "0: the latest");
+        // A process that ran before tracking began: its snapshot.
+        assert_eq!(
+            names(&h.process_mappings(1, S / 2).expect("known").0)[0].0,
+            "shell"
+        );
+        // Forgetting the first process keeps the second.
+        assert_eq!(h.forget_exited(h.exits()), Vec::<u32>::new());
+        assert_eq!(of(&h, 13 * S), [("second".into(), 0x8000, 0x9000)]);
+    }
+
+    #[test]
+    fn each_process_keeps_its_latest_space() {
+        let mut h = History::default();
+        // Two processes with one PID, each with more spaces than are kept.
+        for (start, name) in [(10 * S, "first"), (20 * S, "second")] {
+            h.fork(7, 1, start);
+            for i in 1..4 {
+                h.exec(7, start + i);
+            }
+            h.map(7, start + 5, anon(name, 0x1000, 0x2000));
+        }
+        assert_eq!(h.procs[&7].len(), MAX_SPACES_PER_PID);
+        let first = h.process_mappings(7, 10 * S).expect("known").0;
+        assert_eq!(names(&first), [("first".into(), 0x1000, 0x2000)]);
     }
 }

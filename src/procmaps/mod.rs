@@ -134,12 +134,17 @@ pub struct Mappings {
 /// Monotonic time in nanoseconds (`CLOCK_MONOTONIC`, the clock the
 /// tracker's perf records are stamped with).
 pub fn now() -> u64 {
+    clock_ns(libc::CLOCK_MONOTONIC)
+}
+
+/// The time of clock `id` in nanoseconds.
+pub(crate) fn clock_ns(id: libc::clockid_t) -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
     // SAFETY: ts is a valid timespec for clock_gettime to fill.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    unsafe { libc::clock_gettime(id, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
@@ -162,10 +167,33 @@ impl Mappings {
     /// latest known when `None`: as recorded while the process lived, or
     /// read from `/proc` now. `None` when nothing is known of the process.
     pub fn space(&self, pid: u32, at: Option<u64>) -> Option<Space> {
+        self.look_up(pid, at.is_some(), 0, |h| h.mappings(pid, at))
+    }
+
+    /// The latest executable mappings of the process `pid` that started at
+    /// `start` (the kernel's `start_time`, [`now`]'s clock), not those of
+    /// a later process given its PID; with `start` 0, of whichever process
+    /// has the PID now ([`Mappings::space`]). `None` when nothing is known
+    /// of it.
+    pub fn process_space(&self, pid: u32, start: u64) -> Option<Space> {
+        self.look_up(pid, false, start, |h| h.process_mappings(pid, start))
+    }
+
+    /// What the history records (`recorded`), unless it may be out of
+    /// date: then `/proc` as it reads now, when the process that has `pid`
+    /// now is not younger than `start` (0: any). `pinned`: a moment was
+    /// asked for, which later changes do not touch.
+    fn look_up(
+        &self,
+        pid: u32,
+        pinned: bool,
+        start: u64,
+        recorded: impl FnOnce(&history::History) -> Option<(Vec<Mapping>, bool)>,
+    ) -> Option<Space> {
         let mut state = self.shared.state();
-        let recorded = state.history.mappings(pid, at);
-        let trusted = matches!(&recorded, Some((_, true))) && (state.tracking || at.is_some());
-        if !trusted {
+        let recorded = recorded(&state.history);
+        let trusted = matches!(&recorded, Some((_, true))) && (state.tracking || pinned);
+        if !trusted && (start == 0 || !procfs::started_after(pid, start)) {
             let state = &mut *state;
             if let Some(maps) = procfs::read_mappings(pid, &mut state.objects) {
                 state.history.snapshot(pid, now(), maps.clone());

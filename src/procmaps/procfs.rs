@@ -1,6 +1,7 @@
 //! Reading a live process's executable mappings from `/proc/PID/maps`, and
 //! opening the files behind them in a way that works across mount
-//! namespaces and for deleted files (`/proc/PID/map_files/`).
+//! namespaces and for deleted files (`/proc/PID/map_files/`); telling a
+//! process from a later one given its PID.
 
 use std::fs::{self, File};
 use std::sync::Arc;
@@ -100,6 +101,37 @@ fn object_for(pid: u32, line: &MapsLine, path: &str, store: &mut ObjectStore) ->
     }
     let file = open_mapped(pid, line.start, line.end, path);
     store.intern(path, file, None)
+}
+
+/// How much younger than `time` (`CLOCK_MONOTONIC` ns) a process may look
+/// and still be the one that started then.
+const START_SLACK: u64 = 100_000_000;
+
+/// Whether the process that has `pid` now started after `time`
+/// (`CLOCK_MONOTONIC` ns): then it is not the one that started at `time`
+/// but a later one given its PID. `/proc/PID/stat` gives the start in
+/// clock ticks of `CLOCK_BOOTTIME`, which runs ahead by the time spent
+/// suspended since boot; a suspend after the start makes a process look
+/// older, never younger. False when the process cannot be read.
+pub(crate) fn started_after(pid: u32, time: u64) -> bool {
+    let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    // The name may hold spaces; starttime is field 22, the 20th after it.
+    let ticks = stat
+        .rfind(')')
+        .and_then(|i| stat.get(i + 1..))
+        .and_then(|rest| rest.split_whitespace().nth(19))
+        .and_then(|t| t.parse::<u64>().ok());
+    let Some(ticks) = ticks else {
+        return false;
+    };
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    let tick = 1_000_000_000 / u64::try_from(hz).ok().filter(|&h| h > 0).unwrap_or(100);
+    let suspended = super::clock_ns(libc::CLOCK_BOOTTIME).saturating_sub(super::now());
+    let started = ticks.saturating_mul(tick).saturating_sub(suspended);
+    started > time.saturating_add(tick + START_SLACK)
 }
 
 /// The effective user id of a live process (`/proc/PID/status`).

@@ -226,7 +226,7 @@ pub(crate) fn apply(shared: &Shared, records: Vec<Record>) {
                 state.history.fork(pid, ppid, time);
                 state.perf_maps.forget(pid);
             }
-            Record::Exit { pid, tid, .. } if pid == tid => state.history.exit(pid),
+            Record::Exit { pid, tid, time } if pid == tid => state.history.exit(pid, time),
             Record::Exit { .. } => {}
             Record::Lost(n) => state.lost += n,
         }
