@@ -55,6 +55,20 @@ static __always_inline bool flare_current_ids(__u32 *tgid, __u32 *tid)
 	return true;
 }
 
+/*
+ * When the current process started: its group leader's start_time, in
+ * CLOCK_MONOTONIC nanoseconds (the clock of the mapping tracker's
+ * records). Keys carry it beside the pid, so that user space names the
+ * stacks of a process that exited with its own mappings when a later
+ * process takes its PID. A thread that execs keeps its process's start.
+ */
+static __always_inline __u64 flare_current_start(void)
+{
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+
+	return BPF_CORE_READ(task, group_leader, start_time);
+}
+
 /* True for flare's own process (tgid as flare's PID namespace sees it). */
 static __always_inline bool flare_is_self(__u32 tgid)
 {

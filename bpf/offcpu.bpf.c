@@ -132,6 +132,7 @@ static __always_inline void fill_current(void *ctx, struct offcpu_task *out)
 
 	out->pid = id >> 32;
 	out->tid = (__u32)id;
+	out->start = flare_current_start();
 	bpf_get_current_comm(&out->comm, sizeof(out->comm));
 	flare_capture_stacks(ctx, &out->user_stack_id, &out->kernel_stack_id);
 }
@@ -250,8 +251,10 @@ static __always_inline int on_waking(void *ctx, struct task_struct *p)
 	/* bcc keys wakeuptime by names and stack only; the pid stays for
 	 * symbolizing a user stack. */
 	key.waker.tid = 0;
-	if (!user_stacks)
+	if (!user_stacks) {
 		key.waker.pid = 0;
+		key.waker.start = 0;
+	}
 	key.has_waker = 1;
 	add(&key, us);
 	return 0;

@@ -25,9 +25,10 @@ struct offcpu_task {
 	__s32 kernel_stack_id;	/* id in `stacks`, or a negative errno */
 	char comm[FLARE_TASK_COMM_LEN];
 	__u32 pad;
+	__u64 start;		/* when the process started (flare_current_start) */
 };
 
-_Static_assert(sizeof(struct offcpu_task) == 40, "offcpu_task layout");
+_Static_assert(sizeof(struct offcpu_task) == 48, "offcpu_task layout");
 
 /*
  * One entry of the `counts` map. offcputime fills `target` only;
@@ -41,7 +42,7 @@ struct offcpu_key {
 	__u32 pad;
 };
 
-_Static_assert(sizeof(struct offcpu_key) == 88, "offcpu_key layout");
+_Static_assert(sizeof(struct offcpu_key) == 104, "offcpu_key layout");
 
 /* What is kept for a task from switch-out until it runs again. */
 struct offcpu_start {
@@ -49,7 +50,7 @@ struct offcpu_start {
 	struct offcpu_task task;
 };
 
-_Static_assert(sizeof(struct offcpu_start) == 48, "offcpu_start layout");
+_Static_assert(sizeof(struct offcpu_start) == 56, "offcpu_start layout");
 
 /* Counters of what could not be recorded. */
 struct offcpu_stats {

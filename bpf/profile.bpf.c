@@ -4,7 +4,8 @@
  *
  * Attached to software CPU clock perf events (one per CPU, or one per
  * target thread). Each sample that passes the filters bumps the counter of
- * its (pid, tid, comm, user stack id, kernel stack id) key; stacks live in
+ * its (pid, process start, tid, comm, user stack id, kernel stack id)
+ * key; stacks live in
  * flare's stack storage (stacks.h). User space reads both once at the end.
  */
 #include "vmlinux.h"
@@ -113,6 +114,7 @@ int flare_profile_sample(struct bpf_perf_event_data *ctx)
 	__sync_fetch_and_add(&stats.samples, 1);
 
 	key.pid = tgid;
+	key.start = flare_current_start();
 	key.tid = per_thread ? tid : 0;
 	bpf_get_current_comm(&key.comm, sizeof(key.comm));
 	flare_capture_stacks(ctx, &key.user_stack_id, &key.kernel_stack_id);

@@ -13,9 +13,10 @@ struct profile_key {
 	__s32 kernel_stack_id;	/* id in `stacks`, or a negative errno */
 	char comm[FLARE_TASK_COMM_LEN];
 	__u32 pad;
+	__u64 start;		/* when the process started (flare_current_start) */
 };
 
-_Static_assert(sizeof(struct profile_key) == 40, "profile_key layout");
+_Static_assert(sizeof(struct profile_key) == 48, "profile_key layout");
 
 /* Counters of what could not be recorded. */
 struct profile_stats {

@@ -55,6 +55,7 @@ static __always_inline int count_stack(void *ctx)
 
 	if (per_process) {
 		key.pid = tgid;
+		key.start = flare_current_start();
 		bpf_get_current_comm(&key.comm, sizeof(key.comm));
 	} else {
 		key.pid = FLARE_SC_ALL_PIDS;

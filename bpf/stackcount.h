@@ -15,9 +15,11 @@ struct stackcount_key {
 	__s32 kernel_stack_id;	/* id in `stacks`, or a negative errno */
 	__s64 user_stack_id;	/* id in `stacks`, or a negative errno */
 	char comm[FLARE_TASK_COMM_LEN];	/* empty with FLARE_SC_ALL_PIDS */
+	__u64 start;		/* when the process started (flare_current_start),
+				 * 0 with FLARE_SC_ALL_PIDS */
 };
 
-_Static_assert(sizeof(struct stackcount_key) == 32, "stackcount_key layout");
+_Static_assert(sizeof(struct stackcount_key) == 40, "stackcount_key layout");
 
 /* Counters of what happened, read at every interval. */
 struct stackcount_stats {

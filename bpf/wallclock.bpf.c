@@ -89,6 +89,7 @@ static __always_inline bool fill_current(void *ctx, struct wallclock_key *key)
 	if (filter_tid && !bpf_map_lookup_elem(&targets, &tid))
 		return false;
 	key->pid = tgid;
+	key->start = flare_current_start();
 	key->tid = tid;
 	bpf_get_current_comm(&key->comm, sizeof(key->comm));
 	flare_capture_stacks(ctx, &key->user_stack_id, &key->kernel_stack_id);

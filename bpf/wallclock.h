@@ -18,9 +18,10 @@ struct wallclock_key {
 	__s32 kernel_stack_id;	/* id in `stacks`, or a negative errno */
 	__u32 state;		/* WALL_ON_CPU, or the task state when it blocked */
 	char comm[FLARE_TASK_COMM_LEN];
+	__u64 start;		/* when the process started (flare_current_start) */
 };
 
-_Static_assert(sizeof(struct wallclock_key) == 40, "wallclock_key layout");
+_Static_assert(sizeof(struct wallclock_key) == 48, "wallclock_key layout");
 
 /* A thread off the CPU since `ts` (bpf_ktime_get_ns), with its key. */
 struct wallclock_start {
@@ -28,7 +29,7 @@ struct wallclock_start {
 	struct wallclock_key key;
 };
 
-_Static_assert(sizeof(struct wallclock_start) == 48, "wallclock_start layout");
+_Static_assert(sizeof(struct wallclock_start) == 56, "wallclock_start layout");
 
 /* Counters of what could not be recorded. */
 struct wallclock_stats {

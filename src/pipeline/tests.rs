@@ -63,6 +63,7 @@ fn raw(comm: &str, addrs: &[u64], value: u64) -> RawSample {
     RawSample {
         task: RawTask {
             pid: Some(u32::MAX - 1),
+            start: 0,
             tid: None,
             comm: comm.into(),
             user: RawTrace::Addrs(addrs.to_vec().into()),

@@ -48,6 +48,10 @@ pub enum RawTrace {
 pub struct RawTask {
     /// The process, `None` for stacks of all processes counted together.
     pub pid: Option<u32>,
+    /// When the process started (`CLOCK_MONOTONIC` nanoseconds, the clock
+    /// of [`crate::procmaps::now`]), telling apart processes that had the
+    /// same PID in turn; 0 when unknown (its latest mappings are used).
+    pub start: u64,
     pub tid: Option<u32>,
     pub comm: String,
     pub user: RawTrace,
@@ -238,9 +242,15 @@ impl Symbolizer {
     }
 
     /// Resolves one process's user addresses: normalized through its
-    /// mappings to (object, file offset), named per object.
-    fn resolve_user(&mut self, pid: u32, addrs: &BTreeSet<u64>) -> HashMap<u64, Resolved> {
-        let space = self.mappings.space(pid, None).unwrap_or_default();
+    /// mappings (those of the process with `pid` that started at `start`)
+    /// to (object, file offset), named per object.
+    fn resolve_user(
+        &mut self,
+        pid: u32,
+        start: u64,
+        addrs: &BTreeSet<u64>,
+    ) -> HashMap<u64, Resolved> {
+        let space = self.mappings.process_space(pid, start).unwrap_or_default();
         let mut by_object: HashMap<u64, (Arc<Object>, BTreeSet<u64>)> = HashMap::new();
         // Address -> (object id, file offset), or None: in no file.
         let mut placed: Vec<(u64, Option<(u64, u64)>)> = Vec::with_capacity(addrs.len());
@@ -347,16 +357,17 @@ impl Symbolizer {
         }
     }
 
-    /// Symbolizes every sample: one kernel batch, one batch per process.
+    /// Symbolizes every sample: one kernel batch, one batch per process
+    /// (a PID and a start: processes that had one PID in turn are apart).
     pub fn resolve(&mut self, raw: Vec<RawSample>) -> Vec<Sample> {
         let mut kernel = BTreeSet::new();
-        let mut user: HashMap<u32, BTreeSet<u64>> = HashMap::new();
+        let mut user: HashMap<(u32, u64), BTreeSet<u64>> = HashMap::new();
         let mut collect = |t: &RawTask| {
             if let RawTrace::Addrs(a) = &t.kernel {
                 kernel.extend(a.iter().enumerate().map(|(i, &x)| lookup_addr(i, x)));
             }
             if let (RawTrace::Addrs(a), Some(pid)) = (&t.user, t.pid) {
-                user.entry(pid)
+                user.entry((pid, t.start))
                     .or_default()
                     .extend(a.iter().enumerate().map(|(i, &x)| lookup_addr(i, x)));
             }
@@ -370,13 +381,16 @@ impl Symbolizer {
         let kernel = self.resolve_kernel(&kernel);
         // Mapping records still in the kernel's buffers count too.
         self.mappings.sync();
-        let user: HashMap<u32, HashMap<u64, Resolved>> = user
+        let user: HashMap<(u32, u64), HashMap<u64, Resolved>> = user
             .iter()
-            .map(|(&pid, addrs)| (pid, self.resolve_user(pid, addrs)))
+            .map(|(&(pid, start), addrs)| ((pid, start), self.resolve_user(pid, start, addrs)))
             .collect();
         let empty = HashMap::new();
         let build = |t: RawTask| -> TaskStack {
-            let ures = t.pid.and_then(|p| user.get(&p)).unwrap_or(&empty);
+            let ures = t
+                .pid
+                .and_then(|p| user.get(&(p, t.start)))
+                .unwrap_or(&empty);
             TaskStack {
                 pid: t.pid,
                 tid: t.tid,

@@ -46,10 +46,12 @@ fn libc_of_two_processes_is_one_object() {
         + 0x100;
     let mine = s.resolve_user(
         me,
+        0,
         &BTreeSet::from([address_of(&mappings, me, "libc.so.6", text)]),
     );
     let theirs = s.resolve_user(
         child.id(),
+        0,
         &BTreeSet::from([address_of(&mappings, child.id(), "libc.so.6", text)]),
     );
     let _ = child.kill();
@@ -109,7 +111,7 @@ fn vdso_functions_are_named() {
         .expect("[vdso] is mapped");
     let addr = vdso.start + value + 4;
     let mut s = Symbolizer::with_mappings(Options::default(), mappings.clone());
-    let named = s.resolve_user(me, &BTreeSet::from([addr]));
+    let named = s.resolve_user(me, 0, &BTreeSet::from([addr]));
     let frame = &named[&addr][0];
     assert!(
         frame.name.ends_with("clock_gettime"),

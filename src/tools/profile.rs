@@ -384,6 +384,7 @@ impl Collector for Session<'_> {
             samples.push(RawSample {
                 task: RawTask {
                     pid: Some(k.pid),
+                    start: k.start,
                     tid: (k.tid != 0).then_some(k.tid),
                     comm: comm_str(&k.comm),
                     user,

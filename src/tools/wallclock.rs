@@ -483,6 +483,7 @@ impl Collector for Session<'_> {
             samples.push(RawSample {
                 task: RawTask {
                     pid: Some(k.pid),
+                    start: k.start,
                     tid: Some(k.tid),
                     comm: comm_str(&k.comm),
                     user,

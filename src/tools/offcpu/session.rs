@@ -319,6 +319,7 @@ impl Collector for Session<'_> {
         let want = self.config.stacks;
         let mut task = |t: &types::offcpu_task| RawTask {
             pid: Some(t.pid),
+            start: t.start,
             tid: (t.tid != 0).then_some(t.tid),
             comm: comm_str(&t.comm),
             user: stacks.read(t.user_stack_id, want.user),
@@ -339,6 +340,7 @@ impl Collector for Session<'_> {
                 Tool::Wakeup => RawSample {
                     task: RawTask {
                         pid: None,
+                        start: 0,
                         tid: None,
                         comm: comm_str(&k.target.comm),
                         user: RawTrace::NotCollected,

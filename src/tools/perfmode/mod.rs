@@ -438,6 +438,7 @@ impl Collector for Session {
             .map(|(k, &n)| RawSample {
                 task: RawTask {
                     pid: Some(k.pid),
+                    start: 0,
                     tid: (k.tid != 0).then_some(k.tid),
                     comm: k.comm.to_string(),
                     user: trace(&k.user),

@@ -410,6 +410,7 @@ impl Collector for Session<'_> {
             samples.push(RawSample {
                 task: RawTask {
                     pid: (k.pid != ALL_PIDS).then_some(k.pid),
+                    start: k.start,
                     tid: None,
                     comm,
                     user,
