@@ -196,6 +196,22 @@ impl History {
         Some(self.build(space, None, 0))
     }
 
+    /// When the process that `pid` named at `at` started, as far as the
+    /// history tells: the time of its fork, else of its first known space
+    /// (0: unknown). A key for [`History::process_mappings`].
+    pub(crate) fn process_start(&self, pid: u32, at: u64) -> u64 {
+        let Some(spaces) = self.procs.get(&pid) else {
+            return 0;
+        };
+        let before = &spaces[..spaces.partition_point(|s| s.start <= at)];
+        before
+            .iter()
+            .rev()
+            .find(|s| matches!(s.origin, Origin::Fork(_)))
+            .or(before.first())
+            .map_or(0, |s| s.start)
+    }
+
     fn resolve(&self, pid: u32, at: Option<u64>, depth: usize) -> Option<(Vec<Mapping>, bool)> {
         let spaces = self.procs.get(&pid)?;
         let space = match at {
@@ -370,6 +386,8 @@ mod tests {
         assert_eq!(of(&h, 10 * S), [("first".into(), 0x4000, 0x5000)]);
         assert_eq!(of(&h, 13 * S), [("second".into(), 0x8000, 0x9000)]);
         assert_eq!(of(&h, 0), of(&h, 13 * S), "0: the latest");
+        assert_eq!(h.process_start(7, 11 * S), 10 * S + 5);
+        assert_eq!(h.process_start(7, 14 * S), 13 * S + 5);
         // A process that ran before tracking began: its snapshot.
         assert_eq!(
             names(&h.process_mappings(1, S / 2).expect("known").0)[0].0,

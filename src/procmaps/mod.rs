@@ -179,6 +179,14 @@ impl Mappings {
         self.look_up(pid, false, start, |h| h.process_mappings(pid, start))
     }
 
+    /// When the process that `pid` named at `at` ([`now`]'s clock)
+    /// started, as far as its mapping records tell (0: unknown): a
+    /// `start` for [`Mappings::process_space`] where the kernel's is not
+    /// at hand.
+    pub(crate) fn process_start(&self, pid: u32, at: u64) -> u64 {
+        self.shared.state().history.process_start(pid, at)
+    }
+
     /// What the history records (`recorded`), unless it may be out of
     /// date: then `/proc` as it reads now, when the process that has `pid`
     /// now is not younger than `start` (0: any). `pinned`: a moment was

@@ -85,6 +85,9 @@ struct Reader {
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 struct Key {
     pid: u32,
+    /// When the process started, as its mapping records tell (0: unknown,
+    /// or no user stacks): processes that had the PID in turn are apart.
+    start: u64,
     /// 0 unless threads are kept apart.
     tid: u32,
     comm: Arc<str>,
@@ -205,6 +208,10 @@ impl State {
         let kernel = self.kernel.then(|| self.intern(s.kernel.clone()));
         let key = Key {
             pid: s.pid,
+            start: match self.user {
+                true => mappings.process_start(s.pid, s.time),
+                false => 0,
+            },
             tid: if self.per_thread { s.tid } else { 0 },
             comm: self.comm(s.pid, s.tid),
             user,
@@ -438,7 +445,7 @@ impl Collector for Session {
             .map(|(k, &n)| RawSample {
                 task: RawTask {
                     pid: Some(k.pid),
-                    start: 0,
+                    start: k.start,
                     tid: (k.tid != 0).then_some(k.tid),
                     comm: k.comm.to_string(),
                     user: trace(&k.user),
