@@ -7,11 +7,11 @@ mod common;
 
 use std::collections::HashMap;
 use std::fs;
-use std::io::Read;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use common::agent::{spool_files, summary, Agent};
 use common::bpf::{require_bpf, serial};
 use common::receivers::{
     decode_pprof, free_port, resolve, wait, HttpReceiver, ParcaReceiver, Request,
@@ -23,50 +23,6 @@ use prost::Message;
 const LIMIT: Duration = Duration::from_secs(60);
 /// The kernel's name for the workload's thread: its file name, cut to 15 bytes.
 const COMM: &str = "workload-twofun";
-
-/// A running `flare agent`.
-struct Agent {
-    child: Child,
-}
-
-impl Agent {
-    fn start(args: &[&str]) -> Self {
-        let child = Command::new(env!("CARGO_BIN_EXE_flare"))
-            .arg("agent")
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("starting flare agent");
-        Agent { child }
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    /// Sends SIGTERM, waits for the exit and returns stderr.
-    fn terminate(mut self) -> String {
-        // SAFETY: kill has no memory-safety preconditions; the pid is our
-        // own child, not yet reaped.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        let status = self.child.wait().expect("waiting for flare agent");
-        let mut err = String::new();
-        if let Some(mut e) = self.child.stderr.take() {
-            let _ = e.read_to_string(&mut err);
-        }
-        assert!(status.success(), "flare agent failed ({status}): {err}");
-        err
-    }
-}
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// Samples of func_a and func_b in a pprof window, after checking that
 /// every sample is twofuncs' and carries its labels.
@@ -285,20 +241,6 @@ fn spans(reqs: &[Request]) -> Vec<(i64, i64)> {
         .collect()
 }
 
-/// Parses the agent's summary: delivered, dropped, left.
-fn summary(err: &str) -> (u64, u64, u64) {
-    let line = err
-        .lines()
-        .find(|l| l.contains("window(s) delivered"))
-        .unwrap_or_else(|| panic!("no summary in {err}"));
-    let n: Vec<u64> = line
-        .split(|c: char| !c.is_ascii_digit())
-        .filter_map(|x| x.parse().ok())
-        .collect();
-    let tail = &n[n.len() - 4..];
-    (tail[0], tail[1], tail[3])
-}
-
 #[test]
 fn a_server_down_for_three_windows_loses_none_and_keeps_order() {
     if !require_bpf() {
@@ -320,15 +262,7 @@ fn a_server_down_for_three_windows_loses_none_and_keeps_order() {
     // Three windows queue on disk while nothing listens.
     let spooled = |n: usize| {
         wait(LIMIT, || {
-            let files: usize = fs::read_dir(spool.path())
-                .ok()?
-                .filter_map(|d| fs::read_dir(d.ok()?.path()).ok())
-                .flatten()
-                .filter(|f| {
-                    f.as_ref()
-                        .is_ok_and(|f| f.file_name().to_string_lossy().ends_with(".win"))
-                })
-                .count();
+            let files = spool_files(spool.path()).len();
             (files >= n).then_some(files)
         })
     };
@@ -338,9 +272,9 @@ fn a_server_down_for_three_windows_loses_none_and_keeps_order() {
     let err = agent.terminate();
     let got = server.requests();
     assert!(got.len() >= before);
-    let (delivered, dropped, left) = summary(&err);
-    assert_eq!((dropped, left), (0, 0), "{err}");
-    assert_eq!(delivered as usize, got.len(), "{err}");
+    let s = summary(&err);
+    assert_eq!((s.dropped, s.left), (0, 0), "{err}");
+    assert_eq!(s.delivered as usize, got.len(), "{err}");
     let spans = spans(&got);
     for pair in spans.windows(2) {
         let ((s0, d0), (s1, _)) = (pair[0], pair[1]);
@@ -373,20 +307,7 @@ fn the_spool_bound_holds_while_the_server_is_down() {
         &format!("{}", bound as f64 / (1 << 20) as f64),
     ]);
     // Every window file present now, by path, with its size.
-    let files = || -> Vec<(std::path::PathBuf, u64)> {
-        fs::read_dir(spool.path())
-            .into_iter()
-            .flatten()
-            .filter_map(|d| fs::read_dir(d.ok()?.path()).ok())
-            .flatten()
-            .filter_map(|f| {
-                let f = f.ok()?;
-                let whole = f.path().extension()? == "win";
-                whole.then_some(())?;
-                Some((f.path(), f.metadata().ok()?.len()))
-            })
-            .collect()
-    };
+    let files = || spool_files(spool.path());
     let size = || -> u64 { files().iter().map(|f| f.1).sum() };
     // Windows are as large as what the machine ran, so wait (by what was
     // spooled, not by the clock) until more was written than the bound
@@ -405,10 +326,10 @@ fn the_spool_bound_holds_while_the_server_is_down() {
     }
     drop(w);
     let err = agent.terminate();
-    let (_, dropped, left) = summary(&err);
+    let s = summary(&err);
     assert!(max <= bound, "spool held {max} bytes, bound {bound}");
-    assert!(dropped > 0, "the bound must have been reached: {err}");
-    assert!(left > 0, "windows stay spooled for the next run: {err}");
+    assert!(s.dropped > 0, "the bound must have been reached: {err}");
+    assert!(s.left > 0, "windows stay spooled for the next run: {err}");
     assert!(size() <= bound);
 }
 

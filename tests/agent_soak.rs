@@ -17,14 +17,7 @@ use common::session::Workload;
 
 /// Resident set size of `pid`, in KiB.
 fn rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("VmRSS:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        })
-        .unwrap_or(0)
+    common::agent::status_kib(pid, "VmRSS")
 }
 
 #[test]

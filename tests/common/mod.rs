@@ -1,6 +1,8 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code)]
 
+pub mod agent;
+pub mod bad_server;
 pub mod bpf;
 pub mod fixtures;
 pub mod golden;
