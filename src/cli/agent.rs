@@ -219,7 +219,7 @@ pub fn run(args: &AgentArgs) -> Result<()> {
         sink.names().join(", ")
     );
     let result = agent::run(&config, &mut sink, stop);
-    report(sink.finish(FLUSH_TIMEOUT));
+    report(&sink.finish(FLUSH_TIMEOUT));
     Ok(result?)
 }
 
@@ -227,10 +227,15 @@ pub fn run(args: &AgentArgs) -> Result<()> {
 const FLUSH_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// One line per destination on stderr: what became of the windows.
-pub fn report(reports: Vec<Report>) {
-    for r in &reports {
+pub fn report(reports: &[Report]) {
+    for r in reports {
+        let lost = match r.lost {
+            0 => String::new(),
+            n => format!(", {n} lost (spool file unreadable)"),
+        };
         eprintln!(
-            "flare: {}: {} window(s) delivered, {} dropped (spool full), {} refused, {} left queued",
+            "flare: {}: {} window(s) delivered, {} dropped (over the spool bound), {} refused, \
+             {} left queued{lost}",
             r.name, r.delivered, r.dropped, r.rejected, r.left
         );
     }

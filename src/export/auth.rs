@@ -221,10 +221,13 @@ impl Default for Connection {
 }
 
 /// An HTTP client for one destination: HTTP errors are answers (not
-/// `Err`), every request is bounded by the timeout.
+/// `Err`), every request is bounded by the timeout, and redirects are
+/// answers too (followed, a POST would reach another server, or become a
+/// GET that "succeeds" without delivering anything).
 pub fn http_agent(conn: &Connection) -> ureq::Agent {
     let mut config = ureq::Agent::config_builder()
         .timeout_global(Some(conn.timeout))
+        .max_redirects(0)
         .http_status_as_error(false)
         .user_agent(concat!("flare/", env!("CARGO_PKG_VERSION")));
     if let Some(pem) = &conn.ca_pem {
@@ -243,17 +246,24 @@ pub fn http_agent(conn: &Connection) -> ureq::Agent {
     config.build().into()
 }
 
-/// Sends `body` and classifies the answer.
+/// Sends `body`, giving up after `timeout`, and classifies the answer.
 pub fn send(
     req: ureq::RequestBuilder<ureq::typestate::WithBody>,
     body: &[u8],
+    timeout: Duration,
     what: &str,
 ) -> Result<(), DeliveryError> {
+    let req = req.config().timeout_global(Some(timeout)).build();
     match req.send(body) {
         Ok(mut resp) => {
             let status = resp.status().as_u16();
             let text = if (200..300).contains(&status) {
                 String::new()
+            } else if (300..400).contains(&status) {
+                let to = resp.headers().get("location");
+                to.map_or("(no Location)".into(), |v| {
+                    String::from_utf8_lossy(v.as_bytes()).into_owned()
+                })
             } else {
                 resp.body_mut()
                     .with_config()
@@ -263,7 +273,10 @@ pub fn send(
             };
             super::http_status(what, status, &text)
         }
-        Err(e) => Err(DeliveryError::Retry(format!("{what}: {e}"))),
+        Err(e) => Err(DeliveryError::Retry(format!(
+            "{what}: {}",
+            super::server_text(&e.to_string())
+        ))),
     }
 }
 

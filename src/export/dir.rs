@@ -6,9 +6,10 @@
 use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use super::pprof::Encoder;
-use super::{unix_nanos, DeliveryError, Destination, Payload, Window};
+use super::{DeliveryError, Destination, Encode, Payload};
 
 const PREFIX: &str = "flare-";
 const SUFFIX: &str = ".pb.gz";
@@ -17,7 +18,6 @@ const SUFFIX: &str = ".pb.gz";
 pub struct Dir {
     path: PathBuf,
     keep: usize,
-    encoder: Encoder,
 }
 
 impl Dir {
@@ -27,7 +27,6 @@ impl Dir {
         Ok(Dir {
             path: path.to_path_buf(),
             keep: keep.max(1),
-            encoder: Encoder::new(),
         })
     }
 
@@ -52,15 +51,12 @@ impl Destination for Dir {
         format!("dir {}", self.path.display())
     }
 
-    fn encode(&mut self, window: &Window) -> std::io::Result<Payload> {
-        Ok(Payload {
-            start_ns: unix_nanos(window.start),
-            end_ns: unix_nanos(window.end),
-            body: self.encoder.encode_gzip(window)?,
-        })
+    fn encoder(&self) -> Box<dyn Encode> {
+        Box::new(Encoder::new())
     }
 
-    fn deliver(&mut self, payload: &Payload) -> Result<(), DeliveryError> {
+    /// A local write: the timeout does not apply.
+    fn deliver(&mut self, payload: &Payload, _: Duration) -> Result<(), DeliveryError> {
         let fail = |e: std::io::Error| DeliveryError::Retry(format!("{}: {e}", self.name()));
         let name = format!("{PREFIX}{:015}{SUFFIX}", payload.start_ns / 1_000_000);
         let mut tmp = tempfile::Builder::new()

@@ -5,8 +5,9 @@
 //!
 //! A [`Window`] is one interval's symbolized [`Profile`] with the labels
 //! a server needs to tell processes and hosts apart. Each destination
-//! implements [`Destination`]: it encodes a window into a [`Payload`] (the
-//! request body and the times it covers) and delivers payloads. A
+//! implements [`Destination`]: its [`Encode`]r turns a window into a
+//! [`Payload`] (the request body and the times it covers), and it delivers
+//! payloads, each within a timeout. A
 //! [`sender::Sender`] runs one destination on its own thread behind a
 //! bounded [`spool::Spool`] (on disk or in memory), with retries and
 //! backoff, so that collection never waits for a network and memory never
@@ -31,7 +32,7 @@ pub mod spool;
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::profile::Profile;
 
@@ -96,32 +97,62 @@ impl fmt::Display for DeliveryError {
 }
 
 /// Classifies an HTTP status: 2xx is success, 408/429/5xx are worth
-/// retrying, any other answer is a rejection.
-pub fn http_status(what: &str, status: u16, body: &str) -> Result<(), DeliveryError> {
-    let body = body.trim();
-    let body = &body[..body.floor_char_boundary_compat(200)];
-    let msg = || format!("{what}: HTTP {status} {body}");
+/// retrying, a redirect (flare follows none: a POST must not turn into
+/// another request elsewhere) and any other answer are rejections.
+/// `detail` is the server's text (or a redirect's target), shown escaped.
+pub fn http_status(what: &str, status: u16, detail: &str) -> Result<(), DeliveryError> {
+    let detail = server_text(detail.trim());
+    let msg = || format!("{what}: HTTP {status} {detail}");
     match status {
         200..=299 => Ok(()),
+        300..=399 => Err(DeliveryError::Rejected(format!(
+            "{what}: HTTP {status} redirect to {detail}: redirects are not followed \
+             when pushing; give the URL the server redirects to"
+        ))),
         408 | 429 | 500..=599 => Err(DeliveryError::Retry(msg())),
         _ => Err(DeliveryError::Rejected(msg())),
     }
 }
 
-/// `str::floor_char_boundary` for the crate's minimum Rust version.
-trait FloorBoundary {
-    fn floor_char_boundary_compat(&self, max: usize) -> usize;
+/// The most characters of a server's text shown in a message.
+const SERVER_TEXT_MAX: usize = 200;
+
+/// A server's text as it may be shown on a terminal: printable ASCII as
+/// it is, anything else (control characters, escape sequences, other
+/// code points) escaped as Rust does (`\u{1b}`, `\n`), and cut after
+/// [`SERVER_TEXT_MAX`] characters.
+pub fn server_text(s: &str) -> String {
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i == SERVER_TEXT_MAX {
+            out.push_str("...");
+            break;
+        }
+        if c == ' ' || c.is_ascii_graphic() {
+            out.push(c);
+        } else {
+            out.extend(c.escape_default());
+        }
+    }
+    out
 }
 
-impl FloorBoundary for str {
-    fn floor_char_boundary_compat(&self, max: usize) -> usize {
-        if max >= self.len() {
-            return self.len();
-        }
-        (0..=max)
-            .rev()
-            .find(|&i| self.is_char_boundary(i))
-            .unwrap_or(0)
+/// Turns windows into what a destination sends. It runs where windows
+/// are handed over, so that every window is encoded into the bounded
+/// spool at once, whatever the destination is doing.
+pub trait Encode: Send {
+    fn encode(&mut self, window: &Window) -> std::io::Result<Payload>;
+}
+
+/// The gzipped pprof of a window: what Pyroscope and the pprof directory
+/// take.
+impl Encode for pprof::Encoder {
+    fn encode(&mut self, window: &Window) -> std::io::Result<Payload> {
+        Ok(Payload {
+            start_ns: unix_nanos(window.start),
+            end_ns: unix_nanos(window.end),
+            body: self.encode_gzip(window)?,
+        })
     }
 }
 
@@ -129,10 +160,10 @@ impl FloorBoundary for str {
 pub trait Destination: Send {
     /// A short name for messages and the spool (`pyroscope http://...`).
     fn name(&self) -> String;
-    /// Turns a window into what [`Destination::deliver`] sends.
-    fn encode(&mut self, window: &Window) -> std::io::Result<Payload>;
-    /// Sends one payload.
-    fn deliver(&mut self, payload: &Payload) -> Result<(), DeliveryError>;
+    /// What turns windows into what [`Destination::deliver`] sends.
+    fn encoder(&self) -> Box<dyn Encode>;
+    /// Sends one payload, giving up after `timeout`.
+    fn deliver(&mut self, payload: &Payload, timeout: Duration) -> Result<(), DeliveryError>;
 }
 
 #[cfg(test)]

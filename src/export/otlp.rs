@@ -12,11 +12,12 @@
 
 use prost::Message;
 use std::collections::HashMap;
+use std::time::Duration;
 
 use super::auth::{Connection, Headers};
 use super::otlp_proto as otlp;
 use super::pprof::Encoder;
-use super::{unix_nanos, DeliveryError, Destination, Payload, Window};
+use super::{unix_nanos, DeliveryError, Destination, Encode, Payload, Window};
 use crate::output::pprof::proto as pprof;
 
 /// The request path under the collector's base URL.
@@ -241,7 +242,24 @@ pub struct Otlp {
     service: String,
     agent: ureq::Agent,
     headers: Headers,
-    encoder: Encoder,
+}
+
+/// Lays windows out as OTLP requests for `service`.
+struct OtlpEncoder {
+    pprof: Encoder,
+    service: String,
+}
+
+impl Encode for OtlpEncoder {
+    fn encode(&mut self, window: &Window) -> std::io::Result<Payload> {
+        let p = self.pprof.build(window);
+        let request = from_pprof(p, window, &self.service);
+        Ok(Payload {
+            start_ns: unix_nanos(window.start),
+            end_ns: unix_nanos(window.end),
+            body: request.encode_to_vec(),
+        })
+    }
 }
 
 impl Otlp {
@@ -259,7 +277,6 @@ impl Otlp {
             service: service.to_string(),
             agent: super::auth::http_agent(conn),
             headers,
-            encoder: Encoder::new(),
         }
     }
 }
@@ -269,17 +286,14 @@ impl Destination for Otlp {
         format!("otlp {}", self.url)
     }
 
-    fn encode(&mut self, window: &Window) -> std::io::Result<Payload> {
-        let p = self.encoder.build(window);
-        let request = from_pprof(p, window, &self.service);
-        Ok(Payload {
-            start_ns: unix_nanos(window.start),
-            end_ns: unix_nanos(window.end),
-            body: request.encode_to_vec(),
+    fn encoder(&self) -> Box<dyn Encode> {
+        Box::new(OtlpEncoder {
+            pprof: Encoder::new(),
+            service: self.service.clone(),
         })
     }
 
-    fn deliver(&mut self, payload: &Payload) -> Result<(), DeliveryError> {
+    fn deliver(&mut self, payload: &Payload, timeout: Duration) -> Result<(), DeliveryError> {
         let mut req = self
             .agent
             .post(&self.url)
@@ -287,6 +301,6 @@ impl Destination for Otlp {
         for (k, v) in self.headers.iter() {
             req = req.header(k, v);
         }
-        super::auth::send(req, &payload.body, &self.name())
+        super::auth::send(req, &payload.body, timeout, &self.name())
     }
 }

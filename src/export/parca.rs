@@ -16,7 +16,7 @@ use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 use super::auth::Connection;
 use super::parca_proto as pb;
 use super::pprof::Encoder;
-use super::{unix_nanos, DeliveryError, Destination, Payload, Window};
+use super::{server_text, unix_nanos, DeliveryError, Destination, Encode, Payload, Window};
 
 /// The profile name Parca stores flare's CPU samples under (`__name__`).
 pub const PROFILE_NAME: &str = "flare_cpu";
@@ -28,7 +28,44 @@ pub struct Parca {
     token: Option<String>,
     runtime: tokio::runtime::Runtime,
     channel: Channel,
-    encoder: Encoder,
+}
+
+/// Wraps each window's gzipped pprof in a `WriteRaw` request.
+struct ParcaEncoder {
+    pprof: Encoder,
+    host: String,
+}
+
+impl Encode for ParcaEncoder {
+    fn encode(&mut self, window: &Window) -> std::io::Result<Payload> {
+        let pprof = self.pprof.encode_gzip(window)?;
+        Ok(Payload {
+            start_ns: unix_nanos(window.start),
+            end_ns: unix_nanos(window.end),
+            body: request(&self.host, pprof).encode_to_vec(),
+        })
+    }
+}
+
+/// The request for one gzipped pprof of `host`.
+pub fn request(host: &str, pprof: Vec<u8>) -> pb::WriteRawRequest {
+    let label = |name: &str, value: &str| pb::Label {
+        name: name.into(),
+        value: value.into(),
+    };
+    pb::WriteRawRequest {
+        tenant: String::new(),
+        series: vec![pb::RawProfileSeries {
+            labels: Some(pb::LabelSet {
+                labels: vec![label("__name__", PROFILE_NAME), label("hostname", host)],
+            }),
+            samples: vec![pb::RawSample {
+                raw_profile: pprof,
+                executable_info: Vec::new(),
+            }],
+        }],
+        normalized: false,
+    }
 }
 
 impl Parca {
@@ -72,32 +109,7 @@ impl Parca {
             token,
             runtime,
             channel,
-            encoder: Encoder::new(),
         })
-    }
-
-    /// The request for one gzipped pprof.
-    pub fn request(&self, pprof: Vec<u8>) -> pb::WriteRawRequest {
-        let label = |name: &str, value: &str| pb::Label {
-            name: name.into(),
-            value: value.into(),
-        };
-        pb::WriteRawRequest {
-            tenant: String::new(),
-            series: vec![pb::RawProfileSeries {
-                labels: Some(pb::LabelSet {
-                    labels: vec![
-                        label("__name__", PROFILE_NAME),
-                        label("hostname", &self.host),
-                    ],
-                }),
-                samples: vec![pb::RawSample {
-                    raw_profile: pprof,
-                    executable_info: Vec::new(),
-                }],
-            }],
-            normalized: false,
-        }
     }
 }
 
@@ -121,16 +133,14 @@ impl Destination for Parca {
         format!("parca {}", self.addr)
     }
 
-    fn encode(&mut self, window: &Window) -> std::io::Result<Payload> {
-        let pprof = self.encoder.encode_gzip(window)?;
-        Ok(Payload {
-            start_ns: unix_nanos(window.start),
-            end_ns: unix_nanos(window.end),
-            body: self.request(pprof).encode_to_vec(),
+    fn encoder(&self) -> Box<dyn Encode> {
+        Box::new(ParcaEncoder {
+            pprof: Encoder::new(),
+            host: self.host.clone(),
         })
     }
 
-    fn deliver(&mut self, payload: &Payload) -> Result<(), DeliveryError> {
+    fn deliver(&mut self, payload: &Payload, timeout: Duration) -> Result<(), DeliveryError> {
         let what = Destination::name(self);
         let message = pb::WriteRawRequest::decode(payload.body.as_slice()).map_err(|e| {
             DeliveryError::Rejected(format!("{what}: spooled request unreadable: {e}"))
@@ -146,7 +156,8 @@ impl Destination for Parca {
         }
         let mut grpc = tonic::client::Grpc::new(self.channel.clone());
         let path = PathAndQuery::from_static(pb::WRITE_RAW_PATH);
-        let result = self.runtime.block_on(async move {
+        request.set_timeout(timeout);
+        let call = async move {
             grpc.ready()
                 .await
                 .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
@@ -156,16 +167,28 @@ impl Destination for Parca {
                 tonic_prost::ProstCodec::default(),
             )
             .await
+        };
+        // The whole call, connecting included, within the timeout.
+        let result = self.runtime.block_on(async move {
+            tokio::time::timeout(timeout, call)
+                .await
+                .unwrap_or_else(|_| {
+                    Err(tonic::Status::deadline_exceeded(format!(
+                        "no answer in {} s",
+                        timeout.as_secs_f64()
+                    )))
+                })
         });
         match result {
             Ok(_) => Ok(()),
-            Err(s) if retryable(s.code()) => {
-                Err(DeliveryError::Retry(format!("{what}: {}", s.message())))
-            }
+            Err(s) if retryable(s.code()) => Err(DeliveryError::Retry(format!(
+                "{what}: {}",
+                server_text(s.message())
+            ))),
             Err(s) => Err(DeliveryError::Rejected(format!(
                 "{what}: {:?}: {}",
                 s.code(),
-                s.message()
+                server_text(s.message())
             ))),
         }
     }

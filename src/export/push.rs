@@ -91,8 +91,12 @@ impl PushConfig {
                 }
                 None => Spool::memory(self.spool_max_bytes),
             };
+            let options = Options {
+                timeout: self.connection.timeout,
+                ..self.retry
+            };
             out.push(
-                Sender::start(dest, spool, self.retry)
+                Sender::start(dest, spool, options)
                     .map_err(|e| format!("starting the sender for {name}: {e}"))?,
             );
         }

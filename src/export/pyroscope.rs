@@ -5,9 +5,11 @@
 //! per-process labels (`pid`, `comm`, `exe`, `cgroup`, `container_id`)
 //! are pprof sample labels, which Pyroscope keeps as labels of their own.
 
+use std::time::Duration;
+
 use super::auth::{Connection, Headers};
 use super::pprof::Encoder;
-use super::{unix_nanos, DeliveryError, Destination, Payload, Window};
+use super::{DeliveryError, Destination, Encode, Payload};
 
 /// A Pyroscope server.
 pub struct Pyroscope {
@@ -16,7 +18,6 @@ pub struct Pyroscope {
     host: String,
     agent: ureq::Agent,
     headers: Headers,
-    encoder: Encoder,
 }
 
 /// A label value as Pyroscope's name syntax allows it (no braces, commas,
@@ -50,7 +51,6 @@ impl Pyroscope {
             host: host.to_string(),
             agent: super::auth::http_agent(conn),
             headers,
-            encoder: Encoder::new(),
         }
     }
 
@@ -65,15 +65,11 @@ impl Destination for Pyroscope {
         format!("pyroscope {}", self.url)
     }
 
-    fn encode(&mut self, window: &Window) -> std::io::Result<Payload> {
-        Ok(Payload {
-            start_ns: unix_nanos(window.start),
-            end_ns: unix_nanos(window.end),
-            body: self.encoder.encode_gzip(window)?,
-        })
+    fn encoder(&self) -> Box<dyn Encode> {
+        Box::new(Encoder::new())
     }
 
-    fn deliver(&mut self, payload: &Payload) -> Result<(), DeliveryError> {
+    fn deliver(&mut self, payload: &Payload, timeout: Duration) -> Result<(), DeliveryError> {
         let from = payload.start_ns / 1_000_000_000;
         // Pyroscope wants whole seconds and until > from.
         let until = (payload.end_ns / 1_000_000_000).max(from + 1);
@@ -89,6 +85,6 @@ impl Destination for Pyroscope {
         for (k, v) in self.headers.iter() {
             req = req.header(k, v);
         }
-        super::auth::send(req, &payload.body, &Destination::name(self))
+        super::auth::send(req, &payload.body, timeout, &Destination::name(self))
     }
 }

@@ -1,30 +1,37 @@
 //! One destination on its own thread, so that collection never waits for
-//! a network: windows are handed over through a channel ([`Sender::
-//! submit`] never blocks), encoded on the sender's thread, queued in the
-//! destination's bounded [`Spool`] and delivered oldest first.
+//! a network. [`Sender::submit`] encodes a window into the destination's
+//! bounded [`Spool`] on the caller's thread (the only queue there is, so
+//! memory stays within the spool's bound however slow the server: nothing
+//! waits outside it while a push is in hand), and the thread delivers the
+//! spool's windows oldest first, without holding the spool meanwhile.
 //!
 //! A failed delivery is retried with exponential backoff (doubling from
 //! [`Options::backoff_min`] to [`Options::backoff_max`]); windows that
 //! arrive meanwhile join the spool behind it, so none is lost while the
 //! spool's bound holds and order is kept. A server's definite refusal
-//! (HTTP 4xx, a gRPC invalid argument) drops that window, with a message,
-//! instead of blocking every later one. [`Sender::finish`] delivers what
-//! is left before a deadline; a disk spool keeps what could not be sent
-//! for the next run.
+//! (HTTP 4xx or a redirect, a gRPC invalid argument) drops that window,
+//! with a message, instead of blocking every later one.
+//!
+//! [`Sender::finish`] delivers what is left before a deadline whatever
+//! the server does: each push then gets at most the time left, and a push
+//! that still does not return (one begun before the deadline was set) is
+//! abandoned at the deadline, its window counted as left. A disk spool
+//! keeps what could not be sent for the next run.
 
-use std::sync::mpsc::{self, RecvTimeoutError};
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use super::spool::Spool;
-use super::{DeliveryError, Destination, Window};
+use super::{DeliveryError, Destination, Encode, Window};
 
-/// Retry timing.
+/// Retry timing and the timeout of one push.
 #[derive(Clone, Copy, Debug)]
 pub struct Options {
     pub backoff_min: Duration,
     pub backoff_max: Duration,
+    /// The most one push may take (`--push-timeout`).
+    pub timeout: Duration,
 }
 
 impl Default for Options {
@@ -32,9 +39,17 @@ impl Default for Options {
         Options {
             backoff_min: Duration::from_secs(1),
             backoff_max: Duration::from_secs(60),
+            timeout: Duration::from_secs(10),
         }
     }
 }
+
+/// Backoff between tries once the sender is finishing.
+const FINISH_BACKOFF: (Duration, Duration) = (Duration::from_millis(100), Duration::from_secs(2));
+
+/// How long past the deadline [`Sender::finish`] waits for the thread to
+/// stop before it leaves it behind.
+const GRACE: Duration = Duration::from_millis(500);
 
 /// What a sender did over its life.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -49,18 +64,49 @@ pub struct Report {
     /// Windows not delivered by the end (still in a disk spool, or lost
     /// with a memory one).
     pub left: u64,
+    /// Windows whose spool file could not be read back.
+    pub lost: u64,
+    /// The last failure, if any (escaped server text included).
+    pub error: Option<String>,
 }
 
-enum Msg {
-    Window(Arc<Window>),
-    Finish(Instant),
+impl Report {
+    /// True when every window handed over was delivered.
+    pub fn all_delivered(&self) -> bool {
+        self.delivered > 0 && self.dropped + self.rejected + self.left + self.lost == 0
+    }
+}
+
+/// What the caller and the thread share.
+struct Shared {
+    state: Mutex<State>,
+    /// Signalled on a new window, on finish, and when the thread ends.
+    wake: Condvar,
+}
+
+struct State {
+    spool: Spool,
+    /// Set by finish: deliver what is left until then.
+    deadline: Option<Instant>,
+    report: Report,
+    /// The thread has ended.
+    done: bool,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 /// A running sender.
 pub struct Sender {
     name: String,
-    tx: mpsc::Sender<Msg>,
-    thread: Option<JoinHandle<Report>>,
+    encoder: Box<dyn Encode>,
+    shared: Arc<Shared>,
+    thread: Option<JoinHandle<()>>,
+    /// The disk spool is failing: windows are kept in memory.
+    spilling: bool,
 }
 
 impl Sender {
@@ -71,14 +117,39 @@ impl Sender {
         options: Options,
     ) -> std::io::Result<Self> {
         let name = dest.name();
-        let (tx, rx) = mpsc::channel();
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State {
+                spool,
+                deadline: None,
+                report: Report {
+                    name: name.clone(),
+                    ..Default::default()
+                },
+                done: false,
+            }),
+            wake: Condvar::new(),
+        });
+        let encoder = dest.encoder();
+        let worker = Worker {
+            dest,
+            shared: Arc::clone(&shared),
+            options,
+            backoff: options.backoff_min,
+            backoff_max: options.backoff_max,
+            next_try: Instant::now(),
+            failing: None,
+            finishing: false,
+            failed_finishing: false,
+        };
         let thread = thread::Builder::new()
             .name("flare-send".into())
-            .spawn(move || Worker::new(dest, spool, options).run(rx))?;
+            .spawn(move || worker.run())?;
         Ok(Sender {
             name,
-            tx,
+            encoder,
+            shared,
             thread: Some(thread),
+            spilling: false,
         })
     }
 
@@ -86,157 +157,221 @@ impl Sender {
         &self.name
     }
 
-    /// Hands a window over; never blocks.
-    pub fn submit(&self, window: Arc<Window>) {
-        let _ = self.tx.send(Msg::Window(window));
+    /// Encodes a window into the spool; never waits for the network.
+    pub fn submit(&mut self, window: &Window) {
+        let payload = match self.encoder.encode(window) {
+            Ok(p) => p,
+            Err(e) => {
+                eprintln!("flare: {}: cannot encode a window: {e}", self.name);
+                return;
+            }
+        };
+        let (error, dropped, disk) = {
+            let mut state = self.shared.lock();
+            let before = state.spool.dropped;
+            let error = state.spool.push(payload);
+            let disk = state.spool.is_disk();
+            (error, state.spool.dropped.saturating_sub(before), disk)
+        };
+        self.shared.wake.notify_all();
+        match error {
+            Some(e) if !self.spilling => {
+                self.spilling = true;
+                eprintln!(
+                    "flare: {}: cannot write to the spool directory ({e}); keeping windows \
+                     in memory (same bound) until it can",
+                    self.name
+                );
+            }
+            None if self.spilling && disk => {
+                self.spilling = false;
+                eprintln!("flare: {}: spooling on disk again", self.name);
+            }
+            _ => {}
+        }
+        if dropped > 0 {
+            eprintln!(
+                "flare: {}: spool full, dropped the {dropped} oldest window(s)",
+                self.name
+            );
+        }
+    }
+
+    /// Asks the thread to deliver what is queued until `deadline` and
+    /// stop; returns at once.
+    pub fn stop(&self, deadline: Instant) {
+        let mut state = self.shared.lock();
+        if state.deadline.is_none_or(|d| deadline < d) {
+            state.deadline = Some(deadline);
+        }
+        drop(state);
+        self.shared.wake.notify_all();
+    }
+
+    /// Waits for the thread to stop (at most until a little past
+    /// `deadline`, when a push still in hand is abandoned) and reports.
+    pub fn wait(mut self, deadline: Instant) -> Report {
+        let give_up = deadline.checked_add(GRACE).unwrap_or(deadline);
+        let mut state = self.shared.lock();
+        while !state.done {
+            let now = Instant::now();
+            if now >= give_up {
+                break;
+            }
+            state = match self.shared.wake.wait_timeout(state, give_up - now) {
+                Ok((s, _)) => s,
+                Err(e) => e.into_inner().0,
+            };
+        }
+        let mut report = state.report.clone();
+        report.dropped = state.spool.dropped;
+        report.lost = state.spool.lost;
+        report.left = state.spool.len() as u64;
+        if !state.done {
+            report.error = Some(format!("{}: no answer by the deadline", self.name));
+        }
+        let done = state.done;
+        drop(state);
+        // A thread still in a push is left behind; it ends with the process.
+        if let Some(t) = self.thread.take().filter(|_| done) {
+            let _ = t.join();
+        }
+        report
     }
 
     /// Delivers what is queued, trying until `timeout` has passed, and
     /// stops the thread.
-    pub fn finish(mut self, timeout: Duration) -> Report {
-        let _ = self.tx.send(Msg::Finish(after(timeout)));
-        let name = self.name.clone();
-        self.thread
-            .take()
-            .and_then(|t| t.join().ok())
-            .unwrap_or(Report {
-                name,
-                ..Default::default()
-            })
+    pub fn finish(self, timeout: Duration) -> Report {
+        let deadline = after(timeout);
+        self.stop(deadline);
+        self.wait(deadline)
+    }
+}
+
+/// A sender dropped without [`Sender::finish`] still tries its windows
+/// for a few seconds, on its own.
+impl Drop for Sender {
+    fn drop(&mut self) {
+        if self.thread.is_some() {
+            self.stop(after(Duration::from_secs(5)));
+        }
     }
 }
 
 struct Worker {
     dest: Box<dyn Destination>,
-    spool: Spool,
+    shared: Arc<Shared>,
     options: Options,
     backoff: Duration,
+    backoff_max: Duration,
     next_try: Instant,
-    report: Report,
     /// The error of the outage under way, reported once.
     failing: Option<String>,
+    /// The deadline has been seen.
+    finishing: bool,
+    /// A push failed since then.
+    failed_finishing: bool,
 }
 
 impl Worker {
-    fn new(dest: Box<dyn Destination>, spool: Spool, options: Options) -> Self {
-        let report = Report {
-            name: dest.name(),
-            ..Default::default()
-        };
-        Worker {
-            dest,
-            spool,
-            options,
-            backoff: options.backoff_min,
-            next_try: Instant::now(),
-            report,
-            failing: None,
-        }
-    }
-
-    fn run(mut self, rx: mpsc::Receiver<Msg>) -> Report {
+    fn run(mut self) {
         loop {
-            let msg = if self.spool.is_empty() {
-                rx.recv().map_err(|_| RecvTimeoutError::Disconnected)
-            } else {
-                rx.recv_timeout(self.next_try.saturating_duration_since(Instant::now()))
-            };
-            match msg {
-                Ok(Msg::Window(w)) => self.queue(&w),
-                Ok(Msg::Finish(deadline)) => return self.finish(deadline),
-                Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => {
-                    return self.finish(after(Duration::from_secs(5)))
-                }
-            }
-            if Instant::now() >= self.next_try {
-                if self.drain() {
-                    self.backoff = self.options.backoff_min;
-                } else {
-                    self.next_try = after(self.backoff);
-                    self.backoff = (self.backoff * 2).min(self.options.backoff_max);
-                }
-            }
-        }
-    }
-
-    fn queue(&mut self, window: &Window) {
-        let before = self.spool.dropped;
-        match self.dest.encode(window) {
-            Ok(p) => {
-                if let Err(e) = self.spool.push(p) {
-                    eprintln!("flare: {}: cannot spool a window: {e}", self.report.name);
-                    self.report.dropped += 1;
-                }
-            }
-            Err(e) => eprintln!("flare: {}: cannot encode a window: {e}", self.report.name),
-        }
-        let dropped = self.spool.dropped - before;
-        if dropped > 0 {
-            eprintln!(
-                "flare: {}: spool full, dropped the {dropped} oldest window(s)",
-                self.report.name
-            );
-        }
-    }
-
-    /// Delivers queued windows, oldest first; false when the destination
-    /// failed and the rest must wait.
-    fn drain(&mut self) -> bool {
-        while let Some(p) = self.spool.front() {
-            match self.dest.deliver(&p) {
-                Ok(()) => {
-                    self.spool.pop();
-                    self.report.delivered += 1;
-                    if self.failing.take().is_some() {
-                        eprintln!(
-                            "flare: {}: delivering again ({} window(s) queued)",
-                            self.report.name,
-                            self.spool.len()
-                        );
-                    }
-                }
-                Err(DeliveryError::Rejected(m)) => {
-                    eprintln!("flare: {m}");
-                    self.spool.pop();
-                    self.report.rejected += 1;
-                }
-                Err(DeliveryError::Retry(m)) => {
-                    if self.failing.is_none() {
-                        eprintln!("flare: {m}; windows are queued meanwhile");
-                    }
-                    self.failing = Some(m);
-                    return false;
-                }
-            }
-        }
-        true
-    }
-
-    fn finish(mut self, deadline: Instant) -> Report {
-        let mut pause = Duration::from_millis(100);
-        while !self.drain() {
+            let mut state = self.shared.lock();
             let now = Instant::now();
-            // A disk spool keeps the rest for the next run.
-            if self.is_disk() || now >= deadline {
-                break;
+            if let Some(deadline) = state.deadline {
+                if !self.finishing {
+                    self.finishing = true;
+                    (self.backoff, self.backoff_max) = FINISH_BACKOFF;
+                    self.next_try = now;
+                }
+                // A disk spool keeps the rest for the next run.
+                let kept = self.failed_finishing && state.spool.all_on_disk();
+                if state.spool.is_empty() || now >= deadline || kept {
+                    break;
+                }
             }
-            thread::sleep(pause.min(deadline - now));
-            pause = (pause * 2).min(Duration::from_secs(2));
+            if state.spool.is_empty() || now < self.next_try {
+                let until = match (state.spool.is_empty(), state.deadline) {
+                    (true, None) => None,
+                    (true, Some(d)) => Some(d),
+                    (false, d) => Some(d.map_or(self.next_try, |d| d.min(self.next_try))),
+                };
+                // The guard comes back only to be dropped: the loop locks
+                // anew.
+                match until {
+                    None => drop(self.shared.wake.wait(state)),
+                    Some(u) => drop(
+                        self.shared
+                            .wake
+                            .wait_timeout(state, u.saturating_duration_since(now)),
+                    ),
+                }
+                continue;
+            }
+            let Some((seq, payload)) = state.spool.front() else {
+                continue;
+            };
+            let timeout = match state.deadline {
+                Some(d) => self.options.timeout.min(d.saturating_duration_since(now)),
+                None => self.options.timeout,
+            };
+            drop(state);
+            let result = self.dest.deliver(&payload, timeout);
+            drop(payload);
+            if let Some(message) = self.settle(seq, result) {
+                eprintln!("flare: {message}");
+            }
         }
-        self.report.dropped += self.spool.dropped;
-        self.report.left = self.spool.len() as u64;
-        self.report
+        self.shared.lock().done = true;
+        self.shared.wake.notify_all();
     }
 
-    fn is_disk(&self) -> bool {
-        self.spool.is_disk()
+    /// Records what became of window `seq`; returns what to say.
+    fn settle(&mut self, seq: u64, result: Result<(), DeliveryError>) -> Option<String> {
+        let mut state = self.shared.lock();
+        match result {
+            Ok(()) => {
+                state.spool.remove(seq);
+                state.report.delivered += 1;
+                self.backoff = self.backoff_min();
+                self.failing.take().map(|_| {
+                    format!(
+                        "{}: delivering again ({} window(s) queued)",
+                        state.report.name,
+                        state.spool.len()
+                    )
+                })
+            }
+            Err(DeliveryError::Rejected(m)) => {
+                state.spool.remove(seq);
+                state.report.rejected += 1;
+                state.report.error = Some(m.clone());
+                Some(m)
+            }
+            Err(DeliveryError::Retry(m)) => {
+                state.report.error = Some(m.clone());
+                self.next_try = after(self.backoff);
+                self.backoff = (self.backoff * 2).min(self.backoff_max);
+                self.failed_finishing = self.finishing;
+                let first = self.failing.is_none();
+                self.failing = Some(m.clone());
+                first.then(|| format!("{m}; windows are queued meanwhile"))
+            }
+        }
+    }
+
+    fn backoff_min(&self) -> Duration {
+        if self.finishing {
+            FINISH_BACKOFF.0
+        } else {
+            self.options.backoff_min
+        }
     }
 }
 
 /// The instant `d` from now; a day from now where `d` reaches past what
 /// the clock can hold (no deadline of flare's is longer).
-fn after(d: Duration) -> Instant {
+pub fn after(d: Duration) -> Instant {
     let now = Instant::now();
     now.checked_add(d)
         .unwrap_or_else(|| now + Duration::from_secs(86_400))

@@ -6,11 +6,11 @@
 //! threads.
 
 use std::collections::HashSet;
-use std::sync::{mpsc, Arc};
+use std::sync::mpsc;
 use std::time::{Duration, SystemTime};
 
 use super::labels::Labeller;
-use super::sender::{Report, Sender};
+use super::sender::{after, Report, Sender};
 use super::Window;
 use crate::error::Result;
 use crate::pipeline::Sink;
@@ -68,13 +68,14 @@ impl PushSink {
         self.renew_asked = false;
     }
 
-    /// Delivers what is queued (trying for at most `timeout`) and stops
-    /// the senders.
+    /// Delivers what is queued and stops the senders, all within
+    /// `timeout` (and a moment) whatever the servers do.
     pub fn finish(self, timeout: Duration) -> Vec<Report> {
-        self.senders
-            .into_iter()
-            .map(|s| s.finish(timeout))
-            .collect()
+        let deadline = after(timeout);
+        for s in &self.senders {
+            s.stop(deadline);
+        }
+        self.senders.into_iter().map(|s| s.wait(deadline)).collect()
     }
 }
 
@@ -98,15 +99,15 @@ impl Sink for PushSink {
         }
         self.windows += 1;
         self.samples += profile.total();
-        let window = Arc::new(Window {
+        let window = Window {
             profile: profile.clone(),
             start,
             end,
             host: self.host.clone(),
             processes,
-        });
-        for s in &self.senders {
-            s.submit(Arc::clone(&window));
+        };
+        for s in &mut self.senders {
+            s.submit(&window);
         }
         Ok(())
     }

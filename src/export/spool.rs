@@ -7,7 +7,15 @@
 //! On disk, each window is one file `<sequence>.win` (20 digits, so names
 //! sort in order) holding the start and end times (little-endian u64
 //! nanoseconds) and the body, written to a temporary file and renamed, so
-//! a crash leaves whole files only.
+//! a crash leaves whole files only. A window that cannot be written (the
+//! disk is full, the directory was removed) is kept in memory instead,
+//! within the same bound, and the error handed back so that the caller can
+//! say so: a failing disk must not cost windows a healthy server would
+//! take.
+//!
+//! Every window has a sequence number, so that the sender can deliver the
+//! oldest without holding the spool (windows keep arriving meanwhile) and
+//! then take out exactly that one.
 
 use std::collections::VecDeque;
 use std::fs;
@@ -21,31 +29,38 @@ const HEADER: usize = 8 + 16;
 
 /// A bounded FIFO of payloads.
 pub struct Spool {
-    store: Store,
+    /// Oldest first.
+    entries: VecDeque<Entry>,
+    /// The directory of a disk spool.
+    dir: Option<PathBuf>,
+    /// The sequence number of the next window.
+    next: u64,
     max_bytes: u64,
     bytes: u64,
     /// Windows dropped to respect the bound, since the start.
     pub dropped: u64,
+    /// Windows whose spool file could not be read back.
+    pub lost: u64,
 }
 
-enum Store {
-    Memory(VecDeque<Payload>),
-    Disk {
-        dir: PathBuf,
-        /// (sequence, file size), oldest first.
-        files: VecDeque<(u64, u64)>,
-        next: u64,
-    },
+/// One window: in memory, or in its file.
+struct Entry {
+    seq: u64,
+    size: u64,
+    held: Option<Payload>,
 }
 
 impl Spool {
     /// A spool in memory.
     pub fn memory(max_bytes: u64) -> Self {
         Spool {
-            store: Store::Memory(VecDeque::new()),
+            entries: VecDeque::new(),
+            dir: None,
+            next: 0,
             max_bytes,
             bytes: 0,
             dropped: 0,
+            lost: 0,
         }
     }
 
@@ -53,7 +68,7 @@ impl Spool {
     /// previous run left there.
     pub fn disk(dir: &Path, max_bytes: u64) -> io::Result<Self> {
         fs::create_dir_all(dir)?;
-        let mut files = Vec::new();
+        let mut entries = Vec::new();
         for entry in fs::read_dir(dir)? {
             let entry = entry?;
             let name = entry.file_name();
@@ -64,39 +79,40 @@ impl Spool {
             else {
                 continue;
             };
-            files.push((seq, entry.metadata()?.len()));
+            let size = entry.metadata()?.len();
+            entries.push(Entry {
+                seq,
+                size,
+                held: None,
+            });
         }
-        files.sort();
-        let next = files.last().map_or(0, |f| f.0 + 1);
-        let bytes = files.iter().map(|f| f.1).sum();
-        let mut spool = Spool {
-            store: Store::Disk {
-                dir: dir.to_path_buf(),
-                files: files.into(),
-                next,
-            },
-            max_bytes,
-            bytes,
-            dropped: 0,
-        };
+        entries.sort_by_key(|e| e.seq);
+        let mut spool = Spool::memory(max_bytes);
+        spool.next = entries.last().map_or(0, |e| e.seq + 1);
+        spool.bytes = entries.iter().map(|e| e.size).sum();
+        spool.entries = entries.into();
+        spool.dir = Some(dir.to_path_buf());
         spool.make_room(0);
         Ok(spool)
     }
 
     pub fn len(&self) -> usize {
-        match &self.store {
-            Store::Memory(q) => q.len(),
-            Store::Disk { files, .. } => files.len(),
-        }
+        self.entries.len()
     }
 
     /// True for a spool on disk (it outlives the process).
     pub fn is_disk(&self) -> bool {
-        matches!(self.store, Store::Disk { .. })
+        self.dir.is_some()
+    }
+
+    /// True when every window held is in a file (none would be lost with
+    /// the process).
+    pub fn all_on_disk(&self) -> bool {
+        self.entries.iter().all(|e| e.held.is_none())
     }
 
     pub fn is_empty(&self) -> bool {
-        self.len() == 0
+        self.entries.is_empty()
     }
 
     /// Bytes held.
@@ -117,89 +133,104 @@ impl Spool {
     }
 
     fn drop_front(&mut self) {
-        match &mut self.store {
-            Store::Memory(q) => {
-                if let Some(p) = q.pop_front() {
-                    self.bytes -= Self::size(&p);
-                }
-            }
-            Store::Disk { dir, files, .. } => {
-                if let Some((seq, size)) = files.pop_front() {
-                    let _ = fs::remove_file(file(dir, seq));
-                    self.bytes -= size;
-                }
+        if let Some(e) = self.entries.pop_front() {
+            self.bytes -= e.size;
+            if let (None, Some(dir)) = (&e.held, &self.dir) {
+                let _ = fs::remove_file(file(dir, e.seq));
             }
         }
     }
 
     /// Adds a window at the back, dropping the oldest to stay within the
     /// bound (a window larger than the whole bound is dropped itself).
-    pub fn push(&mut self, p: Payload) -> io::Result<()> {
+    /// Returns the error of a disk spool that could not write the window,
+    /// which is then kept in memory.
+    #[must_use]
+    pub fn push(&mut self, p: Payload) -> Option<io::Error> {
         let size = Self::size(&p);
         if size > self.max_bytes {
             self.dropped += 1;
-            return Ok(());
+            return None;
         }
         self.make_room(size);
-        match &mut self.store {
-            Store::Memory(q) => q.push_back(p),
-            Store::Disk { dir, files, next } => {
-                let mut tmp = tempfile::Builder::new()
-                    .prefix(".spool")
-                    .tempfile_in(&*dir)?;
-                tmp.write_all(MAGIC)?;
-                tmp.write_all(&p.start_ns.to_le_bytes())?;
-                tmp.write_all(&p.end_ns.to_le_bytes())?;
-                tmp.write_all(&p.body)?;
-                tmp.persist(file(dir, *next)).map_err(|e| e.error)?;
-                files.push_back((*next, size));
-                *next += 1;
-            }
-        }
+        let seq = self.next;
+        self.next += 1;
+        let (held, error) = match &self.dir {
+            None => (Some(p), None),
+            Some(dir) => match write(dir, seq, &p) {
+                Ok(()) => (None, None),
+                Err(e) => (Some(p), Some(e)),
+            },
+        };
+        self.entries.push_back(Entry { seq, size, held });
         self.bytes += size;
-        Ok(())
+        error
     }
 
-    /// The oldest window, without removing it. A spool file that cannot be
-    /// read is dropped (and counted) and the next one tried.
-    pub fn front(&mut self) -> Option<Payload> {
+    /// The oldest window and its sequence number, without removing it. A
+    /// spool file that cannot be read is dropped (counted in
+    /// [`Spool::lost`], with a message) and the next one tried.
+    pub fn front(&mut self) -> Option<(u64, Payload)> {
         loop {
-            match &self.store {
-                Store::Memory(q) => return q.front().cloned(),
-                Store::Disk { dir, files, .. } => {
-                    let &(seq, _) = files.front()?;
-                    match read(&file(dir, seq)) {
-                        Some(p) => return Some(p),
-                        None => {
-                            self.drop_front();
-                            self.dropped += 1;
-                        }
+            let e = self.entries.front()?;
+            let seq = e.seq;
+            let read = match (&e.held, &self.dir) {
+                (Some(p), _) => Ok(p.clone()),
+                (None, Some(dir)) => read(&file(dir, seq)),
+                (None, None) => Err(io::Error::other("no spool directory")),
+            };
+            match read {
+                Ok(p) => return Some((seq, p)),
+                Err(e) => {
+                    if let Some(dir) = &self.dir {
+                        eprintln!(
+                            "flare: cannot read the spooled window {}: {e}; it is lost",
+                            file(dir, seq).display()
+                        );
                     }
+                    self.drop_front();
+                    self.lost += 1;
                 }
             }
         }
     }
 
-    /// Removes the oldest window (after it was delivered).
-    pub fn pop(&mut self) {
-        self.drop_front();
+    /// Removes window `seq` (after it was delivered or refused). One that
+    /// was dropped for room meanwhile is no longer counted as dropped.
+    pub fn remove(&mut self, seq: u64) {
+        if self.entries.front().is_some_and(|e| e.seq == seq) {
+            self.drop_front();
+        } else if !self.entries.iter().any(|e| e.seq == seq) {
+            self.dropped = self.dropped.saturating_sub(1);
+        }
     }
+}
+
+/// Writes window `seq` into `dir`, whole or not at all.
+fn write(dir: &Path, seq: u64, p: &Payload) -> io::Result<()> {
+    let mut tmp = tempfile::Builder::new().prefix(".spool").tempfile_in(dir)?;
+    tmp.write_all(MAGIC)?;
+    tmp.write_all(&p.start_ns.to_le_bytes())?;
+    tmp.write_all(&p.end_ns.to_le_bytes())?;
+    tmp.write_all(&p.body)?;
+    tmp.persist(file(dir, seq)).map_err(|e| e.error)?;
+    Ok(())
 }
 
 fn file(dir: &Path, seq: u64) -> PathBuf {
     dir.join(format!("{seq:020}.win"))
 }
 
-fn read(path: &Path) -> Option<Payload> {
-    let data = fs::read(path).ok()?;
+fn read(path: &Path) -> io::Result<Payload> {
+    let data = fs::read(path)?;
+    let bad = || io::Error::new(io::ErrorKind::InvalidData, "not a flare spool file");
     if data.len() < HEADER || &data[..8] != MAGIC {
-        return None;
+        return Err(bad());
     }
-    let start_ns = u64::from_le_bytes(data[8..16].try_into().ok()?);
-    let end_ns = u64::from_le_bytes(data[16..24].try_into().ok()?);
-    Some(Payload {
-        start_ns,
-        end_ns,
+    let time = |at: usize| data[at..at + 8].try_into().map(u64::from_le_bytes);
+    Ok(Payload {
+        start_ns: time(8).map_err(|_| bad())?,
+        end_ns: time(16).map_err(|_| bad())?,
         body: data[HEADER..].to_vec(),
     })
 }

@@ -19,11 +19,18 @@ fn payload(n: u64, size: usize) -> Payload {
 
 fn drain(s: &mut Spool) -> Vec<u64> {
     let mut out = Vec::new();
-    while let Some(p) = s.front() {
+    while let Some((seq, p)) = s.front() {
         out.push(p.start_ns);
-        s.pop();
+        s.remove(seq);
     }
     out
+}
+
+/// Pushes, expecting the window to be stored where the spool keeps them.
+fn push(s: &mut Spool, p: Payload) {
+    if let Some(e) = s.push(p) {
+        panic!("{e}");
+    }
 }
 
 #[test]
@@ -31,12 +38,12 @@ fn memory_spool_is_fifo_and_bounded() {
     // Each entry is 24 bytes of header + 100 of body: three fit in 400.
     let mut s = Spool::memory(400);
     for n in 0..5 {
-        s.push(payload(n, 100)).unwrap();
+        push(&mut s, payload(n, 100));
         assert!(s.bytes() <= 400);
     }
     assert_eq!(s.dropped, 2);
     assert_eq!(drain(&mut s), vec![2, 3, 4]);
-    s.push(payload(9, 1000)).unwrap();
+    push(&mut s, payload(9, 1000));
     assert!(s.is_empty(), "a window larger than the bound is dropped");
     assert_eq!(s.dropped, 3);
 }
@@ -46,7 +53,7 @@ fn disk_spool_is_bounded_and_survives_a_restart() {
     let dir = tempfile::tempdir().unwrap();
     let mut s = Spool::disk(dir.path(), 400).unwrap();
     for n in 0..5 {
-        s.push(payload(n, 100)).unwrap();
+        push(&mut s, payload(n, 100));
     }
     let on_disk: u64 = std::fs::read_dir(dir.path())
         .unwrap()
@@ -57,14 +64,14 @@ fn disk_spool_is_bounded_and_survives_a_restart() {
     drop(s);
     let mut s = Spool::disk(dir.path(), 400).unwrap();
     assert_eq!(s.len(), 3);
-    s.push(payload(7, 4)).unwrap();
-    let first = s.front().unwrap();
+    push(&mut s, payload(7, 4));
+    let first = s.front().unwrap().1;
     assert_eq!(first, payload(2, 100));
     assert_eq!(drain(&mut s), vec![2, 3, 4, 7]);
     // A restart with a smaller bound trims the oldest.
     let mut s = Spool::disk(dir.path(), 400).unwrap();
     for n in 10..13 {
-        s.push(payload(n, 100)).unwrap();
+        push(&mut s, payload(n, 100));
     }
     drop(s);
     let mut s = Spool::disk(dir.path(), 130).unwrap();
@@ -77,10 +84,10 @@ struct Fake {
     got: Arc<Mutex<Vec<u64>>>,
 }
 
-impl Destination for Fake {
-    fn name(&self) -> String {
-        "fake".into()
-    }
+/// Ten bytes of body per window.
+struct FakeEncoder;
+
+impl Encode for FakeEncoder {
     fn encode(&mut self, w: &Window) -> std::io::Result<Payload> {
         Ok(Payload {
             start_ns: unix_nanos(w.start),
@@ -88,7 +95,16 @@ impl Destination for Fake {
             body: vec![0; 10],
         })
     }
-    fn deliver(&mut self, p: &Payload) -> Result<(), DeliveryError> {
+}
+
+impl Destination for Fake {
+    fn name(&self) -> String {
+        "fake".into()
+    }
+    fn encoder(&self) -> Box<dyn Encode> {
+        Box::new(FakeEncoder)
+    }
+    fn deliver(&mut self, p: &Payload, _: Duration) -> Result<(), DeliveryError> {
         if *self.down.lock().unwrap() {
             return Err(DeliveryError::Retry("down".into()));
         }
@@ -97,15 +113,15 @@ impl Destination for Fake {
     }
 }
 
-fn window(n: u64) -> Arc<Window> {
+fn window(n: u64) -> Window {
     let t = SystemTime::UNIX_EPOCH + Duration::from_secs(n);
-    Arc::new(Window {
+    Window {
         profile: Profile::new(Meta::new(Kind::Cpu, "cpu-clock")),
         start: t,
         end: t + Duration::from_secs(1),
         host: "h".into(),
         processes: HashMap::new(),
-    })
+    }
 }
 
 #[test]
@@ -119,16 +135,17 @@ fn sender_keeps_every_window_in_order_across_an_outage() {
     let options = Options {
         backoff_min: Duration::from_millis(5),
         backoff_max: Duration::from_millis(20),
+        ..Options::default()
     };
-    let sender = Sender::start(Box::new(fake), Spool::memory(1 << 20), options).unwrap();
+    let mut sender = Sender::start(Box::new(fake), Spool::memory(1 << 20), options).unwrap();
     for n in 1..=3 {
-        sender.submit(window(n));
+        sender.submit(&window(n));
     }
     std::thread::sleep(Duration::from_millis(50));
     assert!(got.lock().unwrap().is_empty());
     *down.lock().unwrap() = false;
     for n in 4..=5 {
-        sender.submit(window(n));
+        sender.submit(&window(n));
     }
     let report = sender.finish(Duration::from_secs(10));
     let secs: Vec<u64> = got
@@ -147,8 +164,9 @@ fn finish_gives_up_at_the_deadline_with_a_memory_spool() {
         down: Arc::new(Mutex::new(true)),
         got: Arc::new(Mutex::new(Vec::new())),
     };
-    let sender = Sender::start(Box::new(fake), Spool::memory(1 << 20), Options::default()).unwrap();
-    sender.submit(window(1));
+    let mut sender =
+        Sender::start(Box::new(fake), Spool::memory(1 << 20), Options::default()).unwrap();
+    sender.submit(&window(1));
     let report = sender.finish(Duration::from_millis(50));
     assert_eq!((report.delivered, report.left), (0, 1));
 }
@@ -274,4 +292,54 @@ fn otlp_request_resolves_to_the_same_stack_and_attributes() {
         .unwrap()
         .attributes[0];
     assert_eq!(host.key, "host.name");
+}
+
+#[test]
+fn server_text_is_escaped_and_bounded() {
+    assert_eq!(
+        server_text("\u{1b}[31mred\u{7}\r\n\u{202e}ok"),
+        r"\u{1b}[31mred\u{7}\r\n\u{202e}ok"
+    );
+    let long = server_text(&"A".repeat(1000));
+    assert_eq!(long.len(), SERVER_TEXT_MAX + 3);
+}
+
+#[test]
+fn a_redirect_is_a_refusal_naming_its_target() {
+    match http_status("x", 302, "http://elsewhere/\u{1b}") {
+        Err(DeliveryError::Rejected(m)) => {
+            assert!(m.contains(r"redirect to http://elsewhere/\u{1b}"), "{m}")
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_disk_spool_that_cannot_write_keeps_windows_in_memory() {
+    let top = tempfile::tempdir().unwrap();
+    let dir = top.path().join("spool");
+    let mut s = Spool::disk(&dir, 400).unwrap();
+    push(&mut s, payload(1, 10));
+    std::fs::remove_dir_all(&dir).unwrap();
+    let e = s.push(payload(2, 10)).expect("the write fails");
+    assert_eq!(e.kind(), std::io::ErrorKind::NotFound);
+    assert!(!s.all_on_disk());
+    // The window on disk went with the directory; the one in memory is
+    // delivered.
+    assert_eq!(drain(&mut s), vec![2]);
+    assert_eq!((s.lost, s.dropped), (1, 0));
+}
+
+#[test]
+fn a_window_dropped_for_room_while_in_flight_is_not_counted_twice() {
+    let mut s = Spool::memory(300);
+    push(&mut s, payload(1, 100));
+    let (seq, _) = s.front().unwrap();
+    push(&mut s, payload(2, 100));
+    push(&mut s, payload(3, 100));
+    assert_eq!(s.dropped, 1);
+    // Delivered after all: no longer a dropped window.
+    s.remove(seq);
+    assert_eq!(s.dropped, 0);
+    assert_eq!(drain(&mut s), vec![2, 3]);
 }

@@ -104,7 +104,7 @@ pub fn run(request: Request) -> Result<u8> {
     }
     let result = pipeline::run(collector, &mut sinks, &plan, &stop);
     if let Some(p) = push {
-        crate::cli::agent::report(p.finish(PUSH_FLUSH));
+        crate::cli::agent::report(&p.finish(PUSH_FLUSH));
     }
     result?;
     Ok(command.map_or(0, |c| c.finish(&interrupted)))
