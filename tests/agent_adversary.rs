@@ -8,7 +8,7 @@ mod common;
 
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use common::agent::{spool_files, status_kib, summary, Agent};
@@ -150,6 +150,28 @@ fn server_error_text_reaches_stderr_escaped_and_bounded() {
     assert!(
         err.lines().all(|l| l.len() < 600),
         "server text must be bounded: {err}"
+    );
+}
+
+#[test]
+fn flare_profile_exits_non_zero_when_the_push_fails() {
+    if !require_bpf() {
+        return;
+    }
+    let _serial = serial();
+    let server = BadServer::start(Behaviour::Answer(400, b"bad profile".to_vec()));
+    let out = Command::new(env!("CARGO_BIN_EXE_flare"))
+        .args(["profile", "-F", "19", "--pyroscope", &server.url(), "1"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .output()
+        .expect("running flare profile");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "the push failed: {err}");
+    let last = err.lines().last().unwrap_or_default();
+    assert!(
+        last.contains(&server.url()) && last.contains("not delivered"),
+        "one line naming the destination: {err}"
     );
 }
 

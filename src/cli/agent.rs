@@ -240,3 +240,20 @@ pub fn report(reports: &[Report]) {
         );
     }
 }
+
+/// A one-shot run's push must have delivered its profile everywhere: an
+/// error naming the first destination that did not take it, and why.
+pub fn check_delivered(reports: &[Report]) -> Result<()> {
+    let Some(r) = reports.iter().find(|r| !r.all_delivered()) else {
+        return Ok(());
+    };
+    let why = r.error.as_deref().unwrap_or("not accepted in time");
+    let why = why
+        .strip_prefix(r.name.as_str())
+        .map_or(why, |w| w.trim_start_matches(':').trim_start());
+    anyhow::bail!(
+        "the profile was not delivered to {} ({why}): check the address and that the \
+         server is up and accepts it, then run again",
+        r.name
+    )
+}

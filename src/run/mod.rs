@@ -103,9 +103,13 @@ pub fn run(request: Request) -> Result<u8> {
         sinks.push(c);
     }
     let result = pipeline::run(collector, &mut sinks, &plan, &stop);
-    if let Some(p) = push {
-        crate::cli::agent::report(&p.finish(PUSH_FLUSH));
+    let pushed = push.map(|p| p.finish(PUSH_FLUSH));
+    if let Some(reports) = &pushed {
+        crate::cli::agent::report(reports);
     }
     result?;
+    if let Some(reports) = &pushed {
+        crate::cli::agent::check_delivered(reports)?;
+    }
     Ok(command.map_or(0, |c| c.finish(&interrupted)))
 }
