@@ -78,7 +78,10 @@ fn windows_reach_the_bounded_spool_while_a_slow_push_is_in_hand() {
     let _serial = serial();
     let server = BadServer::start(Behaviour::Trickle);
     let spool = tempfile::tempdir().unwrap();
-    let bound: u64 = 24 * 1024;
+    // Small enough that the ~50 windows of 10 s overflow it even when
+    // each is a few hundred bytes (a quiet machine: 64 windows took
+    // 24 KiB), large enough for any one window of 0.2 s at 19 Hz.
+    let bound: u64 = 8 * 1024;
     let mb = format!("{}", bound as f64 / (1 << 20) as f64);
     let dir = spool.path().to_str().unwrap();
     let agent = agent_stuck_on(&server, "0.2", &["--spool-dir", dir, "--spool-max-mb", &mb]);
