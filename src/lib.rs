@@ -8,7 +8,9 @@
 //! warnings, written by [`output`]) and the live view ([`live`]).
 //! [`pipeline`] runs any collector into any sinks ([`launch`] starts a
 //! command for them to profile); the binary only parses
-//! arguments into configs and sinks. `docs/ARCHITECTURE.md` has the map.
+//! arguments into configs and sinks. [`system`] is the floor all stand on
+//! (CPUs, limits, the kernel's version, `perf_event_open`).
+//! `docs/ARCHITECTURE.md` has the map.
 //! [`export`] holds the push exporters (Pyroscope, Parca, OTLP, a
 //! directory) and their sink; [`agent`] runs the profile collector without
 //! end, window after window, into them.
@@ -27,6 +29,7 @@ pub mod procmaps;
 pub mod profile;
 pub mod sinks;
 pub mod symbolize;
+pub mod system;
 pub mod tools;
 pub mod untrusted;
 pub mod unwind;

@@ -6,9 +6,8 @@
 
 use libbpf_rs::{MapCore, MapFlags};
 
-use super::system;
-use crate::collect::Stacks;
 use crate::error::{Error, Result};
+use crate::system;
 
 /// What a tool will watch, checked before anything is loaded.
 #[derive(Clone, Copy, Debug, Default)]
@@ -74,17 +73,25 @@ fn stack_hash_mask() -> u64 {
 }
 
 impl CommonKnobs {
-    /// The knobs for a run recording `stacks`; flare's own process is left
-    /// out unless `include_self`.
-    pub fn new(stacks: Stacks, include_self: bool) -> Self {
+    /// The knobs for a run recording both stacks; flare's own process is
+    /// left out unless `include_self`.
+    pub fn new(include_self: bool) -> Self {
         CommonKnobs {
-            user_stacks: stacks.user,
-            kernel_stacks: stacks.kernel,
+            user_stacks: true,
+            kernel_stacks: true,
             self_tgid: if include_self { 0 } else { std::process::id() },
             pidns: system::pid_namespace(),
             follow_tgid: 0,
             stack_hash_mask: stack_hash_mask(),
         }
+    }
+
+    /// Records user stacks only if `user`, kernel stacks only if `kernel`
+    /// (bcc's `-U` and `-K`).
+    pub fn recording(mut self, user: bool, kernel: bool) -> Self {
+        self.user_stacks = user;
+        self.kernel_stacks = kernel;
+        self
     }
 
     /// Also targets the processes `pid` starts, at any depth (`-- CMD`).

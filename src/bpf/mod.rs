@@ -1,12 +1,12 @@
-//! Collecting: BPF skeletons, perf events, and what every loader needs
-//! (privilege and BTF checks, memlock, CPU lists, PID namespaces, reading
-//! the stack storage).
+//! BPF: the skeletons, their two builds, feature probes, perf events that
+//! drive sampling, tracefs, and reading the maps every tool has. It stands
+//! on [`crate::system`] and the model's vocabulary only: what a stack
+//! record means to a collector is decoded above it.
 
 pub mod loader;
 pub mod maps;
 pub mod perf;
 pub mod probe;
-pub mod system;
 pub mod tracefs;
 pub mod variant;
 
@@ -33,7 +33,7 @@ pub mod skel {
     }
 }
 
-pub use maps::{read_counts, Periodic, PlainKey, StackCache, StackReader, STACK_SKIPPED};
+pub use maps::{read_counts, PlainKey};
 
 /// A C `char[]` comm as a string (up to the first NUL, lossy UTF-8).
 pub fn comm_str(comm: &[i8]) -> String {

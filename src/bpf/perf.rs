@@ -51,7 +51,7 @@ pub fn open_cpu_clock(scope: Scope, sampling: Sampling) -> io::Result<OwnedFd> {
             (tid as i32, cpu.map_or(-1, |c| c as i32))
         }
     };
-    crate::procmaps::perf::open_event(&attr, pid, cpu)
+    crate::system::perf_event_open(&attr, pid, cpu)
 }
 
 /// Opens a CPU-clock event for `scope` and attaches `prog` to it: the

@@ -8,6 +8,8 @@ use std::path::Path;
 
 use libbpf_rs::libbpf_sys as sys;
 
+use crate::system::kernel_version;
+
 /// True when a `tp_btf` (BTF-typed tracepoint) program for tracepoint `tp`
 /// loads: the kernel has BTF for the tracepoint and BPF tracing programs
 /// are allowed (lockdown or an old kernel may refuse them).
@@ -64,7 +66,7 @@ pub fn tp_btf(tp: &str) -> bool {
 /// no CAP_BPF and CAP_PERFMON). Other failures count as allowed, so that
 /// loading the real program reports them.
 pub fn bpf_allowed() -> bool {
-    super::system::raise_memlock();
+    crate::system::raise_memlock();
     // r0 = 0; exit
     // SAFETY: bpf_insn is a plain C struct; all zeroes is a valid value.
     let mut insns: [sys::bpf_insn; 2] = unsafe { std::mem::zeroed() };
@@ -132,31 +134,6 @@ pub fn kernel_symbol(func: &str) -> Option<String> {
     variant
 }
 
-/// The running kernel's (major, minor) version, from uname.
-pub fn kernel_version() -> (u32, u32) {
-    // SAFETY: utsname is plain data, valid when zeroed; uname fills it.
-    let mut uts: libc::utsname = unsafe { std::mem::zeroed() };
-    // SAFETY: uts is a valid, writable utsname.
-    if unsafe { libc::uname(&mut uts) } != 0 {
-        return (0, 0);
-    }
-    let release: Vec<u8> = uts
-        .release
-        .iter()
-        .map(|&c| c as u8)
-        .take_while(|&c| c != 0)
-        .collect();
-    parse_version(&String::from_utf8_lossy(&release))
-}
-
-/// `6.18.0-foo` -> (6, 18).
-pub fn parse_version(release: &str) -> (u32, u32) {
-    let mut parts = release.split(|c: char| !c.is_ascii_digit());
-    let major = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
-    let minor = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
-    (major, minor)
-}
-
 /// True when multi-kprobe links may exist (5.18+); attaching still falls
 /// back to single kprobes if the kernel lacks fprobe support.
 pub fn may_have_kprobe_multi() -> bool {
@@ -178,16 +155,4 @@ pub fn lockdown() -> Option<String> {
         .trim_matches(|c| c == '[' || c == ']')
         .to_string();
     (active != "none").then_some(active)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn versions_parse() {
-        assert_eq!(parse_version("6.18.0-1-amd64"), (6, 18));
-        assert_eq!(parse_version("5.4.0"), (5, 4));
-        assert_eq!(parse_version("garbage"), (0, 0));
-    }
 }

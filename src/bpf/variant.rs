@@ -9,22 +9,29 @@
 //! [`pick`] which bytes to open. Both builds have the same maps, programs
 //! and globals, so one skeleton type serves either; a test checks that.
 //!
-//! Tools open their skeleton inside [`open`], with the unwinding mode the
-//! machine can do ([`crate::unwind::Mode::effective`]): frame pointers open
-//! the small build (smaller and faster to verify, and the only one old
-//! kernels load), tables the full one.
+//! Tools open their skeleton inside [`open`] with the [`Build`] their
+//! unwinding mode needs (`unwind::Mode::build`): frame pointers open the
+//! small build (smaller and faster to verify, and the only one old kernels
+//! load), tables the full one.
 
 use std::cell::Cell;
 
-use crate::unwind::Mode;
+/// Which of the two builds to open.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Build {
+    /// With the table unwinder.
+    Full,
+    /// User stacks by frame pointers only.
+    FramePointers,
+}
 
 thread_local! {
     static FP_ONLY: Cell<bool> = const { Cell::new(false) };
 }
 
-/// Runs `open` (a skeleton's `open`) with the build `mode` needs.
-pub fn open<R>(mode: Mode, open: impl FnOnce() -> R) -> R {
-    let before = FP_ONLY.replace(mode == Mode::Fp);
+/// Runs `open` (a skeleton's `open`) with `build`.
+pub fn open<R>(build: Build, open: impl FnOnce() -> R) -> R {
+    let before = FP_ONLY.replace(build == Build::FramePointers);
     let result = open();
     FP_ONLY.set(before);
     result
@@ -79,10 +86,12 @@ mod tests {
             fn $test() {
                 let mut full_obj = MaybeUninit::<OpenObject>::uninit();
                 let mut fp_obj = MaybeUninit::<OpenObject>::uninit();
-                let full = open(Mode::Auto, || <$builder>::default().open(&mut full_obj))
+                let full = open(Build::Full, || <$builder>::default().open(&mut full_obj))
                     .expect("opening the full build");
-                let fp = open(Mode::Fp, || <$builder>::default().open(&mut fp_obj))
-                    .expect("opening the frame-pointer build");
+                let fp = open(Build::FramePointers, || {
+                    <$builder>::default().open(&mut fp_obj)
+                })
+                .expect("opening the frame-pointer build");
                 let (full_maps, full_progs) = shape(full.open_object());
                 let (fp_maps, fp_progs) = shape(fp.open_object());
                 assert_eq!(full_maps, fp_maps);
@@ -108,8 +117,8 @@ mod tests {
 
     #[test]
     fn the_choice_does_not_outlive_open() {
-        assert_eq!(open(Mode::Fp, || pick(b"full", b"fp")), b"fp");
-        assert_eq!(open(Mode::Dwarf, || pick(b"full", b"fp")), b"full");
+        assert_eq!(open(Build::FramePointers, || pick(b"full", b"fp")), b"fp");
+        assert_eq!(open(Build::Full, || pick(b"full", b"fp")), b"full");
         assert_eq!(pick(b"full", b"fp"), b"full");
     }
 }

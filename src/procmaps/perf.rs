@@ -5,7 +5,7 @@
 //! CPU, each stamped with `CLOCK_MONOTONIC` time.
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use libbpf_rs::libbpf_sys as sys;
@@ -167,28 +167,6 @@ pub(crate) fn track_mappings(attr: &mut sys::perf_event_attr, build_id: bool) {
     attr.clockid = libc::CLOCK_MONOTONIC;
 }
 
-/// Opens a perf event (`perf_event_open(attr, pid, cpu, -1)`), not yet
-/// mapped.
-pub(crate) fn open_event(attr: &sys::perf_event_attr, pid: i32, cpu: i32) -> io::Result<OwnedFd> {
-    // SAFETY: attr is initialised and outlives the call; the syscall
-    // returns a new descriptor or -1 and keeps no pointer.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_perf_event_open,
-            attr as *const sys::perf_event_attr,
-            pid,
-            cpu,
-            -1,
-            sys::PERF_FLAG_FD_CLOEXEC,
-        )
-    };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: fd is a new descriptor nothing else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
-}
-
 impl Ring {
     fn open(cpu: u32, build_id: bool) -> io::Result<Ring> {
         // SAFETY: perf_event_attr is a plain C struct for which all zeroes
@@ -200,7 +178,7 @@ impl Ring {
         track_mappings(&mut attr, build_id);
         attr.set_watermark(1);
         attr.__bindgen_anon_2.wakeup_watermark = 4096;
-        let fd = open_event(&attr, -1, cpu as i32)?;
+        let fd = crate::system::perf_event_open(&attr, -1, cpu as i32)?;
         Ring::map(fd, DATA_PAGES)
     }
 

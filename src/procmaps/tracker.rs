@@ -43,8 +43,8 @@ const POLL_MS: i32 = 50;
 impl Tracker {
     /// Opens the perf events on every online CPU and starts the thread.
     pub fn start(scope: Scope) -> Result<Tracker> {
-        crate::bpf::system::raise_nofile();
-        let (cpus, _) = crate::bpf::system::online_cpus()?;
+        crate::system::raise_nofile();
+        let (cpus, _) = crate::system::online_cpus()?;
         let rings = Rings::open(&cpus).map_err(|source| Error::PerfEvent {
             what: "mapping-tracking (software dummy)".into(),
             source,

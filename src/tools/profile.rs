@@ -16,11 +16,12 @@ use libbpf_rs::{Link, MapCore, MapFlags, MapHandle, MapType, OpenObject};
 use crate::bpf::loader::{self, CommonKnobs, Targets};
 use crate::bpf::perf::{self, Sampling, Scope};
 use crate::bpf::skel::profile::{types, ProfileSkel, ProfileSkelBuilder};
-use crate::bpf::{comm_str, read_counts, system, variant, Periodic, PlainKey};
-use crate::collect::{Collection, Collector, RawSample, RawTask, WarmUp};
+use crate::bpf::{comm_str, read_counts, variant, PlainKey};
+use crate::collect::{Collection, Collector, Periodic, RawSample, RawTask, WarmUp};
 use crate::error::{Error, Result};
 use crate::procmaps::Mappings;
 use crate::profile::{Kind, Meta};
+use crate::system;
 
 pub use crate::collect::Stacks;
 use crate::unwind::{self, Unwinder};
@@ -198,8 +199,8 @@ impl<'obj> Session<'obj> {
             .transpose()?;
         let load_err = loader::load_error("profile");
         let mode = config.unwind.effective(config.stacks.user);
-        let mut open =
-            variant::open(mode, || ProfileSkelBuilder::default().open(object)).map_err(load_err)?;
+        let mut open = variant::open(mode.build(), || ProfileSkelBuilder::default().open(object))
+            .map_err(load_err)?;
         let ids: &[u32] = match &config.target {
             Target::All => &[],
             Target::Pids(p) => p,
@@ -222,7 +223,9 @@ impl<'obj> Session<'obj> {
             let follow = ids.first().copied().filter(|_| config.follow_children);
             crate::set_common_knobs!(
                 ro,
-                CommonKnobs::new(config.stacks, config.include_self).following(follow)
+                CommonKnobs::new(config.include_self)
+                    .recording(config.stacks.user, config.stacks.kernel)
+                    .following(follow)
             );
         }
         let maps = &mut open.maps;

@@ -25,11 +25,14 @@ use libbpf_rs::{Link, MapCore, MapFlags, OpenObject};
 use crate::bpf::loader::{self, CommonKnobs, Targets};
 use crate::bpf::perf::{self, Sampling, Scope};
 use crate::bpf::skel::wallclock::{types, WallclockSkel, WallclockSkelBuilder};
-use crate::bpf::{comm_str, probe, read_counts, system, variant, Periodic, PlainKey};
-use crate::collect::{Collection, Collector, RawSample, RawTask, RawTrace, Stacks, WarmUp};
+use crate::bpf::{comm_str, probe, read_counts, variant, PlainKey};
+use crate::collect::{
+    Collection, Collector, Periodic, RawSample, RawTask, RawTrace, Stacks, WarmUp,
+};
 use crate::error::{Error, Result};
 use crate::procmaps::Mappings;
 use crate::profile::{ExtraValue, Frame, Kind, Meta, Sample, Trace};
+use crate::system;
 use crate::tools::offcpu::is_tracing_frame;
 use crate::tools::profile::Target;
 use crate::unwind::{self, Unwinder};
@@ -198,8 +201,10 @@ impl<'obj> Session<'obj> {
         }
         let load_err = loader::load_error("wallclock");
         let mode = config.unwind.effective(config.stacks.user);
-        let mut open = variant::open(mode, || WallclockSkelBuilder::default().open(object))
-            .map_err(load_err)?;
+        let mut open = variant::open(mode.build(), || {
+            WallclockSkelBuilder::default().open(object)
+        })
+        .map_err(load_err)?;
         {
             let ro = open
                 .maps
@@ -216,7 +221,9 @@ impl<'obj> Session<'obj> {
             let follow = ids.first().copied().filter(|_| config.follow_children);
             crate::set_common_knobs!(
                 ro,
-                CommonKnobs::new(config.stacks, config.include_self).following(follow)
+                CommonKnobs::new(config.include_self)
+                    .recording(config.stacks.user, config.stacks.kernel)
+                    .following(follow)
             );
         }
         open.progs.flare_wall_switch_btf.set_autoload(!raw_tp);

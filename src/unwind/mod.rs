@@ -60,6 +60,14 @@ impl Mode {
         }
     }
 
+    /// The BPF object build this mode needs.
+    pub fn build(self) -> crate::bpf::variant::Build {
+        match self {
+            Mode::Fp => crate::bpf::variant::Build::FramePointers,
+            Mode::Auto | Mode::Dwarf => crate::bpf::variant::Build::Full,
+        }
+    }
+
     /// The mode this machine can do: frame pointers where the kernel
     /// lacks what the unwinder needs (said once on stderr), or when user
     /// stacks are not collected at all.

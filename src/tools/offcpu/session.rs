@@ -10,8 +10,8 @@ use super::{header, tidy_samples};
 use super::{thread_context, Attach, Config, Threads, Tool};
 use crate::bpf::loader::{self, CommonKnobs, Targets};
 use crate::bpf::skel::offcpu::{types, OffcpuSkel, OffcpuSkelBuilder};
-use crate::bpf::{comm_str, probe, read_counts, variant, Periodic, PlainKey};
-use crate::collect::{Collection, Collector, RawSample, RawTask, RawTrace, WarmUp};
+use crate::bpf::{comm_str, probe, read_counts, variant, PlainKey};
+use crate::collect::{Collection, Collector, Periodic, RawSample, RawTask, RawTrace, WarmUp};
 use crate::error::{Error, Result};
 use crate::procmaps::Mappings;
 use crate::profile::{Kind, Meta, Sample};
@@ -90,8 +90,8 @@ impl<'obj> Session<'obj> {
         let attach = choose(config.attach, config.tool)?;
         let load_err = loader::load_error("offcpu");
         let mode = config.unwind.effective(config.stacks.user);
-        let mut open =
-            variant::open(mode, || OffcpuSkelBuilder::default().open(object)).map_err(load_err)?;
+        let mut open = variant::open(mode.build(), || OffcpuSkelBuilder::default().open(object))
+            .map_err(load_err)?;
         let ids: &[u32] = match &config.threads {
             Threads::Pids(p) => p,
             Threads::Tids(t) => t,
@@ -120,7 +120,9 @@ impl<'obj> Session<'obj> {
             let follow = ids.first().copied().filter(|_| config.follow_children);
             crate::set_common_knobs!(
                 ro,
-                CommonKnobs::new(config.stacks, config.include_self).following(follow)
+                CommonKnobs::new(config.include_self)
+                    .recording(config.stacks.user, config.stacks.kernel)
+                    .following(follow)
             );
             ro.min_us = config.min_us;
             ro.max_us = config.max_us;

@@ -15,7 +15,8 @@ use libbpf_rs::libbpf_sys as sys;
 use super::sample::{Layout, REGS_MASK};
 use crate::bpf::perf::Sampling;
 use crate::error::{Error, Result};
-use crate::procmaps::perf::{open_event, track_mappings, Ring};
+use crate::procmaps::perf::{track_mappings, Ring};
+use crate::system::perf_event_open as open_event;
 
 /// Bytes of user stack copied with each sample (`--unwind auto|dwarf`).
 pub const STACK_BYTES: u32 = 16 * 1024;

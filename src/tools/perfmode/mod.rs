@@ -30,12 +30,12 @@ use libbpf_rs::libbpf_sys as sys;
 
 use self::sample::{Layout, Sample};
 use self::tables::Tables;
-use crate::bpf::system;
 use crate::collect::{Collection, Collector, RawSample, RawTask, RawTrace, WarmUp};
 use crate::error::{Error, Result};
 use crate::procmaps::perf::{self as records, Record, Ring};
 use crate::procmaps::{procfs, Mappings};
 use crate::profile::{Lost, Meta};
+use crate::system;
 use crate::tools::profile::{Config, Target};
 use crate::unwind::cache::DiskCache;
 use crate::unwind::Mode;

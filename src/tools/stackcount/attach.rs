@@ -64,7 +64,7 @@ pub(super) fn choose_programs(
 /// cannot work on this kernel. Multi-kprobes need fprobe, not kprobes, and
 /// fentry needs BTF and no lockdown: both are only known when tried.
 pub(super) fn check_kernel_attach(how: KernelAttach) -> Result<()> {
-    let (major, minor) = probe::kernel_version();
+    let (major, minor) = crate::system::kernel_version();
     let why = match how {
         KernelAttach::Kprobe if !probe::kprobes() => {
             "this kernel has no kprobes (CONFIG_KPROBES is off)".to_string()
@@ -302,7 +302,7 @@ impl Session<'_> {
             source,
         };
         let mut open = ObjectBuilder::default()
-            .open_memory(variant::open(self.unwind, || {
+            .open_memory(variant::open(self.unwind.build(), || {
                 variant::pick(OBJECT, OBJECT_FP)
             }))
             .map_err(load_err)?;

@@ -24,8 +24,8 @@ use libbpf_rs::{Link, Object, OpenObject};
 
 use crate::bpf::loader::{self, CommonKnobs, Targets as Checked};
 use crate::bpf::skel::stackcount::{types, StackcountSkel, StackcountSkelBuilder};
-use crate::bpf::{comm_str, probe, read_counts, variant, Periodic, PlainKey};
-use crate::collect::{Collection, Collector, RawSample, RawTask, WarmUp};
+use crate::bpf::{comm_str, probe, read_counts, variant, PlainKey};
+use crate::collect::{Collection, Collector, Periodic, RawSample, RawTask, WarmUp};
 use crate::error::{Error, Result};
 use crate::procmaps::Mappings;
 use crate::profile::{Kind, Meta, Sample};
@@ -249,8 +249,10 @@ impl<'obj> Session<'obj> {
         let targets = resolve_targets(&pattern, &config)?;
         let load_err = loader::load_error("stackcount");
         let mode = config.unwind.effective(config.stacks.user);
-        let mut open = variant::open(mode, || StackcountSkelBuilder::default().open(object))
-            .map_err(load_err)?;
+        let mut open = variant::open(mode.build(), || {
+            StackcountSkelBuilder::default().open(object)
+        })
+        .map_err(load_err)?;
         {
             let ro = open
                 .maps
@@ -265,7 +267,9 @@ impl<'obj> Session<'obj> {
             let follow = config.pid.filter(|_| config.command.is_some());
             crate::set_common_knobs!(
                 ro,
-                CommonKnobs::new(config.stacks, config.include_self).following(follow)
+                CommonKnobs::new(config.include_self)
+                    .recording(config.stacks.user, config.stacks.kernel)
+                    .following(follow)
             );
             ro.unwind_mode = mode.bpf_value();
         }

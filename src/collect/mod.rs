@@ -12,7 +12,11 @@ use crate::error::Result;
 use crate::procmaps::Mappings;
 use crate::profile::{Lost, Meta, Sample};
 
-pub use crate::symbolize::{RawSample, RawTask, RawTrace};
+mod raw;
+pub mod stacks;
+
+pub use raw::{RawSample, RawTask, RawTrace};
+pub use stacks::{Periodic, StackCache, StackReader, STACK_SKIPPED};
 
 /// Which of a task's stacks to record (bcc's `-U` and `-K`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

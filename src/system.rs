@@ -1,7 +1,12 @@
-//! Facts about the running system that loaders check before they start:
-//! privileges, BTF, online CPUs, PID namespaces, process threads, limits.
+//! Facts about the running system, the lowest layer: privileges, BTF, the
+//! kernel's version, online CPUs, PID namespaces, process threads, limits,
+//! and the `perf_event_open` call. BPF loaders, the perf-event collector
+//! and the mapping tracker all stand on it; it imports nothing of flare's
+//! but its errors.
 
 use std::fs;
+use std::io;
+use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
@@ -16,7 +21,7 @@ pub fn check_environment() -> Result<()> {
     if !Path::new("/sys/kernel/btf/vmlinux").exists() {
         return Err(Error::NoBtf);
     }
-    check_kernel_version(super::probe::kernel_version())
+    check_kernel_version(kernel_version())
 }
 
 /// The oldest kernel flare supports.
@@ -161,6 +166,57 @@ pub fn threads(pid: u32) -> Result<Vec<u32>> {
         .collect())
 }
 
+/// The running kernel's (major, minor) version, from uname.
+pub fn kernel_version() -> (u32, u32) {
+    // SAFETY: utsname is plain data, valid when zeroed; uname fills it.
+    let mut uts: libc::utsname = unsafe { std::mem::zeroed() };
+    // SAFETY: uts is a valid, writable utsname.
+    if unsafe { libc::uname(&mut uts) } != 0 {
+        return (0, 0);
+    }
+    let release: Vec<u8> = uts
+        .release
+        .iter()
+        .map(|&c| c as u8)
+        .take_while(|&c| c != 0)
+        .collect();
+    parse_version(&String::from_utf8_lossy(&release))
+}
+
+/// `6.18.0-foo` -> (6, 18).
+pub fn parse_version(release: &str) -> (u32, u32) {
+    let mut parts = release.split(|c: char| !c.is_ascii_digit());
+    let major = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+    let minor = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+    (major, minor)
+}
+
+/// Opens a perf event (`perf_event_open(attr, pid, cpu, -1)`), not yet
+/// mapped.
+pub fn perf_event_open(
+    attr: &libbpf_rs::libbpf_sys::perf_event_attr,
+    pid: i32,
+    cpu: i32,
+) -> io::Result<OwnedFd> {
+    // SAFETY: attr is initialised and outlives the call; the syscall
+    // returns a new descriptor or -1 and keeps no pointer.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_perf_event_open,
+            attr as *const libbpf_rs::libbpf_sys::perf_event_attr,
+            pid,
+            cpu,
+            -1,
+            libbpf_rs::libbpf_sys::PERF_FLAG_FD_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fd is a new descriptor nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -175,6 +231,13 @@ mod tests {
         assert!(check_kernel_version((5, 10)).is_ok());
         assert!(check_kernel_version((6, 18)).is_ok());
         assert!(check_kernel_version((0, 0)).is_ok());
+    }
+
+    #[test]
+    fn versions_parse() {
+        assert_eq!(parse_version("6.18.0-1-amd64"), (6, 18));
+        assert_eq!(parse_version("5.4.0"), (5, 4));
+        assert_eq!(parse_version("garbage"), (0, 0));
     }
 
     #[test]

@@ -1,0 +1,111 @@
+//! The layers' rule, checked on the source (issue 20): BPF code stands on
+//! the system facts and the model's vocabulary only, never on the layers
+//! above it (collecting, symbolizing, unwinding, mapping tracking), and the
+//! system module on nothing of flare's but its errors. A `use` that breaks
+//! the rule fails here, naming the file and line.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+fn rust_files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for entry in fs::read_dir(dir)
+        .expect("reading the source tree")
+        .flatten()
+    {
+        let path = entry.path();
+        if path.is_dir() {
+            out.extend(rust_files(&path));
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+    out
+}
+
+/// Lines of code (not comments) under `dir` that name `crate::X` for an X
+/// in `forbidden`, as "file:line: text".
+fn offenders(dir: &str, forbidden: &[&str]) -> Vec<String> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = root.join(dir);
+    let files = if dir.is_dir() {
+        rust_files(&dir)
+    } else {
+        vec![dir.with_extension("rs")]
+    };
+    assert!(!files.is_empty(), "no sources under {}", dir.display());
+    let mut found = Vec::new();
+    for file in files {
+        let text = fs::read_to_string(&file).expect("reading a source file");
+        for (n, line) in text.lines().enumerate() {
+            let code = line.trim_start();
+            if code.starts_with("//") {
+                continue;
+            }
+            let uses = |m: &str| {
+                code.contains(&format!("crate::{m}::"))
+                    || code.contains(&format!("crate::{m};"))
+                    || code.contains(&format!("crate::{{{m}"))
+                    || code.contains(&format!("super::super::{m}"))
+            };
+            if forbidden.iter().any(|m| uses(m)) {
+                let rel = file.strip_prefix(root).unwrap_or(&file);
+                found.push(format!("{}:{}: {}", rel.display(), n + 1, code));
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn bpf_does_not_reach_up_the_layers() {
+    let found = offenders(
+        "src/bpf",
+        &[
+            "symbolize",
+            "collect",
+            "unwind",
+            "procmaps",
+            "tools",
+            "pipeline",
+        ],
+    );
+    assert!(
+        found.is_empty(),
+        "src/bpf imports from above it:\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn system_stands_on_nothing_of_flares() {
+    let found = offenders(
+        "src/system",
+        &[
+            "bpf",
+            "collect",
+            "symbolize",
+            "unwind",
+            "procmaps",
+            "tools",
+            "pipeline",
+            "profile",
+            "output",
+            "sinks",
+            "live",
+            "export",
+            "agent",
+        ],
+    );
+    assert!(
+        found.is_empty(),
+        "src/system.rs imports flare's layers:\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn the_check_sees_a_violation() {
+    // The same scan over a layer that does import from above it.
+    assert!(!offenders("src/tools", &["collect"]).is_empty());
+}
