@@ -23,6 +23,7 @@ pub mod error;
 pub mod export;
 pub mod launch;
 pub mod live;
+pub mod notes;
 pub mod output;
 pub mod pipeline;
 pub mod procmaps;

@@ -10,6 +10,8 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
+    // The library's warnings and notes, as they come.
+    flare::notes::set_handler(|line| eprintln!("{line}"));
     let cli = cli::Cli::parse();
     let result = match cli.command {
         cli::Command::Profile(args) => args.request().and_then(run::run),

@@ -109,3 +109,45 @@ fn the_check_sees_a_violation() {
     // The same scan over a layer that does import from above it.
     assert!(!offenders("src/tools", &["collect"]).is_empty());
 }
+
+/// Library code hands lines for the user to `flare::notes`; only the
+/// binary (main.rs, run/, cli/) writes to stderr.
+#[test]
+fn only_the_binary_writes_to_stderr() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let binary = ["main.rs", "run", "cli"];
+    let mut found = Vec::new();
+    for file in rust_files(&root) {
+        let rel = file.strip_prefix(&root).unwrap_or(&file).to_path_buf();
+        let first = rel
+            .components()
+            .next()
+            .map(|c| c.as_os_str().to_string_lossy().into_owned());
+        let name = file
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        if first.is_some_and(|f| binary.contains(&f.as_str()))
+            || name == "tests.rs"
+            || name.ends_with("_tests.rs")
+        {
+            continue;
+        }
+        let text = fs::read_to_string(&file).expect("reading a source file");
+        for (n, line) in text.lines().enumerate() {
+            let code = line.trim_start();
+            if !code.starts_with("//")
+                && (code.contains("eprintln!")
+                    || code.contains("eprint!")
+                    || code.contains("io::stderr()"))
+            {
+                found.push(format!("src/{}:{}: {}", rel.display(), n + 1, code));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "library code writing to stderr (use flare::notes::note):\n{}",
+        found.join("\n")
+    );
+}

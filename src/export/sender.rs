@@ -162,7 +162,7 @@ impl Sender {
         let payload = match self.encoder.encode(window) {
             Ok(p) => p,
             Err(e) => {
-                eprintln!("flare: {}: cannot encode a window: {e}", self.name);
+                crate::notes::note(format!("flare: {}: cannot encode a window: {e}", self.name));
                 return;
             }
         };
@@ -177,23 +177,23 @@ impl Sender {
         match error {
             Some(e) if !self.spilling => {
                 self.spilling = true;
-                eprintln!(
+                crate::notes::note(format!(
                     "flare: {}: cannot write to the spool directory ({e}); keeping windows \
                      in memory (same bound) until it can",
                     self.name
-                );
+                ));
             }
             None if self.spilling && disk => {
                 self.spilling = false;
-                eprintln!("flare: {}: spooling on disk again", self.name);
+                crate::notes::note(format!("flare: {}: spooling on disk again", self.name));
             }
             _ => {}
         }
         if dropped > 0 {
-            eprintln!(
+            crate::notes::note(format!(
                 "flare: {}: spool full, dropped the {dropped} oldest window(s)",
                 self.name
-            );
+            ));
         }
     }
 
@@ -319,7 +319,7 @@ impl Worker {
             let result = self.dest.deliver(&payload, timeout);
             drop(payload);
             if let Some(message) = self.settle(seq, result) {
-                eprintln!("flare: {message}");
+                crate::notes::note(format!("flare: {message}"));
             }
         }
         self.shared.lock().done = true;

@@ -183,10 +183,10 @@ impl Spool {
                 Ok(p) => return Some((seq, p)),
                 Err(e) => {
                     if let Some(dir) = &self.dir {
-                        eprintln!(
+                        crate::notes::note(format!(
                             "flare: cannot read the spooled window {}: {e}; it is lost",
                             file(dir, seq).display()
-                        );
+                        ));
                     }
                     self.drop_front();
                     self.lost += 1;

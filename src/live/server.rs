@@ -102,7 +102,9 @@ impl Server {
                         Ok(l) => {
                             tokio::spawn(accept(l, ctx));
                         }
-                        Err(e) => eprintln!("WARNING: the live view cannot serve: {e}"),
+                        Err(e) => {
+                            crate::notes::note(format!("WARNING: the live view cannot serve: {e}"))
+                        }
                     }
                     // Until the Server is dropped (its sender with it).
                     let _ = stopped.await;

@@ -38,16 +38,16 @@ impl Sink for LiveSink {
         let store = Arc::new(Mutex::new(Store::new(meta.clone(), self.options.limits)));
         let server = Server::start(self.options.bind, Arc::clone(&store))?;
         if !server.addr().ip().is_loopback() {
-            eprintln!(
+            crate::notes::note(format!(
                 "WARNING: serving on {}: anyone who can reach this address sees the names and stacks of the profiled processes.",
                 server.addr()
-            );
+            ));
         }
-        eprintln!(
+        crate::notes::note(format!(
             "Live flame graph at {} (updated every {:.1} s)",
             server.url(),
             self.options.interval.as_secs_f64()
-        );
+        ));
         self.store = Some(store);
         self.server = Some(server);
         Ok(())

@@ -157,7 +157,9 @@ impl PerfMaps {
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => return false,
                 Err(e) => {
                     if self.refused.insert(pid) {
-                        eprintln!("flare: ignoring /tmp/perf-{nspid}.map of PID {pid}: {e}");
+                        crate::notes::note(format!(
+                            "flare: ignoring /tmp/perf-{nspid}.map of PID {pid}: {e}"
+                        ));
                     }
                     return false;
                 }
@@ -167,10 +169,10 @@ impl PerfMaps {
         };
         if meta.uid() != 0 && meta.uid() != uid {
             if self.refused.insert(pid) {
-                eprintln!(
+                crate::notes::note(format!(
                     "flare: ignoring /tmp/perf-{nspid}.map of PID {pid}: owned by uid {}, not by the process's user (uid {uid}) or root",
                     meta.uid()
-                );
+                ));
             }
             return false;
         }
@@ -192,7 +194,9 @@ impl PerfMaps {
                 let bytes = match untrusted::read_bounded(&open.file, MAX_PERF_MAP) {
                     Ok(b) => b,
                     Err(e) => {
-                        eprintln!("flare: ignoring the perf map of PID {pid}: {e}");
+                        crate::notes::note(format!(
+                            "flare: ignoring the perf map of PID {pid}: {e}"
+                        ));
                         self.open.remove(&pid);
                         self.refused.insert(pid);
                         return None;

@@ -101,9 +101,9 @@ pub fn track(scope: Scope) -> (Option<Tracker>, Mappings) {
             (Some(t), m)
         }
         Err(e) => {
-            eprintln!(
+            crate::notes::note(format!(
                 "WARNING: {e}; processes that exit before the end will show [unknown] frames"
-            );
+            ));
             (None, Mappings::on_demand())
         }
     }
@@ -125,9 +125,9 @@ impl Drop for Tracker {
         self.mappings.sync();
         let lost = self.mappings.lost();
         if lost > 0 {
-            eprintln!(
+            crate::notes::note(format!(
                 "WARNING: {lost} mapping records were lost (the kernel's buffer was full); processes that exited meanwhile may show [unknown] frames"
-            );
+            ));
         }
     }
 }

@@ -57,7 +57,9 @@ impl Files {
                 }
                 Destination::File(path, format) => {
                     match write_atomically(path, |w| format.write(w, profile, self.style)) {
-                        Ok(()) => eprintln!("wrote {} ({format})", path.display()),
+                        Ok(()) => {
+                            crate::notes::note(format!("wrote {} ({format})", path.display()))
+                        }
                         Err(e) => {
                             failed.push(format!("cannot write {} ({format}): {e}", path.display()))
                         }

@@ -102,7 +102,7 @@ impl Sink for Printer {
                     .and_then(|()| out.flush())
                     .map_err(io_err)?;
             }
-            HeaderTo::Stderr => eprintln!("{header}"),
+            HeaderTo::Stderr => crate::notes::note(header),
             HeaderTo::Nowhere => {}
         }
         Ok(())

@@ -55,14 +55,14 @@ pub fn lines(lost: &Lost) -> Vec<String> {
 impl Sink for Warnings {
     fn begin(&mut self, _meta: &Meta, _header: &str, notes: &[String]) -> Result<()> {
         for n in notes {
-            eprintln!("{n}");
+            crate::notes::note(n);
         }
         Ok(())
     }
 
     fn report(&mut self, profile: &Profile) -> Result<()> {
         for l in lines(&profile.meta.lost) {
-            eprintln!("{l}");
+            crate::notes::note(l);
         }
         Ok(())
     }

@@ -80,10 +80,10 @@ impl Mode {
             Some(why) => {
                 static WARN: Once = Once::new();
                 WARN.call_once(|| {
-                    eprintln!(
+                    crate::notes::note(format!(
                         "WARNING: --unwind {}: {why}; user stacks are walked by frame pointers.",
                         self.name()
-                    )
+                    ))
                 });
                 Mode::Fp
             }

@@ -126,7 +126,9 @@ impl Tables {
 
     fn warn(&mut self, name: &str, why: &str) {
         if self.warned.insert(name.to_string()) {
-            eprintln!("WARNING: {name}: {why}; its frames are walked by frame pointers.");
+            crate::notes::note(format!(
+                "WARNING: {name}: {why}; its frames are walked by frame pointers."
+            ));
         }
     }
 }
