@@ -23,7 +23,7 @@ fn main() -> ExitCode {
         cli::Command::Flamegraph(args) => run::analyze::flamegraph(&args).map(|()| 0),
         cli::Command::Diff(args) => run::analyze::diff(&args).map(|()| 0),
         cli::Command::Top(args) => run::analyze::top(&args).map(|()| 0),
-        cli::Command::Agent(args) => cli::agent::run(&args).map(|()| 0),
+        cli::Command::Agent(args) => run::agent::run(&args).map(|()| 0),
         cli::Command::Completions(args) => run::docs::completions(&args).map(|()| 0),
         cli::Command::Man(_) => run::docs::man().map(|()| 0),
     };

@@ -5,8 +5,9 @@ use std::time::Duration;
 
 use clap::Args;
 use flare::bpf::perf::Sampling;
+use flare::collect::{Stacks, Target};
 use flare::output::StackStyle;
-use flare::tools::profile::{Config, Stacks, Target};
+use flare::tools::profile::Config;
 use flare::tools::ToolConfig;
 
 use super::output::OutputArgs;

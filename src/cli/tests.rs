@@ -2,7 +2,8 @@ use clap::Parser;
 
 use super::*;
 use flare::bpf::perf::Sampling;
-use flare::tools::profile::{header, Target};
+use flare::collect::Target;
+use flare::tools::profile::header;
 
 fn parse(args: &[&str]) -> Result<profile::ProfileArgs, clap::Error> {
     let mut argv = vec!["flare", "profile"];

@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use clap::Args;
+use flare::collect::{Stacks, Target};
 use flare::output::StackStyle;
-use flare::tools::profile::{Stacks, Target};
 use flare::tools::wallclock::Config;
 use flare::tools::ToolConfig;
 

@@ -18,6 +18,18 @@ pub mod stacks;
 pub use raw::{RawSample, RawTask, RawTrace};
 pub use stacks::{Periodic, StackCache, StackReader, STACK_SKIPPED};
 
+/// Which threads to sample or trace.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Target {
+    /// Every thread (on the sampled CPUs).
+    #[default]
+    All,
+    /// These processes (and threads they start).
+    Pids(Vec<u32>),
+    /// These threads only.
+    Tids(Vec<u32>),
+}
+
 /// Which of a task's stacks to record (bcc's `-U` and `-K`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Stacks {

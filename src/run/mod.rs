@@ -3,6 +3,7 @@
 //! library's pipeline does the rest. Nothing here collects, symbolizes or
 //! formats.
 
+pub mod agent;
 pub mod analyze;
 pub mod docs;
 mod launch;
@@ -105,11 +106,11 @@ pub fn run(request: Request) -> Result<u8> {
     let result = pipeline::run(collector, &mut sinks, &plan, &stop);
     let pushed = push.map(|p| p.finish(PUSH_FLUSH));
     if let Some(reports) = &pushed {
-        crate::cli::agent::report(reports);
+        agent::report(reports);
     }
     result?;
     if let Some(reports) = &pushed {
-        crate::cli::agent::check_delivered(reports)?;
+        agent::check_delivered(reports)?;
     }
     Ok(command.map_or(0, |c| c.finish(&interrupted)))
 }

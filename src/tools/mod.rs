@@ -40,10 +40,10 @@ impl ToolConfig {
         };
         match self {
             ToolConfig::Profile(c) => {
-                if c.target != profile::Target::All {
+                if c.target != crate::collect::Target::All {
                     return Err(taken());
                 }
-                c.target = profile::Target::Pids(vec![pid]);
+                c.target = crate::collect::Target::Pids(vec![pid]);
                 c.follow_children = true;
             }
             ToolConfig::OffCpu(c) => {
@@ -54,10 +54,10 @@ impl ToolConfig {
                 c.follow_children = true;
             }
             ToolConfig::Wallclock(c) => {
-                if c.target != profile::Target::All {
+                if c.target != crate::collect::Target::All {
                     return Err(taken());
                 }
-                c.target = profile::Target::Pids(vec![pid]);
+                c.target = crate::collect::Target::Pids(vec![pid]);
                 c.follow_children = true;
             }
             ToolConfig::Stackcount(c) => {

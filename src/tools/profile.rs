@@ -17,26 +17,13 @@ use crate::bpf::loader::{self, CommonKnobs, Targets};
 use crate::bpf::perf::{self, Sampling, Scope};
 use crate::bpf::skel::profile::{types, ProfileSkel, ProfileSkelBuilder};
 use crate::bpf::{comm_str, read_counts, variant, PlainKey};
-use crate::collect::{Collection, Collector, Periodic, RawSample, RawTask, WarmUp};
+use crate::collect::{Collection, Collector, Periodic, RawSample, RawTask, Stacks, Target, WarmUp};
 use crate::error::{Error, Result};
 use crate::procmaps::Mappings;
 use crate::profile::{Kind, Meta};
 use crate::system;
 
-pub use crate::collect::Stacks;
 use crate::unwind::{self, Unwinder};
-
-/// Which threads to sample.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub enum Target {
-    /// Every thread on the sampled CPUs.
-    #[default]
-    All,
-    /// These processes (and threads they start).
-    Pids(Vec<u32>),
-    /// These threads only.
-    Tids(Vec<u32>),
-}
 
 /// Everything `flare profile` was asked to do.
 #[derive(Clone, Debug)]

@@ -27,14 +27,13 @@ use crate::bpf::perf::{self, Sampling, Scope};
 use crate::bpf::skel::wallclock::{types, WallclockSkel, WallclockSkelBuilder};
 use crate::bpf::{comm_str, probe, read_counts, variant, PlainKey};
 use crate::collect::{
-    Collection, Collector, Periodic, RawSample, RawTask, RawTrace, Stacks, WarmUp,
+    Collection, Collector, Periodic, RawSample, RawTask, RawTrace, Stacks, Target, WarmUp,
 };
 use crate::error::{Error, Result};
 use crate::procmaps::Mappings;
 use crate::profile::{ExtraValue, Frame, Kind, Meta, Sample, Trace};
 use crate::system;
 use crate::tools::offcpu::is_tracing_frame;
-use crate::tools::profile::Target;
 use crate::unwind::{self, Unwinder};
 
 /// The `state` of time spent on the CPU (`WALL_ON_CPU` in wallclock.h).

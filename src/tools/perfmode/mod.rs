@@ -30,13 +30,14 @@ use libbpf_rs::libbpf_sys as sys;
 
 use self::sample::{Layout, Sample};
 use self::tables::Tables;
+use crate::collect::Target;
 use crate::collect::{Collection, Collector, RawSample, RawTask, RawTrace, WarmUp};
 use crate::error::{Error, Result};
 use crate::procmaps::perf::{self as records, Record, Ring};
 use crate::procmaps::{procfs, Mappings};
 use crate::profile::{Lost, Meta};
 use crate::system;
-use crate::tools::profile::{Config, Target};
+use crate::tools::profile::Config;
 use crate::unwind::cache::DiskCache;
 use crate::unwind::Mode;
 
