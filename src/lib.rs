@@ -19,6 +19,7 @@ pub mod agent;
 pub mod analysis;
 pub mod bpf;
 pub mod collect;
+pub mod defaults;
 pub mod error;
 pub mod export;
 pub mod launch;

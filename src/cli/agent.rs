@@ -99,7 +99,7 @@ pub struct AgentArgs {
     pub pid: Option<IdList>,
 
     /// Sample frequency, Hertz
-    #[arg(short = 'F', long, value_name = "FREQUENCY", default_value_t = 19, value_parser = nonzero)]
+    #[arg(short = 'F', long, value_name = "FREQUENCY", default_value_t = flare::defaults::AGENT_FREQUENCY, value_parser = nonzero)]
     pub frequency: u64,
 
     /// Length of a window: profiles are pushed this often, in seconds
@@ -123,11 +123,11 @@ pub struct AgentArgs {
     pub mntnsmap: Option<PathBuf>,
 
     /// The number of hash keys that can be stored
-    #[arg(long, value_name = "N", default_value_t = 40960, value_parser = nonzero_u32)]
+    #[arg(long, value_name = "N", default_value_t = flare::defaults::HASH_STORAGE_SIZE, value_parser = nonzero_u32)]
     pub hash_storage_size: u32,
 
     /// The number of unique stack traces that can be stored
-    #[arg(long, value_name = "N", default_value_t = 16384, value_parser = nonzero_u32)]
+    #[arg(long, value_name = "N", default_value_t = flare::defaults::STACK_STORAGE_SIZE, value_parser = nonzero_u32)]
     pub stack_storage_size: u32,
 
     /// Write one pprof file per window into this directory

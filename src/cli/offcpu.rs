@@ -85,7 +85,7 @@ pub struct CommonArgs {
 
     /// The number of threads that can be blocked at once and still be
     /// tracked
-    #[arg(long, value_name = "BLOCKED_STORAGE_SIZE", default_value_t = 16384, value_parser = nonzero_u32)]
+    #[arg(long, value_name = "BLOCKED_STORAGE_SIZE", default_value_t = flare::defaults::BLOCKED_STORAGE_SIZE, value_parser = nonzero_u32)]
     pub blocked_storage_size: u32,
 
     /// Trace flare's own threads too (left out by default)
@@ -183,7 +183,7 @@ pub struct OffcputimeArgs {
     pub stacks: StackArgs,
 
     /// The number of unique stack traces that can be stored and displayed
-    #[arg(long, value_name = "STACK_STORAGE_SIZE", default_value_t = 16384, value_parser = nonzero_u32)]
+    #[arg(long, value_name = "STACK_STORAGE_SIZE", default_value_t = flare::defaults::STACK_STORAGE_SIZE, value_parser = nonzero_u32)]
     pub stack_storage_size: u32,
 
     /// Filter on this thread state bitmask (eg, 2 == TASK_UNINTERRUPTIBLE) see include/linux/sched.h
@@ -214,7 +214,7 @@ pub struct WakeuptimeArgs {
     pub user_stack: bool,
 
     /// The number of unique stack traces that can be stored and displayed
-    #[arg(long, value_name = "STACK_STORAGE_SIZE", default_value_t = 16384, value_parser = nonzero_u32)]
+    #[arg(long, value_name = "STACK_STORAGE_SIZE", default_value_t = flare::defaults::STACK_STORAGE_SIZE, value_parser = nonzero_u32)]
     pub stack_storage_size: u32,
 
     #[command(flatten)]
@@ -230,7 +230,7 @@ pub struct OffwaketimeArgs {
     pub stacks: StackArgs,
 
     /// The number of unique stack traces that can be stored and displayed
-    #[arg(long, value_name = "STACK_STORAGE_SIZE", default_value_t = 16384, value_parser = nonzero_u32)]
+    #[arg(long, value_name = "STACK_STORAGE_SIZE", default_value_t = flare::defaults::STACK_STORAGE_SIZE, value_parser = nonzero_u32)]
     pub stack_storage_size: u32,
 
     #[command(flatten)]

@@ -75,11 +75,11 @@ pub struct ProfileArgs {
     pub folded: bool,
 
     /// The number of hash keys that can be stored
-    #[arg(long, value_name = "HASH_STORAGE_SIZE", default_value_t = 40960, value_parser = nonzero_u32)]
+    #[arg(long, value_name = "HASH_STORAGE_SIZE", default_value_t = flare::defaults::HASH_STORAGE_SIZE, value_parser = nonzero_u32)]
     pub hash_storage_size: u32,
 
     /// The number of unique stack traces that can be stored and displayed
-    #[arg(long, value_name = "STACK_STORAGE_SIZE", default_value_t = 16384, value_parser = nonzero_u32)]
+    #[arg(long, value_name = "STACK_STORAGE_SIZE", default_value_t = flare::defaults::STACK_STORAGE_SIZE, value_parser = nonzero_u32)]
     pub stack_storage_size: u32,
 
     /// CPU number to run profile on
@@ -129,7 +129,7 @@ impl ProfileArgs {
         let sampling = match (self.frequency, self.count) {
             (Some(f), _) => Sampling::Frequency(f),
             (None, Some(c)) => Sampling::Period(c),
-            (None, None) => Sampling::Frequency(49),
+            (None, None) => Sampling::Frequency(flare::defaults::FREQUENCY),
         };
         Config {
             target,

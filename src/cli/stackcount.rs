@@ -104,7 +104,7 @@ pub struct StackcountArgs {
     pub folded: bool,
 
     /// The number of unique stack traces that can be stored and displayed
-    #[arg(long, value_name = "STACK_STORAGE_SIZE", default_value_t = 16384, value_parser = nonzero_u32)]
+    #[arg(long, value_name = "STACK_STORAGE_SIZE", default_value_t = flare::defaults::STACK_STORAGE_SIZE, value_parser = nonzero_u32)]
     pub stack_storage_size: u32,
 
     /// Count flare's own process too (left out by default)

@@ -43,7 +43,7 @@ pub struct WallclockArgs {
     pub kernel_stacks_only: bool,
 
     /// On-CPU sample frequency, Hertz
-    #[arg(short = 'F', long, value_name = "FREQUENCY", default_value_t = 49, value_parser = nonzero)]
+    #[arg(short = 'F', long, value_name = "FREQUENCY", default_value_t = flare::defaults::FREQUENCY, value_parser = nonzero)]
     pub frequency: u64,
 
     /// Count time off CPU only in this task state (0 preempted, 1 sleeping,
@@ -60,11 +60,11 @@ pub struct WallclockArgs {
     pub folded: bool,
 
     /// The number of hash keys that can be stored
-    #[arg(long, value_name = "HASH_STORAGE_SIZE", default_value_t = 40960, value_parser = nonzero_u32)]
+    #[arg(long, value_name = "HASH_STORAGE_SIZE", default_value_t = flare::defaults::HASH_STORAGE_SIZE, value_parser = nonzero_u32)]
     pub hash_storage_size: u32,
 
     /// The number of unique stack traces that can be stored and displayed
-    #[arg(long, value_name = "STACK_STORAGE_SIZE", default_value_t = 16384, value_parser = nonzero_u32)]
+    #[arg(long, value_name = "STACK_STORAGE_SIZE", default_value_t = flare::defaults::STACK_STORAGE_SIZE, value_parser = nonzero_u32)]
     pub stack_storage_size: u32,
 
     /// Profile flare's own process too (left out by default)

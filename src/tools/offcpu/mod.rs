@@ -131,9 +131,9 @@ impl Config {
             // bcc's offwaketime still defaults to 1024, which its siblings
             // left for 16384: with two stacks per side, 1024 buckets
             // collide (-EEXIST) within seconds on a busy host.
-            stack_storage_size: 16384,
+            stack_storage_size: crate::defaults::STACK_STORAGE_SIZE,
             hash_storage_size: 10240,
-            blocked_storage_size: 16384,
+            blocked_storage_size: crate::defaults::BLOCKED_STORAGE_SIZE,
             attach: Attach::Auto,
             duration: None,
             unwind: crate::unwind::Mode::default(),
