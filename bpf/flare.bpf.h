@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
 /*
  * BPF-side helpers shared by every flare program: the one place stacks
- * are captured (flare_capture_stacks, into stacks.h's storage), task ids as
- * flare's PID namespace sees them, and counting into a hash map. Included
- * once by each tool.bpf.c, after vmlinux.h and libbpf's headers.
+ * are captured (flare_capture_stacks, into stacks.h's storage), task ids
+ * as flare's PID namespace sees them, a task's state, and counting into a
+ * hash map. Included once by each tool.bpf.c, after vmlinux.h and libbpf's
+ * headers; tools with -p/-t lists include targets.h after it.
  */
 #ifndef FLARE_BPF_H
 #define FLARE_BPF_H
@@ -53,6 +54,19 @@ static __always_inline bool flare_current_ids(__u32 *tgid, __u32 *tid)
 	*tgid = id >> 32;
 	*tid = (__u32)id;
 	return true;
+}
+
+/* task_struct before 5.14 called its state `state`. */
+struct task_struct___pre514 {
+	long state;
+} __attribute__((preserve_access_index));
+
+/* A task's state (TASK_RUNNING is 0), on kernels before and after 5.14. */
+static __always_inline __u64 flare_task_state(struct task_struct *t)
+{
+	if (bpf_core_field_exists(t->__state))
+		return BPF_CORE_READ(t, __state);
+	return BPF_CORE_READ((struct task_struct___pre514 *)t, state);
 }
 
 /*

@@ -24,6 +24,7 @@
 #include <bpf/bpf_core_read.h>
 #include "flare.bpf.h"
 #include "offcpu.h"
+#include "targets.h"
 
 #define PF_KTHREAD 0x00200000
 
@@ -63,25 +64,6 @@ struct {
 	__uint(max_entries, 16384);
 } wokeby SEC(".maps");
 
-/* PIDs (-p) or TIDs (-t) to trace. */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__type(key, __u32);
-	__type(value, __u8);
-	__uint(max_entries, 1024);
-} targets SEC(".maps");
-
-/* task_struct before 5.14 called its state `state`. */
-struct task_struct___pre514 {
-	long state;
-} __attribute__((preserve_access_index));
-
-static __always_inline __u64 task_state(struct task_struct *t)
-{
-	if (bpf_core_field_exists(t->__state))
-		return BPF_CORE_READ(t, __state);
-	return BPF_CORE_READ((struct task_struct___pre514 *)t, state);
-}
 
 static __always_inline struct task_struct *current_task(void)
 {
@@ -102,10 +84,10 @@ static __always_inline bool thread_allowed(struct task_struct *t)
 	switch (thread_filter) {
 	case OFFCPU_THREADS_PIDS:
 		id = BPF_CORE_READ(t, tgid);
-		return bpf_map_lookup_elem(&targets, &id) != NULL || flare_follows(t);
+		return flare_is_target(id) || flare_follows(t);
 	case OFFCPU_THREADS_TIDS:
 		id = BPF_CORE_READ(t, pid);
-		return bpf_map_lookup_elem(&targets, &id) != NULL;
+		return flare_is_target(id);
 	case OFFCPU_THREADS_USER:
 		return !(BPF_CORE_READ(t, flags) & PF_KTHREAD);
 	case OFFCPU_THREADS_KERNEL:
@@ -121,8 +103,8 @@ static __always_inline bool state_allowed(struct task_struct *t)
 		return true;
 	/* bcc: 0 means running (preempted); other values are a bitmask. */
 	if (state == 0)
-		return task_state(t) == 0;
-	return task_state(t) & state;
+		return flare_task_state(t) == 0;
+	return flare_task_state(t) & state;
 }
 
 /* The ids, name and stacks of the current task (cheap helpers only). */

@@ -14,6 +14,7 @@
 #include <bpf/bpf_core_read.h>
 #include "flare.bpf.h"
 #include "profile.h"
+#include "targets.h"
 
 /* Knobs fixed for a run, set before load. */
 const volatile bool filter_pid = false;	/* tgid must be in `targets` */
@@ -33,14 +34,6 @@ struct {
 	__type(value, __u64);
 	__uint(max_entries, 40960);
 } counts SEC(".maps");
-
-/* PIDs (-p) or TIDs (-L) to sample, as flare's PID namespace sees them. */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__type(key, __u32);
-	__type(value, __u8);
-	__uint(max_entries, 1024);
-} targets SEC(".maps");
 
 /*
  * The user's pinned filter sets (--cgroupmap, --mntnsmap): hash maps keyed
@@ -102,9 +95,9 @@ int flare_profile_sample(struct bpf_perf_event_data *ctx)
 
 	if (flare_is_self(tgid))
 		return 0;
-	if (filter_pid && !bpf_map_lookup_elem(&targets, &tgid) && !flare_follows_current())
+	if (filter_pid && !flare_is_target(tgid) && !flare_follows_current())
 		return 0;
-	if (filter_tid && !bpf_map_lookup_elem(&targets, &tid))
+	if (filter_tid && !flare_is_target(tid))
 		return 0;
 	if (filter_cgroup && !in_set(&cgroup_sets, bpf_get_current_cgroup_id()))
 		return 0;

@@ -19,6 +19,7 @@
 #include <bpf/bpf_core_read.h>
 #include "flare.bpf.h"
 #include "wallclock.h"
+#include "targets.h"
 
 #define TASK_DEAD_STATE 0x80
 
@@ -50,25 +51,6 @@ struct {
 	__uint(max_entries, 16384);
 } start SEC(".maps");
 
-/* PIDs (-p) or TIDs (-L) to watch, as flare's PID namespace sees them. */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__type(key, __u32);
-	__type(value, __u8);
-	__uint(max_entries, 1024);
-} targets SEC(".maps");
-
-/* task_struct before 5.14 called its state `state`. */
-struct task_struct___pre514 {
-	long state;
-} __attribute__((preserve_access_index));
-
-static __always_inline __u64 task_state(struct task_struct *t)
-{
-	if (bpf_core_field_exists(t->__state))
-		return BPF_CORE_READ(t, __state);
-	return BPF_CORE_READ((struct task_struct___pre514 *)t, state);
-}
 
 /* Fills the current task's ids, name and stacks into `key`; false when
  * the task is not watched. */
@@ -84,9 +66,9 @@ static __always_inline bool fill_current(void *ctx, struct wallclock_key *key)
 	}
 	if (flare_is_self(tgid))
 		return false;
-	if (filter_pid && !bpf_map_lookup_elem(&targets, &tgid) && !flare_follows_current())
+	if (filter_pid && !flare_is_target(tgid) && !flare_follows_current())
 		return false;
-	if (filter_tid && !bpf_map_lookup_elem(&targets, &tid))
+	if (filter_tid && !flare_is_target(tid))
 		return false;
 	key->pid = tgid;
 	key->start = flare_current_start();
@@ -122,7 +104,7 @@ static __always_inline int on_switch(void *ctx, struct task_struct *prev,
 	struct wallclock_start *sp;
 	__u64 now = bpf_ktime_get_ns();
 	__u32 tid = BPF_CORE_READ(prev, pid);
-	__u64 st = task_state(prev);
+	__u64 st = flare_task_state(prev);
 
 	if ((st & TASK_DEAD_STATE) || BPF_CORE_READ(prev, exit_state)) {
 		bpf_map_delete_elem(&start, &tid);
