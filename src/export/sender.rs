@@ -135,7 +135,6 @@ impl Sender {
             shared: Arc::clone(&shared),
             options,
             backoff: options.backoff_min,
-            backoff_max: options.backoff_max,
             next_try: Instant::now(),
             failing: None,
             finishing: false,
@@ -263,7 +262,6 @@ struct Worker {
     shared: Arc<Shared>,
     options: Options,
     backoff: Duration,
-    backoff_max: Duration,
     next_try: Instant,
     /// The error of the outage under way, reported once.
     failing: Option<String>,
@@ -281,7 +279,7 @@ impl Worker {
             if let Some(deadline) = state.deadline {
                 if !self.finishing {
                     self.finishing = true;
-                    (self.backoff, self.backoff_max) = FINISH_BACKOFF;
+                    self.backoff = FINISH_BACKOFF.0;
                     self.next_try = now;
                 }
                 // A disk spool keeps the rest for the next run.
@@ -351,7 +349,7 @@ impl Worker {
             Err(DeliveryError::Retry(m)) => {
                 state.report.error = Some(m.clone());
                 self.next_try = after(self.backoff);
-                self.backoff = (self.backoff * 2).min(self.backoff_max);
+                self.backoff = (self.backoff * 2).min(self.backoff_max());
                 self.failed_finishing = self.finishing;
                 let first = self.failing.is_none();
                 self.failing = Some(m.clone());
@@ -365,6 +363,14 @@ impl Worker {
             FINISH_BACKOFF.0
         } else {
             self.options.backoff_min
+        }
+    }
+
+    fn backoff_max(&self) -> Duration {
+        if self.finishing {
+            FINISH_BACKOFF.1
+        } else {
+            self.options.backoff_max
         }
     }
 }

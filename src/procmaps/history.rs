@@ -38,9 +38,6 @@ struct AddressSpace {
 
 /// Address spaces kept per PID (a PID reused, or exec'd, has several).
 const MAX_SPACES_PER_PID: usize = 4;
-/// How long after a process's start (the kernel's `start_time`) its fork
-/// record may come: a fork later than this begins another process.
-const FORK_SLACK: u64 = 100_000_000;
 /// Processes that have exited are forgotten, oldest first, past this many.
 const MAX_EXITED: usize = 1 << 16;
 /// Fork chains are followed this deep.
@@ -187,7 +184,8 @@ impl History {
         let end = spaces[from..]
             .iter()
             .position(|s| {
-                matches!(s.origin, Origin::Fork(_)) && s.start > start.saturating_add(FORK_SLACK)
+                matches!(s.origin, Origin::Fork(_))
+                    && s.start > start.saturating_add(super::START_SLACK)
             })
             .map_or(spaces.len(), |n| from + n);
         // None of its own: the space it began in (it was running before

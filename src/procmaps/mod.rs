@@ -131,6 +131,13 @@ pub struct Mappings {
     shared: Arc<Shared>,
 }
 
+/// How far what flare sees of a process may trail its start (the kernel's
+/// `start_time`, `CLOCK_MONOTONIC` ns) and still be that process: its fork
+/// record comes microseconds after, `/proc`'s start time is rounded to a
+/// clock tick. A fork record, or a `/proc` start, later than this belongs
+/// to a later process given the PID.
+pub(crate) const START_SLACK: u64 = 100_000_000;
+
 /// Monotonic time in nanoseconds (`CLOCK_MONOTONIC`, the clock the
 /// tracker's perf records are stamped with).
 pub fn now() -> u64 {

@@ -103,10 +103,6 @@ fn object_for(pid: u32, line: &MapsLine, path: &str, store: &mut ObjectStore) ->
     store.intern(path, file, None)
 }
 
-/// How much younger than `time` (`CLOCK_MONOTONIC` ns) a process may look
-/// and still be the one that started then.
-const START_SLACK: u64 = 100_000_000;
-
 /// Whether the process that has `pid` now started after `time`
 /// (`CLOCK_MONOTONIC` ns): then it is not the one that started at `time`
 /// but a later one given its PID. `/proc/PID/stat` gives the start in
@@ -131,7 +127,7 @@ pub(crate) fn started_after(pid: u32, time: u64) -> bool {
     let tick = 1_000_000_000 / u64::try_from(hz).ok().filter(|&h| h > 0).unwrap_or(100);
     let suspended = super::clock_ns(libc::CLOCK_BOOTTIME).saturating_sub(super::now());
     let started = ticks.saturating_mul(tick).saturating_sub(suspended);
-    started > time.saturating_add(tick + START_SLACK)
+    started > time.saturating_add(tick + super::START_SLACK)
 }
 
 /// The effective user id of a live process (`/proc/PID/status`).

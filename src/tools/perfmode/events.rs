@@ -16,7 +16,7 @@ use super::sample::{Layout, REGS_MASK};
 use crate::bpf::perf::Sampling;
 use crate::error::{Error, Result};
 use crate::procmaps::perf::{track_mappings, Ring};
-use crate::system::perf_event_open as open_event;
+use crate::system::perf_event_open;
 
 /// Bytes of user stack copied with each sample (`--unwind auto|dwarf`).
 pub const STACK_BYTES: u32 = 16 * 1024;
@@ -97,11 +97,11 @@ pub fn open(plan: &Plan<'_>, refused: &dyn Fn(u32, io::Error) -> Error) -> Resul
     for &cpu in plan.cpus {
         let mut ring: Option<&Ring> = None;
         for &tid in plan.tids {
-            let fd = match open_event(&attr(plan, build_id), tid as i32, cpu as i32) {
+            let fd = match perf_event_open(&attr(plan, build_id), tid as i32, cpu as i32) {
                 // Build ids in mmap2 records: 5.12 and later.
                 Err(e) if build_id && e.raw_os_error() == Some(libc::EINVAL) => {
                     build_id = false;
-                    open_event(&attr(plan, build_id), tid as i32, cpu as i32)
+                    perf_event_open(&attr(plan, build_id), tid as i32, cpu as i32)
                 }
                 r => r,
             };
