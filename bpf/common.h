@@ -26,8 +26,31 @@
 /* Ids tried for one stack before it is given up as colliding. */
 #define FLARE_STACK_PROBES	4
 
-/* A stack in flare's storage (`stacks`), leaf first, with the 64-bit
- * hash of its frames (its id holds only some of the bits). */
+/*
+ * A stack in flare's storage (`stacks`), leaf first, with the 64-bit
+ * hash of its words (its id holds only some of the bits). `len` counts
+ * words, not frames: a native frame is one word, its address; any other
+ * frame is a header word and the words it says follow. A header's top
+ * 16 bits are FLARE_FRAME_TAG, which no canonical address has (x86-64
+ * and arm64 user addresses start with zeros, kernel ones with 0xffff),
+ * so native stacks are stored as they were walked and the one decoder
+ * (src/collect/stacks.rs) tells the kinds apart word by word.
+ */
+#define FLARE_FRAME_TAG		0xf1a0ULL
+/* Header: tag, type (8 bits), flags (8 bits), 24 bits free, words that
+ * follow (8 bits). */
+#define FLARE_FRAME_HEADER(type, flags, words) \
+	((FLARE_FRAME_TAG << 48) | ((__u64)(type) << 40) | ((__u64)(flags) << 32) | (__u64)(words))
+/* Frame types. A runtime frame is followed by three words: two of the
+ * runtime's identifiers as read in the process (e.g. a code object and an
+ * instruction index) and a validity cookie read beside them, which tells
+ * a reused address apart. */
+#define FLARE_FRAME_PYTHON	1
+#define FLARE_FRAME_JAVA	2
+/* Written only under the test knob `test_runtime_frame`. */
+#define FLARE_FRAME_TEST	255
+#define FLARE_RUNTIME_FRAME_WORDS 3
+
 struct flare_stack {
 	__u64 len;
 	__u64 hash;

@@ -49,6 +49,12 @@ struct flare_stack_stats stack_stats = {};
  * collide on purpose. Set before load. */
 const volatile __u64 stack_hash_mask = ~0ULL;
 
+/* Test knob (FLARE_TEST_RUNTIME_FRAME): every user stack ends in a
+ * runtime frame of type FLARE_FRAME_TEST, so that tests can follow a
+ * frame that is not an address from this record to every writer. Set
+ * before load. */
+const volatile bool test_runtime_frame = false;
+
 /* FNV-1a over 64-bit words, with a fold so that the low bits (the ids'
  * first probe) depend on every frame. The table unwinder hashes frame by
  * frame as it walks, with the same step. */
@@ -77,6 +83,47 @@ static __always_inline __u64 flare_hash_frames(struct flare_stack *s, __u32 len)
 static __always_inline bool flare_same_stack(struct flare_stack *a, struct flare_stack *b)
 {
 	return a->len == b->len && a->hash == b->hash;
+}
+
+/*
+ * Appends a runtime frame of `type` (FLARE_FRAME_*: a header, identifiers
+ * `a` and `b`, then `cookie`) after the `len` words of `s`, at the root
+ * end, hashing its words into `*hash`: the new length, or `len` when the
+ * frame does not fit.
+ */
+static __always_inline __u64 flare_push_runtime_frame(struct flare_stack *s, __u64 len, __u64 *hash,
+						      __u8 type, __u64 a, __u64 b, __u64 cookie)
+{
+	__u64 words[1 + FLARE_RUNTIME_FRAME_WORDS] = {
+		FLARE_FRAME_HEADER(type, 0, FLARE_RUNTIME_FRAME_WORDS), a, b, cookie,
+	};
+
+	if (len > FLARE_MAX_STACK_DEPTH - 1 - FLARE_RUNTIME_FRAME_WORDS)
+		return len;
+	for (int i = 0; i < 1 + FLARE_RUNTIME_FRAME_WORDS; i++) {
+		__u64 at = len + i;
+
+		/* The check above holds, but the compiler may test a copy of
+		 * `len` the verifier cannot tie to this one: bound each index. */
+		barrier_var(at);
+		if (at >= FLARE_MAX_STACK_DEPTH)
+			return len;
+		s->pcs[at] = words[i];
+	}
+	for (int i = 0; i < 1 + FLARE_RUNTIME_FRAME_WORDS; i++)
+		*hash = flare_hash_step(*hash, words[i]);
+	return len + 1 + FLARE_RUNTIME_FRAME_WORDS;
+}
+
+/* Under the test knob, ends the user stack `s` of `len` words in a test
+ * runtime frame: identifiers (the process id, the native words below it),
+ * cookie 0. Returns the new length. */
+static __always_inline __u64 flare_test_runtime_frame(struct flare_stack *s, __u64 len, __u64 *hash)
+{
+	if (!test_runtime_frame)
+		return len;
+	return flare_push_runtime_frame(s, len, hash, FLARE_FRAME_TEST,
+					bpf_get_current_pid_tgid() >> 32, len, 0);
 }
 
 /*
@@ -124,6 +171,7 @@ static __always_inline __s64 flare_get_stack(void *ctx, __u64 flags, __u64 mask,
 {
 	__u32 zero = 0;
 	struct flare_stack *s = bpf_map_lookup_elem(&stack_scratch, &zero);
+	__u64 hash;
 	long n;
 
 	if (!s)
@@ -132,7 +180,10 @@ static __always_inline __s64 flare_get_stack(void *ctx, __u64 flags, __u64 mask,
 	if (n <= 0)
 		return n < 0 ? n : -FLARE_EFAULT;
 	s->len = (__u64)n / sizeof(__u64);
-	return flare_store_stack(s, flare_hash_frames(s, s->len), mask, base);
+	hash = flare_hash_frames(s, s->len);
+	if (flags & BPF_F_USER_STACK)
+		s->len = flare_test_runtime_frame(s, s->len, &hash);
+	return flare_store_stack(s, hash, mask, base);
 }
 
 #endif /* FLARE_STACKS_H */

@@ -374,7 +374,7 @@ static __always_inline __s64 flare_unwind_user(__u32 pid)
 	out = bpf_map_lookup_elem(&stack_scratch, &zero);
 	if (!out || !w.n)
 		return -FLARE_EFAULT;
-	out->len = w.n;
+	out->len = flare_test_runtime_frame(out, w.n, &w.hash);
 	return flare_store_stack(out, w.hash, FLARE_USER_ID_MASK, FLARE_USER_ID_BASE);
 }
 #endif /* FLARE_FP_ONLY */

@@ -78,82 +78,15 @@ fn empty_profiles_are_an_empty_graph_that_says_so() {
     assert!(svg.contains("flare profile: "), "the title: {svg}");
 }
 
-/// pprof as readable text: the tables resolved, one sample per line.
-fn pprof_text(p: &proto::Profile) -> String {
-    let s = |i: i64| p.string_table[i as usize].as_str();
-    let vt = |v: &proto::ValueType| format!("{}/{}", s(v.r#type), s(v.unit));
-    let mut out = String::new();
-    out.push_str(&format!(
-        "sample_type: {}\n",
-        p.sample_type.iter().map(vt).collect::<Vec<_>>().join(", ")
-    ));
-    out.push_str(&format!(
-        "period: {} {}\nduration_nanos: {}\ndefault_sample_type: {}\n",
-        p.period,
-        vt(p.period_type.as_ref().unwrap()),
-        p.duration_nanos,
-        s(p.default_sample_type)
-    ));
-    for c in &p.comment {
-        out.push_str(&format!("comment: {}\n", s(*c)));
-    }
-    for m in &p.mapping {
-        out.push_str(&format!(
-            "mapping {}: {} functions={} filenames={} lines={} inline={}\n",
-            m.id,
-            s(m.filename),
-            m.has_functions,
-            m.has_filenames,
-            m.has_line_numbers,
-            m.has_inline_frames
-        ));
-    }
-    for sample in &p.sample {
-        let labels: Vec<String> = sample
-            .label
-            .iter()
-            .map(|l| {
-                if l.str != 0 {
-                    format!("{}={}", s(l.key), s(l.str))
-                } else {
-                    format!("{}={}", s(l.key), l.num)
-                }
-            })
-            .collect();
-        out.push_str(&format!("sample {:?} {}\n", sample.value, labels.join(" ")));
-        for id in &sample.location_id {
-            let loc = &p.location[*id as usize - 1];
-            assert_eq!(loc.id, *id, "location ids are their index + 1");
-            let lines: Vec<String> = loc
-                .line
-                .iter()
-                .map(|l| {
-                    let f = &p.function[l.function_id as usize - 1];
-                    let file = s(f.filename);
-                    if file.is_empty() {
-                        s(f.name).to_string()
-                    } else {
-                        format!("{} {}:{}", s(f.name), file, l.line)
-                    }
-                })
-                .collect();
-            out.push_str(&format!(
-                "    {:#x} m{} {}\n",
-                loc.address,
-                loc.mapping_id,
-                lines.join(" | ")
-            ));
-        }
-    }
-    out
-}
-
 #[test]
 fn pprof_profiles() {
     for (name, p) in cases() {
         let built = pprof::build(&p, 1_700_000_000_000_000_000);
         assert_eq!(built.string_table[0], "", "string 0 must be empty");
-        golden::check(&format!("formats-{name}.pprof.txt"), &pprof_text(&built));
+        golden::check(
+            &format!("formats-{name}.pprof.txt"),
+            &common::pprof::text(&built),
+        );
 
         // The file is that message, gzipped.
         let mut raw = Vec::new();

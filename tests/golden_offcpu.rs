@@ -14,7 +14,7 @@ fn k(names: &[&str]) -> Trace {
 }
 
 fn u(names: &[&str]) -> Trace {
-    frames(names, FrameKind::User)
+    frames(names, FrameKind::Native)
 }
 
 fn with_tid(mut t: TaskStack, tid: u32) -> TaskStack {

@@ -7,7 +7,9 @@ use std::fs::File;
 use std::io::{self, BufRead, BufReader, Read};
 use std::path::Path;
 
-use crate::profile::{PathKind, Profile};
+use std::collections::HashMap;
+
+use crate::profile::{FrameKind, PathKind, Profile};
 
 /// One stack, root first, with its value.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -20,6 +22,10 @@ pub struct Stack {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Stacks {
     pub stacks: Vec<Stack>,
+    /// Frames whose kind no annotation shows (interpreted functions and
+    /// labels), by name, for the flame graph's colours; empty for stacks
+    /// read from a folded file.
+    pub kinds: HashMap<String, FrameKind>,
 }
 
 /// Why folded input could not be read.
@@ -50,9 +56,12 @@ impl Stacks {
 
     /// The stacks of a profile as flame graphs draw them: the process name
     /// at the root, then user, kernel and waker frames, with kernel frames
-    /// annotated `_[k]`, inlined ones `_[i]` and the waker's `_[w]` (the
-    /// annotations FlameGraph and inferno colour by and hide in labels).
+    /// annotated `_[k]`, JIT ones `_[j]`, inlined ones `_[i]` and the
+    /// waker's `_[w]` (the annotations FlameGraph and inferno colour by and
+    /// hide in labels); interpreted frames and labels, which have no
+    /// annotation, are listed in [`Stacks::kinds`].
     pub fn from_profile(profile: &Profile) -> Self {
+        let mut kinds = HashMap::new();
         let stacks = profile
             .samples
             .iter()
@@ -66,7 +75,16 @@ impl Stacks {
                         match p.kind {
                             PathKind::Kernel => format!("{name}_[k]"),
                             PathKind::WakerKernel | PathKind::WakerUser => format!("{name}_[w]"),
-                            PathKind::User if inlined => format!("{name}_[i]"),
+                            PathKind::User | PathKind::Jit | PathKind::Interpreted if inlined => {
+                                format!("{name}_[i]")
+                            }
+                            PathKind::Jit => format!("{name}_[j]"),
+                            PathKind::Interpreted | PathKind::Label => {
+                                if let Some(f) = p.frame {
+                                    kinds.entry(name.clone()).or_insert(f.kind);
+                                }
+                                name
+                            }
                             _ => name,
                         }
                     })
@@ -74,7 +92,7 @@ impl Stacks {
                 value: s.value,
             })
             .collect();
-        Stacks { stacks }
+        Stacks { stacks, kinds }
     }
 
     /// The stacks as folded lines (`a;b;c 12`), in order.
@@ -147,7 +165,10 @@ pub fn parse<R: BufRead>(mut reader: R, source_name: &str) -> Result<Stacks, Par
             source_name: source_name.to_string(),
         });
     }
-    Ok(Stacks { stacks })
+    Ok(Stacks {
+        stacks,
+        kinds: HashMap::new(),
+    })
 }
 
 fn parse_line(line: &str) -> Result<Stack, String> {

@@ -81,13 +81,13 @@ fn diff_normalises_before_to_after_total() {
 
 #[test]
 fn profile_paths_are_annotated_for_flame_graphs() {
-    let mut inl = Frame::named("inner", FrameKind::User);
+    let mut inl = Frame::named("inner", FrameKind::Native);
     inl.inlined = true;
     let task = |comm: &str| TaskStack {
         pid: Some(1),
         tid: None,
         comm: comm.into(),
-        user: Trace::Frames(vec![inl.clone(), Frame::named("main;x", FrameKind::User)]),
+        user: Trace::Frames(vec![inl.clone(), Frame::named("main;x", FrameKind::Native)]),
         kernel: Trace::Frames(vec![Frame::named("schedule", FrameKind::Kernel)]),
     };
     let mut p = Profile::new(Meta::new(Kind::OffWake, "sched_switch"));

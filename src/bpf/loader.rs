@@ -60,6 +60,9 @@ pub struct CommonKnobs {
     /// all, unless `FLARE_TEST_STACK_HASH_BITS` narrows them (tests make
     /// different stacks collide on purpose, to see them kept apart).
     pub stack_hash_mask: u64,
+    /// User stacks end in a test runtime frame (`FLARE_TEST_RUNTIME_FRAME`
+    /// is 1), for tests of frames that are not addresses.
+    pub test_runtime_frame: bool,
 }
 
 /// The stack hash mask `FLARE_TEST_STACK_HASH_BITS` asks for (all bits
@@ -83,6 +86,8 @@ impl CommonKnobs {
             pidns: system::pid_namespace(),
             follow_tgid: 0,
             stack_hash_mask: stack_hash_mask(),
+            test_runtime_frame: std::env::var_os("FLARE_TEST_RUNTIME_FRAME")
+                .is_some_and(|v| v == "1"),
         }
     }
 
@@ -116,6 +121,7 @@ macro_rules! set_common_knobs {
         $ro.self_tgid = k.self_tgid;
         $ro.follow_tgid = k.follow_tgid;
         $ro.stack_hash_mask = k.stack_hash_mask;
+        $ro.test_runtime_frame = k.test_runtime_frame;
         if let Some((dev, ino)) = k.pidns {
             $ro.use_pidns = true;
             $ro.pidns_dev = dev;

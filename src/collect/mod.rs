@@ -10,12 +10,12 @@
 
 use crate::error::Result;
 use crate::procmaps::Mappings;
-use crate::profile::{Lost, Meta, Sample};
+use crate::profile::{Frame, Lost, Meta, Sample};
 
 mod raw;
 pub mod stacks;
 
-pub use raw::{RawSample, RawTask, RawTrace};
+pub use raw::{RawFrame, RawSample, RawTask, RawTrace, Runtime, RuntimeFrame};
 pub use stacks::{Periodic, StackCache, StackReader, STACK_SKIPPED};
 
 /// Which threads to sample or trace.
@@ -81,6 +81,22 @@ pub struct WarmUp {
     pub pids: Vec<u32>,
 }
 
+/// Names one runtime's frames from the live process: the collector that
+/// reads a runtime's frames in BPF hands one over ([`Collector::namers`]),
+/// sharing what it learnt of each process (where the runtime keeps its
+/// structures, their layout for the version found).
+pub trait Namer: Send {
+    /// The frames `frame` of process `pid` stands for: the function, then
+    /// any inlined into it (innermost last), as native lookups give them.
+    /// `None` when it cannot be named (the process is gone, or what the
+    /// identifiers point at no longer matches the cookie). The symbolizer
+    /// asks once per (process, identifiers, cookie) and keeps the answer.
+    fn name(&mut self, pid: u32, frame: &RuntimeFrame) -> Option<Vec<Frame>>;
+}
+
+/// Namers, each with the runtime whose frames it names.
+pub type Namers = Vec<(Runtime, Box<dyn Namer>)>;
+
 /// A started tool: attached, counting in the kernel until dropped.
 pub trait Collector {
     /// What the profiles it makes measure: kind, event, unit, target. The
@@ -119,6 +135,12 @@ pub trait Collector {
     /// tracker.
     fn mappings(&self) -> Option<Mappings> {
         None
+    }
+
+    /// The namers of the runtime frames this collector's stacks hold
+    /// ([`RawFrame::Runtime`]), taken once before symbolization starts.
+    fn namers(&self) -> Namers {
+        Vec::new()
     }
 
     /// Hands over the pipeline's record of processes' mappings, which the

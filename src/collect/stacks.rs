@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use libbpf_rs::{MapCore, MapFlags};
 
-use super::raw::RawTrace;
+use super::raw::{RawFrame, RawTrace, Runtime, RuntimeFrame};
 use crate::profile::Lost;
 
 /// Mirrors `common.h`: the stack id stored when a stack was not asked for.
@@ -64,7 +64,7 @@ impl<'m, M: MapCore> StackReader<'m, M> {
             return RawTrace::NotCollected;
         }
         if id == -EFAULT {
-            return RawTrace::Addrs(Arc::from([]));
+            return RawTrace::Frames(Arc::from([]));
         }
         if id < 0 {
             // -ENOMEM: the storage was full. -EEXIST (every probed id
@@ -78,11 +78,11 @@ impl<'m, M: MapCore> StackReader<'m, M> {
             Some(t) => t.clone(),
             None => {
                 let t = match self.lookup(id) {
-                    Some(addrs) => RawTrace::Addrs(addrs.into()),
+                    Some(frames) => RawTrace::Frames(frames.into()),
                     None => RawTrace::Missed { enomem: false },
                 };
                 // A failed lookup may succeed later: only stacks are kept.
-                if matches!(t, RawTrace::Addrs(_)) {
+                if matches!(t, RawTrace::Frames(_)) {
                     self.cache.insert(id, t.clone());
                 }
                 t
@@ -94,9 +94,8 @@ impl<'m, M: MapCore> StackReader<'m, M> {
         trace
     }
 
-    /// The addresses stored under `id`, leaf first.
-    fn lookup(&self, id: i64) -> Option<Vec<u64>> {
-        // struct flare_stack: a length, then the frames.
+    /// The frames stored under `id`, leaf first.
+    fn lookup(&self, id: i64) -> Option<Vec<RawFrame>> {
         let bytes = self
             .stacks
             .lookup(&(id as u64).to_ne_bytes(), MapFlags::ANY)
@@ -115,16 +114,65 @@ impl<'m, M: MapCore> StackReader<'m, M> {
     }
 }
 
-/// The frames of a `struct flare_stack` (a length, the hash, then the
-/// addresses), or `None` when the bytes are not one.
-fn frames(bytes: &[u8]) -> Option<Vec<u64>> {
+/// Mirrors `bpf/common.h`: the top 16 bits of a frame header word.
+pub const FRAME_TAG: u64 = 0xf1a0;
+/// Mirrors `bpf/common.h`: the words that follow a runtime frame's header.
+pub const RUNTIME_FRAME_WORDS: usize = 3;
+
+/// The header word of a frame of `frame_type` followed by `words` words
+/// (`FLARE_FRAME_HEADER` in `bpf/common.h`).
+pub const fn frame_header(frame_type: u8, words: u8) -> u64 {
+    FRAME_TAG << 48 | (frame_type as u64) << 40 | words as u64
+}
+
+/// The frames of a `struct flare_stack` (a length in words, the hash,
+/// then the words), or `None` when the bytes are not one.
+fn frames(bytes: &[u8]) -> Option<Vec<RawFrame>> {
     let mut words = bytes
         .chunks_exact(8)
         .map(|c| u64::from_ne_bytes(c.try_into().unwrap_or([0; 8])));
     let len = usize::try_from(words.next()?).ok()?;
     let _hash = words.next()?;
-    let frames: Vec<u64> = words.take(len).collect();
-    (frames.len() == len).then_some(frames)
+    let words: Vec<u64> = words.take(len).collect();
+    (words.len() == len).then(|| decode(&words))
+}
+
+/// Decodes a stack record's words, leaf first: an address is a native
+/// frame; a header (tag in the top 16 bits) starts a frame of its type
+/// and the words it says follow. A frame cut short by the record's end
+/// ends the stack; one of a type this build does not know is skipped
+/// whole and shown as `[unknown frame type N]`, so that what lies below
+/// it keeps its place.
+pub fn decode(words: &[u64]) -> Vec<RawFrame> {
+    let mut out = Vec::with_capacity(words.len());
+    let mut i = 0;
+    while i < words.len() {
+        let w = words[i];
+        i += 1;
+        if w >> 48 != FRAME_TAG {
+            out.push(RawFrame::Addr(w));
+            continue;
+        }
+        let frame_type = (w >> 40) as u8;
+        let n = (w & 0xff) as usize;
+        let Some(body) = words.get(i..i + n) else {
+            break;
+        };
+        i += n;
+        match (Runtime::from_frame_type(frame_type), body) {
+            (Some(runtime), &[a, b, cookie]) => {
+                out.push(RawFrame::Runtime(Box::new(RuntimeFrame {
+                    runtime,
+                    ids: [a, b],
+                    cookie,
+                })))
+            }
+            _ => out.push(RawFrame::Label(
+                format!("[unknown frame type {frame_type}]").into(),
+            )),
+        }
+    }
+    out
 }
 
 /// What a tool carries from one clearing read of its maps to the next (for
@@ -166,3 +214,7 @@ impl Periodic {
         delta
     }
 }
+
+#[cfg(test)]
+#[path = "stacks_tests.rs"]
+mod tests;

@@ -184,8 +184,8 @@ fn sample_window() -> Window {
             tid: None,
             comm: "work".into(),
             user: Trace::Frames(vec![
-                frame("hot", FrameKind::User),
-                frame("main", FrameKind::User),
+                frame("hot", FrameKind::Native),
+                frame("main", FrameKind::Native),
             ]),
             kernel: Trace::Frames(Vec::new()),
         },

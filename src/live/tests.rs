@@ -15,7 +15,7 @@ pub(super) fn sample(pid: u32, comm: &str, user: &[&str], value: u64) -> Sample 
             comm: comm.into(),
             user: Trace::Frames(
                 user.iter()
-                    .map(|n| Frame::named(*n, FrameKind::User))
+                    .map(|n| Frame::named(*n, FrameKind::Native))
                     .collect(),
             ),
             kernel: Trace::Frames(vec![]),

@@ -39,6 +39,9 @@ pub enum Kind {
     Process,
     User,
     Kernel,
+    Interpreted,
+    Jit,
+    Label,
     Missed,
     Waker,
 }
@@ -51,6 +54,9 @@ impl Kind {
             Kind::Process => 'p',
             Kind::User => 'u',
             Kind::Kernel => 'k',
+            Kind::Interpreted => 'i',
+            Kind::Jit => 'j',
+            Kind::Label => 'l',
             Kind::Missed => 'm',
             Kind::Waker => 'w',
         }
@@ -61,6 +67,9 @@ impl Kind {
             PathKind::Process => Kind::Process,
             PathKind::User => Kind::User,
             PathKind::Kernel => Kind::Kernel,
+            PathKind::Interpreted => Kind::Interpreted,
+            PathKind::Jit => Kind::Jit,
+            PathKind::Label => Kind::Label,
             PathKind::Missed => Kind::Missed,
             PathKind::WakerKernel | PathKind::WakerUser | PathKind::WakerProcess => Kind::Waker,
         }

@@ -98,6 +98,11 @@ pub fn write<W: Write>(mut w: W, profile: &Profile) -> io::Result<()> {
                 let file = match f {
                     Some(f) if f.source.is_some() => f.file().map(str::to_string),
                     Some(f) if f.kind == FrameKind::Kernel => Some("[kernel.kallsyms]".into()),
+                    // speedscope has no frame kinds: the file says it.
+                    Some(f) if f.kind == FrameKind::Jit && f.object.is_none() => {
+                        Some("[jit]".into())
+                    }
+                    Some(f) if f.kind == FrameKind::Label => Some("[label]".into()),
                     Some(f) => f.module().map(str::to_string),
                     None => None,
                 };

@@ -12,7 +12,7 @@ use inferno::flamegraph::color::{BackgroundColor, Color, PaletteMap};
 use inferno::flamegraph::{self, Direction};
 
 use crate::analysis::{DiffStack, Stacks};
-use crate::profile::{Meta, Profile, ValueUnit};
+use crate::profile::{FrameKind, Meta, Profile, ValueUnit};
 
 /// Which colours the graph uses.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -159,7 +159,11 @@ pub fn write_stacks<W: Write>(w: W, stacks: &Stacks, opts: &SvgOptions) -> io::R
     for s in &stacks.stacks {
         for (depth, f) in s.frames.iter().enumerate() {
             if seen.insert(f) {
-                map.insert(xml_safe(f.to_string()), colour(f, depth, opts.palette));
+                let kind = stacks.kinds.get(f.as_str()).copied();
+                map.insert(
+                    xml_safe(f.to_string()),
+                    colour(f, kind, depth, opts.palette),
+                );
             }
         }
     }
@@ -239,9 +243,11 @@ fn rgb(r: f64, g: f64, b: f64) -> Color {
     }
 }
 
-/// The colour of a frame by its annotation (`_[k]`, `_[i]`, `_[w]`), its
-/// depth (the process name at the root is grey) and the palette.
-fn colour(name: &str, depth: usize, palette: Palette) -> Color {
+/// The colour of a frame by its annotation (`_[k]`, `_[j]`, `_[i]`,
+/// `_[w]`) or its kind where no annotation shows it (interpreted
+/// functions green, labels grey), its depth (the process name at the
+/// root is grey) and the palette.
+fn colour(name: &str, kind: Option<FrameKind>, depth: usize, palette: Palette) -> Color {
     let v = shade(name);
     let annotation = name
         .strip_suffix(']')
@@ -250,14 +256,19 @@ fn colour(name: &str, depth: usize, palette: Palette) -> Color {
     if name.starts_with("[Missed") {
         return rgb(160.0, 160.0, 160.0);
     }
-    match (palette, annotation) {
-        (_, Some("w")) => rgb(190.0 + 65.0 * v, 80.0 + 60.0 * v, 190.0 + 65.0 * v),
-        (_, Some("i")) => rgb(50.0 + 60.0 * v, 165.0 + 55.0 * v, 165.0 + 55.0 * v),
+    match (palette, annotation, kind) {
+        (_, Some("w"), _) => rgb(190.0 + 65.0 * v, 80.0 + 60.0 * v, 190.0 + 65.0 * v),
+        (_, Some("i"), _) => rgb(50.0 + 60.0 * v, 165.0 + 55.0 * v, 165.0 + 55.0 * v),
         _ if depth == 0 => rgb(180.0 + 30.0 * v, 180.0 + 30.0 * v, 180.0 + 30.0 * v),
-        (Palette::Cpu, Some("k")) => rgb(190.0 + 65.0 * v, 90.0 + 65.0 * v, 0.0),
-        (Palette::Cpu, _) => rgb(200.0 + 55.0 * v, 50.0 + 80.0 * v, 50.0 + 80.0 * v),
-        (Palette::OffCpu, Some("k")) => rgb(80.0 + 60.0 * v, 80.0 + 60.0 * v, 190.0 + 55.0 * v),
-        (Palette::OffCpu, _) => rgb(50.0 + 60.0 * v, 165.0 + 55.0 * v, 165.0 + 55.0 * v),
+        (_, _, Some(FrameKind::Label)) => rgb(150.0 + 40.0 * v, 150.0 + 40.0 * v, 150.0 + 40.0 * v),
+        (_, Some("j"), _) => rgb(0.0, 170.0 + 60.0 * v, 0.0),
+        (_, _, Some(FrameKind::Interpreted)) => {
+            rgb(80.0 + 60.0 * v, 190.0 + 55.0 * v, 80.0 + 60.0 * v)
+        }
+        (Palette::Cpu, Some("k"), _) => rgb(190.0 + 65.0 * v, 90.0 + 65.0 * v, 0.0),
+        (Palette::Cpu, _, _) => rgb(200.0 + 55.0 * v, 50.0 + 80.0 * v, 50.0 + 80.0 * v),
+        (Palette::OffCpu, Some("k"), _) => rgb(80.0 + 60.0 * v, 80.0 + 60.0 * v, 190.0 + 55.0 * v),
+        (Palette::OffCpu, _, _) => rgb(50.0 + 60.0 * v, 165.0 + 55.0 * v, 165.0 + 55.0 * v),
     }
 }
 
@@ -269,8 +280,8 @@ mod tests {
     #[test]
     fn kernel_and_user_frames_differ_in_each_palette() {
         for p in [Palette::Cpu, Palette::OffCpu] {
-            let k = colour("vfs_read_[k]", 2, p);
-            let u = colour("vfs_read", 2, p);
+            let k = colour("vfs_read_[k]", None, 2, p);
+            let u = colour("vfs_read", None, 2, p);
             assert_ne!(k, u, "{p:?}");
             // Orange kernel frames have no blue; off-CPU kernel frames are blue.
             match p {
@@ -279,8 +290,8 @@ mod tests {
             }
         }
         assert_ne!(
-            colour("f", 1, Palette::Cpu),
-            colour("f", 1, Palette::OffCpu)
+            colour("f", None, 1, Palette::Cpu),
+            colour("f", None, 1, Palette::OffCpu)
         );
     }
 

@@ -167,7 +167,13 @@ fn once(
     // Symbolization warms up (kallsyms, the targets' binaries) while the
     // collector counts.
     let warm = collector.warm_up();
-    let symbolizer = Background::with_mappings(plan.symbolize, mappings, warm.kernel, warm.pids);
+    let symbolizer = Background::with_mappings(
+        plan.symbolize,
+        mappings,
+        warm.kernel,
+        warm.pids,
+        collector.namers(),
+    );
     let started = Instant::now();
     each(sinks, |s| {
         s.begin(&meta, &collector.header(), &collector.notes())
@@ -196,7 +202,7 @@ fn periodic(
     mappings: Mappings,
 ) -> Result<()> {
     let meta = collector.meta();
-    let mut resolver = Resolver::new(plan.symbolize, mappings);
+    let mut resolver = Resolver::new(plan.symbolize, mappings, collector.namers());
     let started = Instant::now();
     // A duration or interval too long to add to the clock is forever.
     let end = plan.duration.and_then(|d| started.checked_add(d));

@@ -40,9 +40,16 @@ pub struct Resolver {
 }
 
 impl Resolver {
-    pub fn new(options: symbolize::Options, mappings: Mappings) -> Self {
+    /// A resolver naming runtime frames with `namers` (a collector's).
+    pub fn new(
+        options: symbolize::Options,
+        mappings: Mappings,
+        namers: crate::collect::Namers,
+    ) -> Self {
+        let mut symbolizer = Symbolizer::with_mappings(options, mappings.clone());
+        symbolizer.set_namers(namers);
         Resolver {
-            symbolizer: Symbolizer::with_mappings(options, mappings.clone()),
+            symbolizer,
             exits_before: mappings.exits(),
             mappings,
             known: HashMap::new(),

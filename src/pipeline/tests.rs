@@ -66,7 +66,7 @@ fn raw(comm: &str, addrs: &[u64], value: u64) -> RawSample {
             start: 0,
             tid: None,
             comm: comm.into(),
-            user: RawTrace::Addrs(addrs.to_vec().into()),
+            user: RawTrace::addrs(addrs.iter().copied()),
             kernel: RawTrace::NotCollected,
         },
         waker: None,

@@ -73,11 +73,38 @@ impl Kind {
     }
 }
 
-/// Where a frame's code runs.
+/// What a frame is: where its code runs and how it was found. Whether a
+/// frame is a function inlined into its caller is [`Frame::inlined`],
+/// apart from its kind: native code and JIT code both inline.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum FrameKind {
+    /// Kernel code.
     Kernel,
-    User,
+    /// Native user code: a function in a binary or library.
+    Native,
+    /// A function run by an interpreter (a Python frame, a Java method
+    /// being interpreted), named from the runtime's own records.
+    Interpreted,
+    /// Code compiled at run time (a JIT perf map's entry, a compiled Java
+    /// method).
+    Jit,
+    /// A fixed name a collector adds, not code (wall-clock's
+    /// `[off-cpu: sleeping]`).
+    Label,
+}
+
+impl FrameKind {
+    /// The kind's word, for writers that name it (speedscope files, the
+    /// live page's legend).
+    pub fn word(self) -> &'static str {
+        match self {
+            FrameKind::Kernel => "kernel",
+            FrameKind::Native => "native",
+            FrameKind::Interpreted => "interpreted",
+            FrameKind::Jit => "jit",
+            FrameKind::Label => "label",
+        }
+    }
 }
 
 /// A binary or library that user frames lie in, shared by all of them.

@@ -9,7 +9,14 @@ pub enum PathKind {
     /// The process (comm) at the root of the path.
     Process,
     Kernel,
+    /// Native user code.
     User,
+    /// A runtime's interpreted function (a Python frame).
+    Interpreted,
+    /// Code compiled at run time.
+    Jit,
+    /// A collector's fixed name (wall-clock's thread state).
+    Label,
     /// A placeholder for a stack that could not be stored.
     Missed,
     /// The waker's side of an off-CPU/wakeup pair.
@@ -32,9 +39,13 @@ impl<'a> PathFrame<'a> {
     fn of(frame: &'a Frame, waker: bool) -> Self {
         let kind = match (frame.kind, waker) {
             (FrameKind::Kernel, false) => PathKind::Kernel,
-            (FrameKind::User, false) => PathKind::User,
+            (FrameKind::Native, false) => PathKind::User,
+            (FrameKind::Interpreted, false) => PathKind::Interpreted,
+            (FrameKind::Jit, false) => PathKind::Jit,
+            (FrameKind::Label, false) => PathKind::Label,
+            // The waker's side is one colour: its kernel and the rest.
             (FrameKind::Kernel, true) => PathKind::WakerKernel,
-            (FrameKind::User, true) => PathKind::WakerUser,
+            (_, true) => PathKind::WakerUser,
         };
         PathFrame {
             name: &frame.name,

@@ -10,7 +10,7 @@ fn sample(comm: &str, pid: u32, user: &[&str], kernel: &[&str], value: u64) -> S
             pid: Some(pid),
             tid: None,
             comm: comm.into(),
-            user: frames(user, FrameKind::User),
+            user: frames(user, FrameKind::Native),
             kernel: frames(kernel, FrameKind::Kernel),
         },
         waker: None,
@@ -82,7 +82,7 @@ fn path_is_root_first_with_waker_leaf_first() {
         pid: Some(2),
         tid: None,
         comm: "waker".into(),
-        user: frames(&["write", "wmain"], FrameKind::User),
+        user: frames(&["write", "wmain"], FrameKind::Native),
         kernel: Trace::Missed { enomem: false },
     });
     let path = s.path();

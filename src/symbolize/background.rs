@@ -65,16 +65,18 @@ impl Background {
     /// Starts the thread and has it warm up for the kernel (when `kernel`)
     /// and for the processes in `pids`.
     pub fn start(options: Options, kernel: bool, pids: Vec<u32>) -> Self {
-        Self::with_mappings(options, Mappings::on_demand(), kernel, pids)
+        Self::with_mappings(options, Mappings::on_demand(), kernel, pids, Vec::new())
     }
 
     /// [`Background::start`] with processes' mappings from `mappings`
-    /// (a [`crate::procmaps::Tracker`]'s, which knows exited processes).
+    /// (a [`crate::procmaps::Tracker`]'s, which knows exited processes)
+    /// and a collector's `namers` of runtime frames.
     pub fn with_mappings(
         options: Options,
         mappings: Mappings,
         kernel: bool,
         pids: Vec<u32>,
+        namers: crate::collect::Namers,
     ) -> Self {
         let (req_tx, req_rx) = mpsc::channel::<Vec<RawSample>>();
         let (res_tx, res_rx) = mpsc::channel();
@@ -96,6 +98,7 @@ impl Background {
                     }
                 }
                 let mut symbolizer = Symbolizer::with_mappings(options, mappings);
+                symbolizer.set_namers(namers);
                 symbolizer.warm(kernel, &pids);
                 {
                     let mut p = own.lock().unwrap_or_else(|e| e.into_inner());

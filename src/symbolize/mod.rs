@@ -20,7 +20,7 @@ use blazesym::symbolize::source::{Kernel, Source};
 use blazesym::symbolize::{CodeInfo, Input, Symbolized};
 use blazesym::MaybeDefault;
 
-use crate::collect::{RawSample, RawTask, RawTrace};
+use crate::collect::{RawFrame, RawSample, RawTask, RawTrace};
 use crate::procmaps::{Mappings, Object};
 use crate::profile::{clean_name, Frame, FrameKind, Sample, SourceLine, TaskStack, Trace};
 
@@ -29,6 +29,7 @@ mod debug;
 mod elf;
 mod kallsyms;
 mod objects;
+pub mod runtime;
 
 pub use background::Background;
 
@@ -59,6 +60,8 @@ pub struct Symbolizer {
     /// there is none), and when it was looked for: a run without end
     /// (the agent) looks again, as modules come and go.
     kallsyms: Option<(Option<kallsyms::Copy>, Instant)>,
+    /// Runtime frames' namers and what they named.
+    runtimes: runtime::Runtimes,
 }
 
 /// How long a look for the kernel symbols' copy holds: past it, the
@@ -132,7 +135,13 @@ impl Symbolizer {
             objects: objects::ObjectCache::default(),
             vdso: None,
             kallsyms: None,
+            runtimes: runtime::Runtimes::default(),
         }
+    }
+
+    /// Names runtime frames with `namers` (a collector's).
+    pub fn set_namers(&mut self, namers: crate::collect::Namers) {
+        self.runtimes.set(namers);
     }
 
     /// Resolves kernel addresses, caching results for the run: those of
@@ -266,9 +275,9 @@ impl Symbolizer {
                         Some((start, name)) => vec![Frame {
                             addr: a,
                             offset: offset_into(a, start),
-                            ..Frame::named(name.clone(), FrameKind::User)
+                            ..Frame::named(name.clone(), FrameKind::Jit)
                         }],
-                        None => vec![Frame::unknown(a, FrameKind::User)],
+                        None => vec![Frame::unknown(a, FrameKind::Native)],
                     },
                 };
                 (a, r)
@@ -324,18 +333,23 @@ impl Symbolizer {
     }
 
     /// Symbolizes every sample: one kernel batch, one batch per process
-    /// (a PID and a start: processes that had one PID in turn are apart).
+    /// (a PID and a start: processes that had one PID in turn are apart),
+    /// runtime frames by their runtime's namer, labels as they are.
     pub fn resolve(&mut self, raw: Vec<RawSample>) -> Vec<Sample> {
         let mut kernel = BTreeSet::new();
         let mut user: HashMap<(u32, u64), BTreeSet<u64>> = HashMap::new();
+        let mut runtime: HashMap<(u32, u64), Vec<crate::collect::RuntimeFrame>> = HashMap::new();
         let mut collect = |t: &RawTask| {
-            if let RawTrace::Addrs(a) = &t.kernel {
-                kernel.extend(a.iter().enumerate().map(|(i, &x)| lookup_addr(i, x)));
-            }
-            if let (RawTrace::Addrs(a), Some(pid)) = (&t.user, t.pid) {
+            kernel.extend(lookups(&t.kernel));
+            if let Some(pid) = t.pid {
                 user.entry((pid, t.start))
                     .or_default()
-                    .extend(a.iter().enumerate().map(|(i, &x)| lookup_addr(i, x)));
+                    .extend(lookups(&t.user));
+                let frames = t.user.frames().iter().filter_map(|f| match f {
+                    RawFrame::Runtime(r) => Some(**r),
+                    _ => None,
+                });
+                runtime.entry((pid, t.start)).or_default().extend(frames);
             }
         };
         for s in &raw {
@@ -343,6 +357,9 @@ impl Symbolizer {
             if let Some(w) = &s.waker {
                 collect(w);
             }
+        }
+        for ((pid, start), frames) in runtime {
+            self.runtimes.learn(pid, start, &frames);
         }
         let kernel = self.resolve_kernel(&kernel);
         // Mapping records still in the kernel's buffers count too.
@@ -352,17 +369,19 @@ impl Symbolizer {
             .map(|(&(pid, start), addrs)| ((pid, start), self.resolve_user(pid, start, addrs)))
             .collect();
         let empty = HashMap::new();
+        let runtimes = &self.runtimes;
         let build = |t: RawTask| -> TaskStack {
             let ures = t
                 .pid
                 .and_then(|p| user.get(&(p, t.start)))
                 .unwrap_or(&empty);
+            let named = |f: &crate::collect::RuntimeFrame| runtimes.get(t.pid, t.start, f);
             TaskStack {
                 pid: t.pid,
                 tid: t.tid,
                 comm: t.comm,
-                user: rebuild(t.user, ures, FrameKind::User),
-                kernel: rebuild(t.kernel, &kernel, FrameKind::Kernel),
+                user: rebuild(t.user, ures, &named, FrameKind::Native),
+                kernel: rebuild(t.kernel, &kernel, &named, FrameKind::Kernel),
             }
         };
         raw.into_iter()
@@ -376,32 +395,62 @@ fn offset_into(addr: u64, start: u64) -> u32 {
     u32::try_from(addr.saturating_sub(start)).unwrap_or(u32::MAX)
 }
 
-/// The address to look up for the frame at `index` of a leaf-first stack.
-/// Caller frames hold return addresses, which may point past the end of the
-/// calling function (after a call to a function that does not return); they
-/// are looked up one byte earlier, as perf does. The leaf is an exact
-/// instruction pointer.
-fn lookup_addr(index: usize, addr: u64) -> u64 {
-    if index == 0 {
-        addr
-    } else {
-        addr.wrapping_sub(1)
-    }
+/// The addresses to look up for the native frames of a leaf-first stack,
+/// with the address each was read as. Callers hold return addresses,
+/// which may point past the end of the calling function (after a call to
+/// a function that does not return); they are looked up one byte
+/// earlier, as perf does. The leaf, the first frame that is not a label,
+/// is an exact instruction pointer.
+fn native(trace: &RawTrace) -> impl Iterator<Item = (u64, u64)> + '_ {
+    let mut leaf = true;
+    trace.frames().iter().filter_map(move |f| {
+        let exact = leaf;
+        match f {
+            RawFrame::Label(_) => None,
+            RawFrame::Runtime(_) => {
+                leaf = false;
+                None
+            }
+            &RawFrame::Addr(a) => {
+                leaf = false;
+                Some((a, if exact { a } else { a.wrapping_sub(1) }))
+            }
+        }
+    })
 }
 
-fn rebuild(trace: RawTrace, resolved: &HashMap<u64, Resolved>, kind: FrameKind) -> Trace {
-    match trace {
-        RawTrace::NotCollected => Trace::NotCollected,
-        RawTrace::Missed { enomem } => Trace::Missed { enomem },
-        RawTrace::Addrs(addrs) => {
-            let mut frames = Vec::with_capacity(addrs.len());
-            for (i, &a) in addrs.iter().enumerate() {
-                match resolved.get(&lookup_addr(i, a)) {
-                    // Leaf first: the innermost inlined function comes first.
-                    Some(r) => frames.extend(r.iter().rev().map(|f| {
+/// The addresses to look up for a stack's native frames.
+fn lookups(trace: &RawTrace) -> impl Iterator<Item = u64> + '_ {
+    native(trace).map(|(_, lookup)| lookup)
+}
+
+fn rebuild(
+    trace: RawTrace,
+    resolved: &HashMap<u64, Resolved>,
+    runtime: &dyn Fn(&crate::collect::RuntimeFrame) -> Resolved,
+    kind: FrameKind,
+) -> Trace {
+    let frames = match &trace {
+        RawTrace::NotCollected => return Trace::NotCollected,
+        &RawTrace::Missed { enomem } => return Trace::Missed { enomem },
+        RawTrace::Frames(f) => f,
+    };
+    let mut addrs = native(&trace);
+    let mut out = Vec::with_capacity(frames.len());
+    for f in frames.iter() {
+        match f {
+            RawFrame::Label(name) => out.push(Frame::named(name.clone(), FrameKind::Label)),
+            // Leaf first: the innermost inlined function comes first.
+            RawFrame::Runtime(r) => out.extend(runtime(r).into_iter().rev()),
+            RawFrame::Addr(_) => {
+                let Some((a, lookup)) = addrs.next() else {
+                    continue;
+                };
+                match resolved.get(&lookup) {
+                    Some(r) => out.extend(r.iter().rev().map(|f| {
                         // The offsets of `a` itself, not of the address
                         // looked up (one byte earlier for callers).
-                        let back = a - lookup_addr(i, a);
+                        let back = a.wrapping_sub(lookup);
                         Frame {
                             addr: a,
                             file_offset: match f.file_offset {
@@ -415,12 +464,12 @@ fn rebuild(trace: RawTrace, resolved: &HashMap<u64, Resolved>, kind: FrameKind) 
                             ..f.clone()
                         }
                     })),
-                    None => frames.push(Frame::unknown(a, kind)),
+                    None => out.push(Frame::unknown(a, kind)),
                 }
             }
-            Trace::Frames(frames)
         }
     }
+    Trace::Frames(out)
 }
 
 #[cfg(test)]

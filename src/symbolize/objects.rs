@@ -131,7 +131,7 @@ fn run(
         Some(
             syms.into_iter()
                 .zip(offsets)
-                .map(|(s, &off)| convert(off, s, FrameKind::User, options))
+                .map(|(s, &off)| convert(off, s, FrameKind::Native, options))
                 .collect(),
         )
     };
@@ -222,7 +222,7 @@ fn symbolize(
 /// covers it), so that each unnamed function is a frame of its own.
 fn unnamed(entry: &mut Entry, off: u64) -> Frame {
     let Some(vaddr) = entry.layout.as_ref().and_then(|l| l.vaddr(off)) else {
-        return Frame::unknown(off, FrameKind::User);
+        return Frame::unknown(off, FrameKind::Native);
     };
     let object = &entry.object;
     let functions = entry.functions.get_or_insert_with(|| {
@@ -242,7 +242,7 @@ fn unnamed(entry: &mut Entry, off: u64) -> Frame {
     let base = path.rsplit('/').next().unwrap_or(path);
     Frame {
         name: crate::profile::clean_name(&format!("{base}+0x{start:x}")).into(),
-        ..Frame::unknown(off, FrameKind::User)
+        ..Frame::unknown(off, FrameKind::Native)
     }
 }
 

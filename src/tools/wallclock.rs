@@ -9,14 +9,12 @@
 //! every sample carries its CPU time as the extra value `cpu`
 //! (nanoseconds), so pprof gets `wall` and `cpu` sample types.
 //!
-//! The state travels from [`Session::collect`] to [`Session::tidy`] as a
-//! marker address at the leaf of the stack (in the last page of the
-//! address space, where no code can be): symbolization leaves it unnamed
-//! and tidy turns it into the state's frame.
+//! The state is a label frame ([`RawFrame::Label`]) at the leaf of the
+//! stack, named as it is by the symbolizer; tidy drops the tracing frames
+//! the kernel stack was taken in, below it.
 
 use std::collections::HashSet;
 use std::mem::MaybeUninit;
-use std::sync::Arc;
 use std::time::Duration;
 
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
@@ -27,20 +25,17 @@ use crate::bpf::perf::{self, Sampling, Scope};
 use crate::bpf::skel::wallclock::{types, WallclockSkel, WallclockSkelBuilder};
 use crate::bpf::{comm_str, probe, read_counts, variant, PlainKey};
 use crate::collect::{
-    Collection, Collector, Periodic, RawSample, RawTask, RawTrace, Stacks, Target, WarmUp,
+    Collection, Collector, Periodic, RawFrame, RawSample, RawTask, RawTrace, Stacks, Target, WarmUp,
 };
 use crate::error::{Error, Result};
 use crate::procmaps::Mappings;
-use crate::profile::{ExtraValue, Frame, Kind, Meta, Sample, Trace};
+use crate::profile::{ExtraValue, FrameKind, Kind, Meta, Sample, Trace};
 use crate::system;
 use crate::tools::offcpu::is_tracing_frame;
 use crate::unwind::{self, Unwinder};
 
 /// The `state` of time spent on the CPU (`WALL_ON_CPU` in wallclock.h).
 const ON_CPU: u32 = u32::MAX;
-
-/// Marker addresses: `MARK + index` into [`STATES`].
-const MARK: u64 = 0xffff_ffff_ffff_f000;
 
 /// The names of the states a thread waits in, as its leaf frame shows them.
 pub const STATES: [&str; 8] = [
@@ -377,40 +372,27 @@ fn monotonic_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-/// `trace` with `mark` as its leaf.
-fn with_mark(trace: RawTrace, mark: u64) -> RawTrace {
-    let mut addrs = vec![mark];
-    if let RawTrace::Addrs(a) = &trace {
-        addrs.extend_from_slice(a);
-    }
-    RawTrace::Addrs(Arc::from(addrs))
+/// `trace` with the frame of state `STATES[index]` as its leaf.
+fn with_state(trace: RawTrace, index: usize) -> RawTrace {
+    let mut frames = vec![RawFrame::Label(state_frame_name(index).into())];
+    frames.extend_from_slice(trace.frames());
+    RawTrace::Frames(frames.into())
 }
 
-/// The index of the state marked at the leaf of `frames`, if any.
-fn marked(frames: &[Frame]) -> Option<u64> {
-    frames
-        .first()
-        .map(|f| f.addr)
-        .filter(|&a| (MARK..MARK + STATES.len() as u64).contains(&a))
-}
-
-/// Replaces the marker frames at the leaf of `trace` with the state's
-/// frame; true when there were any.
-fn name_state(trace: &mut Trace) -> bool {
+/// Drops the tracing frames below a state's frame at the leaf of `trace`
+/// (the kernel stack was taken inside the sched_switch tracepoint); true
+/// when there is a state's frame.
+fn tidy_state(trace: &mut Trace) -> bool {
     let Trace::Frames(frames) = trace else {
         return false;
     };
-    let Some(mark) = marked(frames) else {
+    if frames
+        .first()
+        .is_none_or(|f| f.kind != FrameKind::Label || !f.name.starts_with("[off-cpu: "))
+    {
         return false;
-    };
-    let kind = frames[0].kind;
-    // The kernel stack was taken inside the sched_switch tracepoint.
-    frames.retain(|f| {
-        f.addr != mark && !is_tracing_frame(&f.name) && !f.name.starts_with("__traceiter_")
-    });
-    let mut frame = Frame::named(state_frame_name((mark - MARK) as usize), kind);
-    frame.addr = mark;
-    frames.insert(0, frame);
+    }
+    frames.retain(|f| !is_tracing_frame(&f.name) && !f.name.starts_with("__traceiter_"));
     true
 }
 
@@ -457,7 +439,7 @@ impl Collector for Session<'_> {
     /// time (idempotent: the pipeline may tidy a sample twice).
     fn tidy(&self, samples: &mut [Sample]) {
         for s in samples {
-            let off = name_state(&mut s.task.kernel) || name_state(&mut s.task.user);
+            let off = tidy_state(&mut s.task.kernel) || tidy_state(&mut s.task.user);
             let cpu_ns = if off { 0 } else { s.value.saturating_mul(1000) };
             s.extra = vec![cpu_ns].into();
         }
@@ -475,11 +457,11 @@ impl Collector for Session<'_> {
             let mut user = stacks.read(k.user_stack_id, want.user);
             let mut kernel = stacks.read(k.kernel_stack_id, want.kernel);
             if k.state != ON_CPU {
-                let mark = MARK + state_index(k.state) as u64;
+                let state = state_index(k.state);
                 if want.kernel {
-                    kernel = with_mark(kernel, mark);
+                    kernel = with_state(kernel, state);
                 } else {
-                    user = with_mark(user, mark);
+                    user = with_state(user, state);
                 }
             }
             let value = ns / 1000;
@@ -512,7 +494,7 @@ impl Collector for Session<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::profile::FrameKind;
+    use crate::profile::Frame;
 
     #[test]
     fn states_are_named_as_the_kernel_keeps_them() {
@@ -525,19 +507,24 @@ mod tests {
     }
 
     #[test]
-    fn a_marked_leaf_becomes_the_state_frame_once() {
-        let mut mark = Frame::unknown(MARK + 2, FrameKind::Kernel);
-        mark.name = "some_symbol".into();
+    fn a_state_label_leads_and_tracing_frames_go() {
+        let raw = with_state(RawTrace::addrs([0xffff_ffff_8100_0000]), 2);
+        assert_eq!(
+            raw.frames()[0],
+            RawFrame::Label("[off-cpu: disk]".into()),
+            "the state is the leaf"
+        );
         let mut trace = Trace::Frames(vec![
-            mark,
+            Frame::named("[off-cpu: disk]", FrameKind::Label),
             Frame::named("bpf_trace_run4", FrameKind::Kernel),
             Frame::named("schedule", FrameKind::Kernel),
         ]);
-        assert!(name_state(&mut trace));
-        assert!(name_state(&mut trace), "tidying twice changes nothing");
+        assert!(tidy_state(&mut trace));
+        assert!(tidy_state(&mut trace), "tidying twice changes nothing");
         let names: Vec<&str> = trace.frames().iter().map(|f| &*f.name).collect();
         assert_eq!(names, ["[off-cpu: disk]", "schedule"]);
-        let mut plain = Trace::Frames(vec![Frame::named("main", FrameKind::User)]);
-        assert!(!name_state(&mut plain));
+        let mut plain = Trace::Frames(vec![Frame::named("main", FrameKind::Native)]);
+        assert!(!tidy_state(&mut plain));
+        assert_eq!(plain.frames().len(), 1);
     }
 }

@@ -21,7 +21,7 @@ pub fn task(comm: &str, pid: u32, user: Trace, kernel: Trace) -> TaskStack {
 pub fn cpu_profile() -> Profile {
     use FrameKind::*;
     let k = |n: &[&str]| frames(n, Kernel);
-    let u = |n: &[&str]| frames(n, User);
+    let u = |n: &[&str]| frames(n, Native);
     let samples = vec![
         (
             task(
@@ -152,7 +152,7 @@ pub fn stack_counts() -> Profile {
                         ("caller_a", 0x401140),
                         ("main", 0x401190),
                     ],
-                    User,
+                    Native,
                 ),
                 Trace::Frames(vec![]),
             ),
@@ -168,7 +168,7 @@ pub fn stack_counts() -> Profile {
                         ("caller_b", 0x401160),
                         ("main", 0x4011a0),
                     ],
-                    User,
+                    Native,
                 ),
                 Trace::Frames(vec![]),
             ),
@@ -178,7 +178,7 @@ pub fn stack_counts() -> Profile {
             task(
                 "dd",
                 25036,
-                at(&[("read", 0x7f0000001000), ("main", 0x401000)], User),
+                at(&[("read", 0x7f0000001000), ("main", 0x401000)], Native),
                 at(
                     &[
                         ("ksys_read", 0xffffffff81400010),

@@ -15,7 +15,7 @@ fn located(name: &str, addr: u64, module: &str, file: &str, line: u32) -> Frame 
             file: file.into(),
             line: Some(line),
         })),
-        ..Frame::named(name, FrameKind::User)
+        ..Frame::named(name, FrameKind::Native)
     }
 }
 
@@ -61,7 +61,7 @@ pub fn offcpu() -> Profile {
     meta.target = "all threads".into();
     let blocked = |comm: &str, pid: u32, user: &[&str], kernel: &[&str]| TaskStack {
         tid: Some(pid),
-        ..task(comm, pid, frames(user, User), frames(kernel, Kernel))
+        ..task(comm, pid, frames(user, Native), frames(kernel, Kernel))
     };
     let samples = vec![
         Sample {

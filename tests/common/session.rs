@@ -140,8 +140,14 @@ impl Flare {
     /// Starts flare and waits until it holds at least `events` perf events
     /// (i.e. it is sampling).
     pub fn start(args: &[&str], events: usize) -> Self {
+        Self::start_with_env(args, events, &[])
+    }
+
+    /// [`Flare::start`] with `env` set for flare (e.g. a test knob).
+    pub fn start_with_env(args: &[&str], events: usize, env: &[(&str, &str)]) -> Self {
         let mut child = flare()
             .args(args)
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

@@ -21,6 +21,8 @@ use crate::profile::{Frame, FrameKind, Kind, PathFrame, PathKind, Profile, TaskS
 
 /// The module name pprof and perf give kernel code.
 const KERNEL_MAPPING: &str = "[kernel.kallsyms]";
+/// The module name of code compiled at run time.
+const JIT_MAPPING: &str = "[jit]";
 
 /// Writes the profile gzipped, stamped with the time it started.
 pub fn write<W: Write>(w: W, profile: &Profile) -> io::Result<()> {
@@ -90,8 +92,14 @@ impl Builder {
     fn mapping(&mut self, frame: &Frame) -> u64 {
         let (file, object) = match (frame.kind, &frame.object) {
             (FrameKind::Kernel, _) => (KERNEL_MAPPING, None),
-            (FrameKind::User, Some(o)) => (&*o.path, Some(o)),
-            (FrameKind::User, None) => return 0,
+            (FrameKind::Native, Some(o)) => (&*o.path, Some(o)),
+            // Code compiled at run time lies in no file: one mapping
+            // says which frames are such code, as perf's `[JIT]` does.
+            (FrameKind::Jit, None) => (JIT_MAPPING, None),
+            (FrameKind::Jit, Some(o)) => (&*o.path, Some(o)),
+            // An interpreted function is a function and a source line,
+            // a label only a function: neither lies in a mapping.
+            (FrameKind::Native, None) | (FrameKind::Interpreted | FrameKind::Label, _) => return 0,
         };
         let name = self.string(file);
         // The load bias: where offset 0 of the file would be in memory.
@@ -344,7 +352,7 @@ mod tests {
             addr,
             object: Some(object.clone()),
             file_offset: offset,
-            ..Frame::named(name, FrameKind::User)
+            ..Frame::named(name, FrameKind::Native)
         }
     }
 

@@ -31,7 +31,7 @@ use libbpf_rs::libbpf_sys as sys;
 use self::sample::{Layout, Sample};
 use self::tables::Tables;
 use crate::collect::Target;
-use crate::collect::{Collection, Collector, RawSample, RawTask, RawTrace, WarmUp};
+use crate::collect::{Collection, Collector, RawFrame, RawSample, RawTask, RawTrace, WarmUp};
 use crate::error::{Error, Result};
 use crate::procmaps::perf::{self as records, Record, Ring};
 use crate::procmaps::{procfs, Mappings};
@@ -92,8 +92,8 @@ struct Key {
     /// 0 unless threads are kept apart.
     tid: u32,
     comm: Arc<str>,
-    user: Option<Arc<[u64]>>,
-    kernel: Option<Arc<[u64]>>,
+    user: Option<Arc<[RawFrame]>>,
+    kernel: Option<Arc<[RawFrame]>>,
 }
 
 /// What the samples read so far came to.
@@ -105,7 +105,7 @@ struct State {
     per_thread: bool,
     max_keys: usize,
     counts: HashMap<Key, u64>,
-    stacks: std::collections::HashSet<Arc<[u64]>>,
+    stacks: std::collections::HashSet<Arc<[RawFrame]>>,
     comms: HashMap<u32, Arc<str>>,
     tables: Tables,
     lost: Lost,
@@ -167,11 +167,12 @@ impl Reader {
 }
 
 impl State {
-    fn intern(&mut self, pcs: Vec<u64>) -> Arc<[u64]> {
-        if let Some(s) = self.stacks.get(pcs.as_slice()) {
+    fn intern(&mut self, pcs: Vec<u64>) -> Arc<[RawFrame]> {
+        let frames: Vec<RawFrame> = pcs.into_iter().map(RawFrame::Addr).collect();
+        if let Some(s) = self.stacks.get(frames.as_slice()) {
             return s.clone();
         }
-        let s: Arc<[u64]> = pcs.into();
+        let s: Arc<[RawFrame]> = frames.into();
         self.stacks.insert(s.clone());
         s
     }
@@ -436,8 +437,8 @@ impl Collector for Session {
     fn collect(&mut self, clear: bool) -> Result<Collection> {
         self.reader.drain();
         let mut state = lock(&self.reader.state);
-        let trace = |t: &Option<Arc<[u64]>>| match t {
-            Some(a) => RawTrace::Addrs(a.clone()),
+        let trace = |t: &Option<Arc<[RawFrame]>>| match t {
+            Some(a) => RawTrace::Frames(a.clone()),
             None => RawTrace::NotCollected,
         };
         let samples = state

@@ -37,7 +37,7 @@ mod tests {
                 pid: Some(1),
                 tid: None,
                 comm: "x".into(),
-                user: Trace::Frames(vec![Frame::unknown(0x10, FrameKind::User)]),
+                user: Trace::Frames(vec![Frame::unknown(0x10, FrameKind::Native)]),
                 kernel: Trace::Frames(vec![named]),
             },
             None,
