@@ -7,6 +7,7 @@ pub mod offcpu;
 pub mod perfmode;
 pub mod profile;
 pub mod stackcount;
+mod start;
 pub mod wallclock;
 
 use std::mem::MaybeUninit;

@@ -10,19 +10,18 @@ use std::os::fd::{AsFd, AsRawFd};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use libbpf_rs::skel::{OpenSkel, SkelBuilder};
+use libbpf_rs::skel::OpenSkel;
 use libbpf_rs::{Link, MapCore, MapFlags, MapHandle, MapType, OpenObject};
 
-use crate::bpf::loader::{self, CommonKnobs, Targets};
-use crate::bpf::perf::{self, Sampling, Scope};
-use crate::bpf::skel::profile::{types, ProfileSkel, ProfileSkelBuilder};
-use crate::bpf::{comm_str, read_counts, variant, PlainKey};
+use crate::bpf::loader;
+use crate::bpf::perf::Sampling;
+use crate::bpf::skel::profile::{types, ProfileSkel};
+use crate::bpf::{comm_str, read_counts, PlainKey};
 use crate::collect::{Collection, Collector, Periodic, RawSample, RawTask, Stacks, Target, WarmUp};
 use crate::error::{Error, Result};
 use crate::procmaps::Mappings;
 use crate::profile::{Kind, Meta};
-use crate::system;
-
+use crate::tools::start::{self, Plan, Watch};
 use crate::unwind::{self, Unwinder};
 
 /// Everything `flare profile` was asked to do.
@@ -160,20 +159,27 @@ fn pinned_filter_map(option: &'static str, path: &PathBuf) -> Result<MapHandle> 
     Ok(map)
 }
 
+/// What start-up needs to know of these options.
+fn plan(c: &Config) -> Plan<'_> {
+    Plan {
+        watch: Watch::from(&c.target),
+        cpu: c.cpu,
+        launched: c.follow_children,
+        stacks: c.stacks,
+        include_self: c.include_self,
+        unwind: c.unwind,
+        hash_storage_size: c.hash_storage_size,
+        stack_storage_size: c.stack_storage_size,
+        uprobes: None,
+    }
+}
+
 impl<'obj> Session<'obj> {
     /// Validates the config against the system, loads the BPF program and
     /// starts sampling.
     pub fn start(config: Config, object: &'obj mut MaybeUninit<OpenObject>) -> Result<Self> {
-        let (pids, tids): (&[u32], &[u32]) = match &config.target {
-            Target::All => (&[], &[]),
-            Target::Pids(p) => (p, &[]),
-            Target::Tids(t) => (&[], t),
-        };
-        loader::prepare(Targets {
-            pids,
-            tids,
-            cpu: config.cpu,
-        })?;
+        let plan = plan(&config);
+        plan.prepare()?;
         let cgroup = config
             .cgroup_map
             .as_ref()
@@ -185,47 +191,15 @@ impl<'obj> Session<'obj> {
             .map(|p| pinned_filter_map("--mntnsmap", p))
             .transpose()?;
         let load_err = loader::load_error("profile");
-        let mode = config.unwind.effective(config.stacks.user);
-        let mut open = variant::open(mode.build(), || ProfileSkelBuilder::default().open(object))
-            .map_err(load_err)?;
-        let ids: &[u32] = match &config.target {
-            Target::All => &[],
-            Target::Pids(p) => p,
-            Target::Tids(t) => t,
-        };
-        let per_thread = config.per_thread || matches!(config.target, Target::Tids(_));
-        {
-            let ro = open
-                .maps
-                .rodata_data
-                .as_deref_mut()
-                .ok_or_else(|| Error::Unsupported("profile.bpf.c has no rodata".into()))?;
+        let (mut open, mode) = plan.open::<ProfileSkel>(object, |ro| {
             ro.filter_pid = matches!(config.target, Target::Pids(_));
             ro.filter_tid = matches!(config.target, Target::Tids(_));
-            ro.per_thread = per_thread;
+            ro.per_thread = config.per_thread || matches!(config.target, Target::Tids(_));
             ro.include_idle = config.include_idle;
-            ro.unwind_mode = mode.bpf_value();
             ro.filter_cgroup = cgroup.is_some();
             ro.filter_mntns = mntns.is_some();
-            let follow = ids.first().copied().filter(|_| config.follow_children);
-            crate::set_common_knobs!(
-                ro,
-                CommonKnobs::new(config.include_self)
-                    .recording(config.stacks.user, config.stacks.kernel)
-                    .following(follow)
-            );
-        }
+        })?;
         let maps = &mut open.maps;
-        maps.counts
-            .set_max_entries(config.hash_storage_size)
-            .map_err(load_err)?;
-        maps.stacks
-            .set_max_entries(config.stack_storage_size)
-            .map_err(load_err)?;
-        maps.targets
-            .set_max_entries((ids.len() as u32).max(1))
-            .map_err(load_err)?;
-        crate::unwind_size_maps!(maps, mode).map_err(load_err)?;
         if let Some(m) = &cgroup {
             maps.cgroup_sets
                 .set_inner_map_fd(m.as_fd())
@@ -248,100 +222,22 @@ impl<'obj> Session<'obj> {
                     .map_err(load_err)?;
             }
         }
-        loader::fill_targets(&skel.maps.targets, ids, "profile")?;
-
-        // A launched command has not exec'd yet: its maps are read when
-        // the unwinder first meets it.
-        let pids: &[u32] = match &config.target {
-            Target::Pids(p) if !config.follow_children => p,
-            _ => &[],
-        };
-        let all = config.target == Target::All;
-        let unwinder = unwind::start(mode, crate::unwind_maps!(skel.maps), "profile", pids, all)?;
-        let mut session = Session {
+        let unwinder = plan.start_unwinder(&skel, mode)?;
+        let prog = &skel.progs.flare_profile_sample;
+        let links = start::sample(prog, &plan, config.sampling, true, "profile")?;
+        Ok(Session {
             skel,
             config,
-            _links: Vec::new(),
+            _links: links,
             periodic: Periodic::default(),
             unwinder,
-        };
-        session.attach()?;
-        Ok(session)
-    }
-
-    /// Opens the perf events and attaches the program to each.
-    fn attach(&mut self) -> Result<()> {
-        let sampling = self.config.sampling;
-        let cpu = self.config.cpu;
-        let mut scopes = Vec::new();
-        match &self.config.target {
-            Target::All => match cpu {
-                Some(c) => scopes.push(Scope::Cpu(c)),
-                None => scopes.extend(system::online_cpus()?.0.into_iter().map(Scope::Cpu)),
-            },
-            Target::Pids(pids) => {
-                // Bind to the target's threads so that nothing else is
-                // interrupted; `inherit` follows threads created later.
-                for &pid in pids {
-                    for tid in system::threads(pid)? {
-                        scopes.push(Scope::Thread {
-                            tid,
-                            cpu,
-                            inherit: true,
-                        });
-                    }
-                }
-            }
-            Target::Tids(tids) => scopes.extend(tids.iter().map(|&tid| Scope::Thread {
-                tid,
-                cpu,
-                inherit: false,
-            })),
-        }
-        let mut attached = std::collections::HashSet::new();
-        self.attach_scopes(scopes, sampling, &mut attached)?;
-        // Threads started while the first events were being opened.
-        if let Target::Pids(pids) = &self.config.target {
-            let mut late = Vec::new();
-            for &pid in pids {
-                for tid in system::threads(pid).unwrap_or_default() {
-                    late.push(Scope::Thread {
-                        tid,
-                        cpu,
-                        inherit: true,
-                    });
-                }
-            }
-            self.attach_scopes(late, sampling, &mut attached)?;
-        }
-        Ok(())
-    }
-
-    fn attach_scopes(
-        &mut self,
-        scopes: Vec<Scope>,
-        sampling: Sampling,
-        done: &mut std::collections::HashSet<Scope>,
-    ) -> Result<()> {
-        for scope in scopes {
-            if done.contains(&scope) {
-                continue;
-            }
-            let prog = &self.skel.progs.flare_profile_sample;
-            if let Some(link) = perf::attach_cpu_clock(prog, scope, sampling, "profile")? {
-                self._links.push(link);
-            }
-            done.insert(scope);
-        }
-        Ok(())
+        })
     }
 }
 
 impl Collector for Session<'_> {
     fn share_mappings(&self, mappings: &Mappings) {
-        if let Some(u) = &self.unwinder {
-            u.use_mappings(mappings.clone());
-        }
+        start::share_mappings(self.unwinder.as_ref(), mappings);
     }
 
     fn meta(&self) -> Meta {
@@ -353,13 +249,7 @@ impl Collector for Session<'_> {
     }
 
     fn warm_up(&self) -> WarmUp {
-        WarmUp {
-            kernel: self.config.stacks.kernel,
-            pids: match &self.config.target {
-                Target::Pids(p) => p.clone(),
-                _ => Vec::new(),
-            },
-        }
+        plan(&self.config).warm_up()
     }
 
     /// Reads every counted stack. With `clear`, the counts are removed as
