@@ -13,25 +13,24 @@
 //! stack, named as it is by the symbolizer; tidy drops the tracing frames
 //! the kernel stack was taken in, below it.
 
-use std::collections::HashSet;
 use std::mem::MaybeUninit;
 use std::time::Duration;
 
-use libbpf_rs::skel::{OpenSkel, SkelBuilder};
+use libbpf_rs::skel::OpenSkel;
 use libbpf_rs::{Link, MapCore, MapFlags, OpenObject};
 
-use crate::bpf::loader::{self, CommonKnobs, Targets};
-use crate::bpf::perf::{self, Sampling, Scope};
-use crate::bpf::skel::wallclock::{types, WallclockSkel, WallclockSkelBuilder};
-use crate::bpf::{comm_str, probe, read_counts, variant, PlainKey};
+use crate::bpf::loader;
+use crate::bpf::perf::Sampling;
+use crate::bpf::skel::wallclock::{types, WallclockSkel};
+use crate::bpf::{comm_str, probe, read_counts, PlainKey};
 use crate::collect::{
     Collection, Collector, Periodic, RawFrame, RawSample, RawTask, RawTrace, Stacks, Target, WarmUp,
 };
 use crate::error::{Error, Result};
 use crate::procmaps::Mappings;
 use crate::profile::{ExtraValue, FrameKind, Kind, Meta, Sample, Trace};
-use crate::system;
 use crate::tools::offcpu::is_tracing_frame;
+use crate::tools::start::{self, Plan, Watch};
 use crate::unwind::{self, Unwinder};
 
 /// The `state` of time spent on the CPU (`WALL_ON_CPU` in wallclock.h).
@@ -166,22 +165,26 @@ pub struct Session<'obj> {
     unwinder: Option<Unwinder>,
 }
 
+/// What start-up needs to know of these options.
+fn plan(c: &Config) -> Plan<'_> {
+    Plan {
+        watch: Watch::from(&c.target),
+        cpu: None,
+        launched: c.follow_children,
+        stacks: c.stacks,
+        include_self: c.include_self,
+        unwind: c.unwind,
+        hash_storage_size: c.hash_storage_size,
+        stack_storage_size: c.stack_storage_size,
+        uprobes: None,
+    }
+}
+
 impl<'obj> Session<'obj> {
     /// Validates the config, loads the BPF program and attaches it.
     pub fn start(config: Config, object: &'obj mut MaybeUninit<OpenObject>) -> Result<Self> {
-        let ids: &[u32] = match &config.target {
-            Target::All => &[],
-            Target::Pids(p) | Target::Tids(p) => p,
-        };
-        let (pids, tids): (&[u32], &[u32]) = match &config.target {
-            Target::Tids(t) => (&[], t),
-            _ => (ids, &[]),
-        };
-        loader::prepare(Targets {
-            pids,
-            tids,
-            cpu: None,
-        })?;
+        let plan = plan(&config);
+        plan.prepare()?;
         if config.frequency == 0 || config.frequency > 1_000_000_000 {
             return Err(Error::Unsupported(
                 "-F must be between 1 and 1000000000 Hertz".into(),
@@ -194,61 +197,22 @@ impl<'obj> Session<'obj> {
             ));
         }
         let load_err = loader::load_error("wallclock");
-        let mode = config.unwind.effective(config.stacks.user);
-        let mut open = variant::open(mode.build(), || {
-            WallclockSkelBuilder::default().open(object)
-        })
-        .map_err(load_err)?;
-        {
-            let ro = open
-                .maps
-                .rodata_data
-                .as_deref_mut()
-                .ok_or_else(|| Error::Unsupported("wallclock.bpf.c has no rodata".into()))?;
-            ro.unwind_mode = mode.bpf_value();
+        let (mut open, mode) = plan.open::<WallclockSkel>(object, |ro| {
             ro.filter_pid = matches!(config.target, Target::Pids(_));
             ro.filter_tid = matches!(config.target, Target::Tids(_));
             ro.filter_state = config.state.is_some();
             ro.state = config.state.unwrap_or(0);
             ro.min_ns = config.min_us.saturating_mul(1000);
             ro.period_ns = 1_000_000_000 / config.frequency;
-            let follow = ids.first().copied().filter(|_| config.follow_children);
-            crate::set_common_knobs!(
-                ro,
-                CommonKnobs::new(config.include_self)
-                    .recording(config.stacks.user, config.stacks.kernel)
-                    .following(follow)
-            );
-        }
+        })?;
         open.progs.flare_wall_switch_btf.set_autoload(!raw_tp);
         open.progs.flare_wall_switch_raw.set_autoload(raw_tp);
-        let maps = &mut open.maps;
-        maps.counts
-            .set_max_entries(config.hash_storage_size)
-            .map_err(load_err)?;
-        maps.stacks
-            .set_max_entries(config.stack_storage_size)
-            .map_err(load_err)?;
-        maps.start
+        open.maps
+            .start
             .set_max_entries(config.blocked_storage_size)
             .map_err(load_err)?;
-        maps.targets
-            .set_max_entries((ids.len() as u32).max(1))
-            .map_err(load_err)?;
-        crate::unwind_size_maps!(maps, mode).map_err(load_err)?;
         let skel = open.load().map_err(load_err)?;
-        loader::fill_targets(&skel.maps.targets, ids, "wallclock")?;
-        // A launched command has not exec'd yet: its maps are read when
-        // the unwinder first meets it.
-        let preload: &[u32] = if config.follow_children { &[] } else { pids };
-        let all = config.target == Target::All;
-        let unwinder = unwind::start(
-            mode,
-            crate::unwind_maps!(skel.maps),
-            "wallclock",
-            preload,
-            all,
-        )?;
+        let unwinder = plan.start_unwinder(&skel, mode)?;
         let mut session = Session {
             skel,
             config,
@@ -280,49 +244,10 @@ impl<'obj> Session<'obj> {
                 .map_err(attach_err("tp_btf sched_switch"))?
         };
         self._links.push(link);
-        let sampling = Sampling::Frequency(self.config.frequency);
-        let mut done = HashSet::new();
-        // Twice for processes: threads started while the first events
-        // were being opened are caught by the second pass.
-        for _ in 0..2 {
-            let scopes: Vec<Scope> = match &self.config.target {
-                Target::All => system::online_cpus()?
-                    .0
-                    .into_iter()
-                    .map(Scope::Cpu)
-                    .collect(),
-                Target::Pids(pids) => pids
-                    .iter()
-                    .flat_map(|&p| system::threads(p).unwrap_or_default())
-                    .map(|tid| Scope::Thread {
-                        tid,
-                        cpu: None,
-                        inherit: true,
-                    })
-                    .collect(),
-                Target::Tids(tids) => tids
-                    .iter()
-                    .map(|&tid| Scope::Thread {
-                        tid,
-                        cpu: None,
-                        inherit: false,
-                    })
-                    .collect(),
-            };
-            for scope in scopes {
-                if done.insert(scope) {
-                    self.attach_event(scope, sampling)?;
-                }
-            }
-        }
-        Ok(())
-    }
-
-    fn attach_event(&mut self, scope: Scope, sampling: Sampling) -> Result<()> {
         let prog = &self.skel.progs.flare_wall_sample;
-        if let Some(link) = perf::attach_cpu_clock(prog, scope, sampling, "wallclock")? {
-            self._links.push(link);
-        }
+        let sampling = Sampling::Frequency(self.config.frequency);
+        let links = start::sample(prog, &plan(&self.config), sampling, false, "wallclock")?;
+        self._links.extend(links);
         Ok(())
     }
 
@@ -398,9 +323,7 @@ fn tidy_state(trace: &mut Trace) -> bool {
 
 impl Collector for Session<'_> {
     fn share_mappings(&self, mappings: &Mappings) {
-        if let Some(u) = &self.unwinder {
-            u.use_mappings(mappings.clone());
-        }
+        start::share_mappings(self.unwinder.as_ref(), mappings);
     }
 
     fn meta(&self) -> Meta {
@@ -426,13 +349,7 @@ impl Collector for Session<'_> {
     }
 
     fn warm_up(&self) -> WarmUp {
-        WarmUp {
-            kernel: self.config.stacks.kernel,
-            pids: match &self.config.target {
-                Target::Pids(p) => p.clone(),
-                _ => Vec::new(),
-            },
-        }
+        plan(&self.config).warm_up()
     }
 
     /// Names the states of off-CPU samples and sets every sample's CPU
