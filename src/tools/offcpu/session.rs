@@ -3,19 +3,20 @@
 
 use std::mem::MaybeUninit;
 
-use libbpf_rs::skel::{OpenSkel, SkelBuilder};
+use libbpf_rs::skel::OpenSkel;
 use libbpf_rs::{Link, OpenObject};
 
 use super::{header, tidy_samples};
 use super::{thread_context, Attach, Config, Threads, Tool};
-use crate::bpf::loader::{self, CommonKnobs, Targets};
-use crate::bpf::skel::offcpu::{types, OffcpuSkel, OffcpuSkelBuilder};
-use crate::bpf::{comm_str, probe, read_counts, variant, PlainKey};
+use crate::bpf::loader;
+use crate::bpf::skel::offcpu::{types, OffcpuSkel};
+use crate::bpf::{comm_str, probe, read_counts, PlainKey};
 use crate::collect::{Collection, Collector, Periodic, RawSample, RawTask, RawTrace, WarmUp};
 use crate::error::{Error, Result};
 use crate::procmaps::Mappings;
 use crate::profile::{Kind, Meta, Sample};
-use crate::unwind::{self, Unwinder};
+use crate::tools::start::{self, Plan, Watch};
+use crate::unwind::Unwinder;
 
 /// Mirrors the `OFFCPU_*` constants of `offcpu.h`.
 const MODE_OFFCPU: u32 = 0;
@@ -72,37 +73,35 @@ fn choose(asked: Attach, tool: Tool) -> Result<Attach> {
     }
 }
 
+/// What start-up needs to know of these options.
+fn plan(c: &Config) -> Plan<'_> {
+    Plan {
+        watch: match &c.threads {
+            Threads::Pids(p) => Watch::Pids(p),
+            Threads::Tids(t) => Watch::Tids(t),
+            _ => Watch::All,
+        },
+        cpu: None,
+        launched: c.follow_children,
+        stacks: c.stacks,
+        include_self: c.include_self,
+        unwind: c.unwind,
+        hash_storage_size: c.hash_storage_size,
+        stack_storage_size: c.stack_storage_size,
+        uprobes: None,
+    }
+}
+
 impl<'obj> Session<'obj> {
     /// Validates the config against the system, loads the BPF program and
     /// starts tracing.
     pub fn start(config: Config, object: &'obj mut MaybeUninit<OpenObject>) -> Result<Self> {
         config.validate()?;
-        let (pids, tids): (&[u32], &[u32]) = match &config.threads {
-            Threads::Pids(p) => (p, &[]),
-            Threads::Tids(t) => (&[], t),
-            _ => (&[], &[]),
-        };
-        loader::prepare(Targets {
-            pids,
-            tids,
-            cpu: None,
-        })?;
+        let plan = plan(&config);
+        plan.prepare()?;
         let attach = choose(config.attach, config.tool)?;
         let load_err = loader::load_error("offcpu");
-        let mode = config.unwind.effective(config.stacks.user);
-        let mut open = variant::open(mode.build(), || OffcpuSkelBuilder::default().open(object))
-            .map_err(load_err)?;
-        let ids: &[u32] = match &config.threads {
-            Threads::Pids(p) => p,
-            Threads::Tids(t) => t,
-            _ => &[],
-        };
-        {
-            let ro = open
-                .maps
-                .rodata_data
-                .as_deref_mut()
-                .ok_or_else(|| Error::Unsupported("offcpu.bpf.c has no rodata".into()))?;
+        let (mut open, mode) = plan.open::<OffcpuSkel>(object, |ro| {
             ro.mode = match config.tool {
                 Tool::OffCpu => MODE_OFFCPU,
                 Tool::Wakeup => MODE_WAKEUP,
@@ -117,18 +116,10 @@ impl<'obj> Session<'obj> {
             };
             ro.filter_state = config.state.is_some();
             ro.state = config.state.unwrap_or(0);
-            let follow = ids.first().copied().filter(|_| config.follow_children);
-            crate::set_common_knobs!(
-                ro,
-                CommonKnobs::new(config.include_self)
-                    .recording(config.stacks.user, config.stacks.kernel)
-                    .following(follow)
-            );
             ro.min_us = config.min_us;
             ro.max_us = config.max_us;
             ro.stacks_at_switch_in = attach == Attach::Kprobe;
-            ro.unwind_mode = mode.bpf_value();
-        }
+        })?;
         let waker = config.tool != Tool::OffCpu;
         let progs = &mut open.progs;
         let wanted = [
@@ -152,15 +143,6 @@ impl<'obj> Session<'obj> {
             prog.set_autoload(on);
         }
         let maps = &mut open.maps;
-        maps.counts
-            .set_max_entries(config.hash_storage_size)
-            .map_err(load_err)?;
-        maps.stacks
-            .set_max_entries(config.stack_storage_size)
-            .map_err(load_err)?;
-        maps.targets
-            .set_max_entries((ids.len() as u32).max(1))
-            .map_err(load_err)?;
         maps.start
             .set_max_entries(config.blocked_storage_size)
             .map_err(load_err)?;
@@ -168,18 +150,8 @@ impl<'obj> Session<'obj> {
             // Unused: keep it from taking memory.
             maps.wokeby.set_max_entries(1).map_err(load_err)?;
         }
-        crate::unwind_size_maps!(maps, mode).map_err(load_err)?;
         let skel = open.load().map_err(load_err)?;
-        loader::fill_targets(&skel.maps.targets, ids, "offcpu")?;
-        let (pids, all): (&[u32], bool) = match &config.threads {
-            // A launched command has not exec'd yet: its maps are read
-            // when the unwinder first meets it.
-            Threads::Pids(_) if config.follow_children => (&[], false),
-            Threads::Pids(p) => (p, false),
-            Threads::Tids(_) => (&[], false),
-            _ => (&[], true),
-        };
-        let unwinder = unwind::start(mode, crate::unwind_maps!(skel.maps), "offcpu", pids, all)?;
+        let unwinder = plan.start_unwinder(&skel, mode)?;
         let mut session = Session {
             skel,
             config,
@@ -264,9 +236,7 @@ impl<'obj> Session<'obj> {
 
 impl Collector for Session<'_> {
     fn share_mappings(&self, mappings: &Mappings) {
-        if let Some(u) = &self.unwinder {
-            u.use_mappings(mappings.clone());
-        }
+        start::share_mappings(self.unwinder.as_ref(), mappings);
     }
 
     fn meta(&self) -> Meta {
@@ -303,13 +273,7 @@ impl Collector for Session<'_> {
     }
 
     fn warm_up(&self) -> WarmUp {
-        WarmUp {
-            kernel: self.config.stacks.kernel,
-            pids: match &self.config.threads {
-                Threads::Pids(p) => p.clone(),
-                _ => Vec::new(),
-            },
-        }
+        plan(&self.config).warm_up()
     }
 
     /// Reads every summed key. With `clear`, the sums are removed as they
