@@ -19,16 +19,16 @@ use std::mem::MaybeUninit;
 use std::os::fd::AsFd;
 use std::path::PathBuf;
 
-use libbpf_rs::skel::{OpenSkel, SkelBuilder};
+use libbpf_rs::skel::OpenSkel;
 use libbpf_rs::{Link, Object, OpenObject};
 
-use crate::bpf::loader::{self, CommonKnobs, Targets as Checked};
-use crate::bpf::skel::stackcount::{types, StackcountSkel, StackcountSkelBuilder};
-use crate::bpf::{comm_str, probe, read_counts, variant, PlainKey};
+use crate::bpf::skel::stackcount::{types, StackcountSkel};
+use crate::bpf::{comm_str, probe, read_counts, PlainKey};
 use crate::collect::{Collection, Collector, Periodic, RawSample, RawTask, WarmUp};
 use crate::error::{Error, Result};
 use crate::procmaps::Mappings;
 use crate::profile::{Kind, Meta, Sample};
+use crate::tools::start::{self, Plan, Watch};
 
 pub use crate::collect::Stacks;
 use crate::unwind::{self, Unwinder};
@@ -236,52 +236,42 @@ fn resolve_targets(pattern: &Pattern, config: &Config) -> Result<Targets> {
     Ok(targets)
 }
 
+/// What start-up needs to know of these options.
+fn plan(c: &Config) -> Plan<'_> {
+    Plan {
+        watch: match &c.pid {
+            Some(p) => Watch::Pids(std::slice::from_ref(p)),
+            None => Watch::All,
+        },
+        cpu: c.cpu,
+        launched: c.command.is_some(),
+        stacks: c.stacks,
+        include_self: c.include_self,
+        unwind: c.unwind,
+        hash_storage_size: c.hash_storage_size,
+        stack_storage_size: c.stack_storage_size,
+        uprobes: None,
+    }
+}
+
 impl<'obj> Session<'obj> {
     /// Validates the config, resolves the pattern, loads the BPF program
     /// and attaches it to everything the pattern matches.
     pub fn start(config: Config, object: &'obj mut MaybeUninit<OpenObject>) -> Result<Self> {
-        loader::prepare(Checked {
-            pids: config.pid.as_slice(),
-            tids: &[],
-            cpu: config.cpu,
-        })?;
+        let mut plan = plan(&config);
+        plan.prepare()?;
         let pattern = Pattern::parse(&config.pattern, config.regex)?;
         let targets = resolve_targets(&pattern, &config)?;
-        let load_err = loader::load_error("stackcount");
-        let mode = config.unwind.effective(config.stacks.user);
-        let mut open = variant::open(mode.build(), || {
-            StackcountSkelBuilder::default().open(object)
-        })
-        .map_err(load_err)?;
-        {
-            let ro = open
-                .maps
-                .rodata_data
-                .as_deref_mut()
-                .ok_or_else(|| Error::Unsupported("stackcount.bpf.c has no rodata".into()))?;
+        if let Targets::User { binary, .. } | Targets::Usdt { binary, .. } = &targets {
+            plan.uprobes = Some(binary);
+        }
+        let (mut open, mode) = plan.open::<StackcountSkel>(object, |ro| {
             ro.filter_pid = config.pid.is_some();
             ro.target_pid = config.pid.unwrap_or(0);
             ro.filter_cpu = config.cpu.is_some();
             ro.target_cpu = config.cpu.unwrap_or(0);
             ro.per_process = config.keys_processes(pattern.kind);
-            let follow = config.pid.filter(|_| config.command.is_some());
-            crate::set_common_knobs!(
-                ro,
-                CommonKnobs::new(config.include_self)
-                    .recording(config.stacks.user, config.stacks.kernel)
-                    .following(follow)
-            );
-            ro.unwind_mode = mode.bpf_value();
-        }
-        open.maps
-            .counts
-            .set_max_entries(config.hash_storage_size)
-            .map_err(load_err)?;
-        open.maps
-            .stacks
-            .set_max_entries(config.stack_storage_size)
-            .map_err(load_err)?;
-        crate::unwind_size_maps!(open.maps, mode).map_err(load_err)?;
+        })?;
         attach::choose_programs(&mut open.progs, &pattern, &targets)?;
         // Loading fentry is itself the probe: keep libbpf's complaints
         // out of the way of the one-line error that explains a refusal.
@@ -298,24 +288,7 @@ impl<'obj> Session<'obj> {
             libbpf_rs::set_print(previous);
         }
         let skel = loaded.map_err(|e| attach::load_error(&pattern, &targets, e))?;
-        // A uprobe's processes are loaded before it fires.
-        let (pids, all) = match (config.pid, &targets) {
-            // A launched command has not exec'd yet: its maps are read
-            // when the unwinder first meets it.
-            (Some(_), _) if config.command.is_some() => (Vec::new(), false),
-            (Some(p), _) => (vec![p], false),
-            (None, Targets::User { binary, .. } | Targets::Usdt { binary, .. }) => {
-                (unwind::procs::pids_mapping(binary), false)
-            }
-            (None, _) => (Vec::new(), true),
-        };
-        let unwinder = unwind::start(
-            mode,
-            crate::unwind_maps!(skel.maps),
-            "stackcount",
-            &pids,
-            all,
-        )?;
+        let unwinder = plan.start_unwinder(&skel, mode)?;
         let mut session = Session {
             skel,
             _extra: Vec::new(),
@@ -363,9 +336,7 @@ impl<'obj> Session<'obj> {
 
 impl Collector for Session<'_> {
     fn share_mappings(&self, mappings: &Mappings) {
-        if let Some(u) = &self.unwinder {
-            u.use_mappings(mappings.clone());
-        }
+        start::share_mappings(self.unwinder.as_ref(), mappings);
     }
 
     fn meta(&self) -> Meta {
@@ -388,10 +359,7 @@ impl Collector for Session<'_> {
     }
 
     fn warm_up(&self) -> WarmUp {
-        WarmUp {
-            kernel: self.config.stacks.kernel,
-            pids: self.config.pid.into_iter().collect(),
-        }
+        plan(&self.config).warm_up()
     }
 
     /// Reads every counted stack. With `clear`, counts are removed as they
