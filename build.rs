@@ -1,6 +1,8 @@
 //! Compiles every `bpf/<tool>.bpf.c` with clang and generates its libbpf-rs
-//! skeleton (`$OUT_DIR/<tool>.skel.rs`). Only the committed `bpf/vmlinux.h`
-//! and libbpf's own headers (vendored by libbpf-sys) are needed: no kernel
+//! skeleton (`$OUT_DIR/<tool>.skel.rs`), and `$OUT_DIR/skels.rs`, the
+//! module of each (`crate::bpf::skel::<tool>`): a new program is found by
+//! its file name, listed nowhere. Only the committed `bpf/vmlinux.h` and
+//! libbpf's own headers (vendored by libbpf-sys) are needed: no kernel
 //! headers on the build machine.
 
 use std::env;
@@ -9,8 +11,19 @@ use std::path::PathBuf;
 
 use libbpf_cargo::SkeletonBuilder;
 
-/// The BPF programs, one per tool family, each with a shared `<tool>.h`.
-const PROGRAMS: &[&str] = &["profile", "stackcount", "offcpu", "wallclock"];
+/// The BPF programs, one per tool family (each `bpf/<tool>.bpf.c`, with a
+/// `<tool>.h` shared with the Rust side), in name order.
+fn programs() -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir("bpf")
+        .expect("reading bpf/")
+        .filter_map(|e| {
+            let name = e.ok()?.file_name().into_string().ok()?;
+            Some(name.strip_suffix(".bpf.c")?.to_string())
+        })
+        .collect();
+    names.sort();
+    names
+}
 
 fn main() {
     let out = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
@@ -27,7 +40,15 @@ fn main() {
     // The whole directory: any header a program includes, now or later
     // (cargo looks at every file below it).
     println!("cargo:rerun-if-changed=bpf");
-    for name in PROGRAMS {
+    let programs = programs();
+    let mut modules = String::new();
+    for name in &programs {
+        modules.push_str(&format!(
+            "pub mod {name} {{\n    include!(concat!(env!(\"OUT_DIR\"), \"/{name}.skel.rs\"));\n}}\n"
+        ));
+    }
+    std::fs::write(out.join("skels.rs"), modules).expect("writing skels.rs");
+    for name in &programs {
         let src = format!("bpf/{name}.bpf.c");
         let args = |extra: &'static str| {
             [

@@ -10,7 +10,8 @@ pub mod probe;
 pub mod tracefs;
 pub mod variant;
 
-/// The generated skeletons, one per BPF program in `bpf/`.
+/// The generated skeletons, one per BPF program in `bpf/` (`build.rs`
+/// writes a module for each `bpf/<tool>.bpf.c`).
 #[allow(
     clippy::all,
     clippy::pedantic,
@@ -19,18 +20,7 @@ pub mod variant;
     non_camel_case_types
 )]
 pub mod skel {
-    pub mod profile {
-        include!(concat!(env!("OUT_DIR"), "/profile.skel.rs"));
-    }
-    pub mod stackcount {
-        include!(concat!(env!("OUT_DIR"), "/stackcount.skel.rs"));
-    }
-    pub mod offcpu {
-        include!(concat!(env!("OUT_DIR"), "/offcpu.skel.rs"));
-    }
-    pub mod wallclock {
-        include!(concat!(env!("OUT_DIR"), "/wallclock.skel.rs"));
-    }
+    include!(concat!(env!("OUT_DIR"), "/skels.rs"));
 }
 
 pub use maps::{read_counts, PlainKey};

@@ -1,4 +1,4 @@
-//! One start-up path for the BPF tools (issue 20).
+//! One start-up path for the BPF tools.
 //!
 //! Every tool starts the same way: check the targets, open the object
 //! build its unwinding mode needs, set the knobs and size the maps every
