@@ -3,6 +3,7 @@
 
 pub mod agent;
 pub mod analyze;
+pub mod common;
 pub mod docs;
 pub mod offcpu;
 pub mod output;
@@ -62,16 +63,6 @@ pub enum Command {
     /// Print the man page (roff)
     #[command(hide = true)]
     Man(docs::ManArgs),
-}
-
-/// `--unwind`, on every tool that takes user stacks.
-#[derive(Clone, Copy, Debug, clap::Args)]
-pub struct UnwindArgs {
-    /// How to walk user stacks: auto (unwind tables where an object has
-    /// them, frame pointers elsewhere), fp (frame pointers only), dwarf
-    /// (unwind tables only)
-    #[arg(long = "unwind", value_name = "MODE", default_value = "auto", value_parser = |s: &str| s.parse::<flare::unwind::Mode>())]
-    pub mode: flare::unwind::Mode,
 }
 
 /// A comma-separated list of process or thread ids (`185,186`).

@@ -93,7 +93,7 @@ pub struct CommonArgs {
     pub include_self: bool,
 
     #[command(flatten)]
-    pub unwind: super::UnwindArgs,
+    pub unwind: super::common::UnwindArgs,
 
     #[command(flatten)]
     pub output: super::output::OutputArgs,
@@ -106,7 +106,7 @@ pub struct CommonArgs {
     pub duration: Option<u64>,
 
     #[command(flatten)]
-    pub launch: super::output::LaunchArgs,
+    pub launch: super::common::LaunchArgs,
 }
 
 /// bcc's -p/-t/-u/-k, one at most.

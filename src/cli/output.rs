@@ -182,13 +182,3 @@ pub fn request(
         push: None,
     })
 }
-
-/// `-- CMD ARGS...`: the command to start and profile, flattened into
-/// every collecting tool's arguments.
-#[derive(Clone, Debug, Default, Args)]
-pub struct LaunchArgs {
-    /// Start this command (as the invoking user under sudo), profile it and
-    /// the processes it starts until it exits, and exit with its status
-    #[arg(last = true, value_name = "COMMAND")]
-    pub command: Vec<std::ffi::OsString>,
-}

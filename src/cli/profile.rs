@@ -99,7 +99,7 @@ pub struct ProfileArgs {
     pub include_self: bool,
 
     #[command(flatten)]
-    pub unwind: super::UnwindArgs,
+    pub unwind: super::common::UnwindArgs,
 
     #[command(flatten)]
     pub serve: super::serve::ServeArgs,
@@ -115,7 +115,7 @@ pub struct ProfileArgs {
     pub push: super::agent::PushArgs,
 
     #[command(flatten)]
-    pub launch: super::output::LaunchArgs,
+    pub launch: super::common::LaunchArgs,
 }
 
 impl ProfileArgs {

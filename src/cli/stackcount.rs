@@ -125,13 +125,13 @@ pub struct StackcountArgs {
     /// Files to write (-o FILE, --format); with -i each interval rewrites
     /// them with its own counts
     #[command(flatten)]
-    pub unwind: super::UnwindArgs,
+    pub unwind: super::common::UnwindArgs,
 
     #[command(flatten)]
     pub output: OutputArgs,
 
     #[command(flatten)]
-    pub launch: super::output::LaunchArgs,
+    pub launch: super::common::LaunchArgs,
 }
 
 impl StackcountArgs {

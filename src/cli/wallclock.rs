@@ -9,7 +9,8 @@ use flare::output::StackStyle;
 use flare::tools::wallclock::Config;
 use flare::tools::ToolConfig;
 
-use super::output::{LaunchArgs, OutputArgs};
+use super::common::LaunchArgs;
+use super::output::OutputArgs;
 use super::{id_list, nonzero, nonzero_u32, IdList};
 
 pub const EXAMPLES: &str = "\
@@ -72,7 +73,7 @@ pub struct WallclockArgs {
     pub include_self: bool,
 
     #[command(flatten)]
-    pub unwind: super::UnwindArgs,
+    pub unwind: super::common::UnwindArgs,
 
     #[command(flatten)]
     pub serve: super::serve::ServeArgs,
