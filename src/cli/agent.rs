@@ -8,12 +8,11 @@ use clap::Args;
 use flare::agent;
 use flare::bpf::perf::Sampling;
 use flare::collect::Stacks;
-use flare::collect::Target;
 use flare::export::auth::{Connection, Credentials};
 use flare::export::push::PushConfig;
 use flare::tools::profile::Config;
 
-use super::{id_list, nonzero, nonzero_u32, IdList};
+use super::{nonzero, nonzero_u32};
 
 pub const EXAMPLES: &str = "\
 Examples:
@@ -94,9 +93,8 @@ impl PushArgs {
 
 #[derive(Debug, Args)]
 pub struct AgentArgs {
-    /// Profile processes with these comma-separated PIDs only
-    #[arg(short = 'p', long = "pid", value_name = "PID", value_parser = id_list)]
-    pub pid: Option<IdList>,
+    #[command(flatten)]
+    pub pids: super::common::PidArgs,
 
     /// Sample frequency, Hertz
     #[arg(short = 'F', long, value_name = "FREQUENCY", default_value_t = flare::defaults::AGENT_FREQUENCY, value_parser = nonzero)]
@@ -172,10 +170,7 @@ fn push_timeout(s: &str) -> Result<u64, String> {
 impl AgentArgs {
     pub fn config(&self) -> agent::Config {
         let profile = Config {
-            target: match &self.pid {
-                Some(p) => Target::Pids(p.0.clone()),
-                None => Target::All,
-            },
+            target: self.pids.target(),
             stacks: Stacks {
                 user: !self.kernel_stacks_only,
                 kernel: !self.user_stacks_only,

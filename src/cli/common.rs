@@ -7,6 +7,54 @@
 //! that tool's own arguments, where the difference shows.
 
 use clap::Args;
+use flare::collect::Target;
+
+use super::{id_list, IdList};
+
+/// `-p PID,...`: the processes profile, wallclock and the agent sample.
+#[derive(Clone, Debug, Args)]
+pub struct PidArgs {
+    /// Profile processes with these comma-separated PIDs only
+    #[arg(short = 'p', long = "pid", value_name = "PID", value_parser = id_list)]
+    pub pid: Option<IdList>,
+}
+
+impl PidArgs {
+    /// The processes asked for, else every thread.
+    pub fn target(&self) -> Target {
+        match &self.pid {
+            Some(p) => Target::Pids(p.0.clone()),
+            None => Target::All,
+        }
+    }
+}
+
+/// `-p PID,...` or `-L TID,...`, one at most: what profile and wallclock
+/// sample. (The off-CPU tools take bcc's `-t` and `-u`/`-k` instead.)
+///
+/// The conflict is declared on `-p`, where it always was (the agent's
+/// `-p` has no `-L` to conflict with): parsing would refuse the pair
+/// either way, but the zsh completions name it on the side declaring it.
+#[derive(Clone, Debug, Args)]
+#[command(mut_args(|a| if a.get_id() == "pid" { a.conflicts_with("tid") } else { a }))]
+pub struct TargetArgs {
+    #[command(flatten)]
+    pub pids: PidArgs,
+
+    /// Profile threads with these comma-separated TIDs only
+    #[arg(short = 'L', long = "tid", value_name = "TID", value_parser = id_list)]
+    pub tid: Option<IdList>,
+}
+
+impl TargetArgs {
+    /// The processes or threads asked for, else every thread.
+    pub fn target(&self) -> Target {
+        match (&self.pids.pid, &self.tid) {
+            (None, Some(t)) => Target::Tids(t.0.clone()),
+            _ => self.pids.target(),
+        }
+    }
+}
 
 /// `--unwind`, on every tool that takes user stacks.
 #[derive(Clone, Copy, Debug, Args)]
@@ -26,4 +74,47 @@ pub struct LaunchArgs {
     /// the processes it starts until it exits, and exit with its status
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<std::ffi::OsString>,
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+    use flare::collect::Target;
+
+    use crate::cli::{Cli, Command};
+
+    fn parse(args: &[&str]) -> Command {
+        let mut argv = vec!["flare"];
+        argv.extend_from_slice(args);
+        match Cli::try_parse_from(argv) {
+            Ok(cli) => cli.command,
+            Err(e) => panic!("{args:?}: {e}"),
+        }
+    }
+
+    /// `-p`, `-L` and neither, as every tool that flattens them reads them.
+    #[test]
+    fn targets_convert_once_for_every_tool() {
+        let target = |args: &[&str]| match parse(args) {
+            Command::Profile(a) => a.target.target(),
+            Command::Wallclock(a) => a.target.target(),
+            Command::Agent(a) => a.pids.target(),
+            other => panic!("parsed as {other:?}"),
+        };
+        for tool in ["profile", "wallclock"] {
+            assert_eq!(target(&[tool]), Target::All);
+            assert_eq!(target(&[tool, "-p", "1,2"]), Target::Pids(vec![1, 2]));
+            assert_eq!(target(&[tool, "-L", "3"]), Target::Tids(vec![3]));
+            let both = Cli::try_parse_from(["flare", tool, "-L", "3", "-p", "1"]);
+            let err = both.expect_err("-p with -L is refused");
+            assert_eq!(err.kind(), clap::error::ErrorKind::ArgumentConflict);
+        }
+        let push = ["--pyroscope", "http://127.0.0.1:1"];
+        assert_eq!(target(&["agent", push[0], push[1]]), Target::All);
+        assert_eq!(
+            target(&["agent", "-p", "7", push[0], push[1]]),
+            Target::Pids(vec![7])
+        );
+        assert!(Cli::try_parse_from(["flare", "agent", "-L", "3", push[0], push[1]]).is_err());
+    }
 }

@@ -5,13 +5,13 @@ use std::time::Duration;
 
 use clap::Args;
 use flare::bpf::perf::Sampling;
-use flare::collect::{Stacks, Target};
+use flare::collect::Stacks;
 use flare::output::StackStyle;
 use flare::tools::profile::Config;
 use flare::tools::ToolConfig;
 
 use super::output::OutputArgs;
-use super::{id_list, nonzero, nonzero_u32, IdList};
+use super::{nonzero, nonzero_u32};
 
 pub const EXAMPLES: &str = "\
 Examples:
@@ -34,13 +34,8 @@ Examples:
 
 #[derive(Debug, Args)]
 pub struct ProfileArgs {
-    /// Profile processes with these comma-separated PIDs only
-    #[arg(short = 'p', long = "pid", value_name = "PID", value_parser = id_list, conflicts_with = "tid")]
-    pub pid: Option<IdList>,
-
-    /// Profile threads with these comma-separated TIDs only
-    #[arg(short = 'L', long = "tid", value_name = "TID", value_parser = id_list)]
-    pub tid: Option<IdList>,
+    #[command(flatten)]
+    pub target: super::common::TargetArgs,
 
     /// Show stacks from user space only (no kernel space stacks)
     #[arg(short = 'U', long, conflicts_with = "kernel_stacks_only")]
@@ -121,18 +116,13 @@ pub struct ProfileArgs {
 impl ProfileArgs {
     /// The library config for these arguments.
     pub fn config(&self) -> Config {
-        let target = match (&self.pid, &self.tid) {
-            (Some(p), _) => Target::Pids(p.0.clone()),
-            (None, Some(t)) => Target::Tids(t.0.clone()),
-            (None, None) => Target::All,
-        };
         let sampling = match (self.frequency, self.count) {
             (Some(f), _) => Sampling::Frequency(f),
             (None, Some(c)) => Sampling::Period(c),
             (None, None) => Sampling::Frequency(flare::defaults::FREQUENCY),
         };
         Config {
-            target,
+            target: self.target.target(),
             stacks: Stacks::only(self.user_stacks_only, self.kernel_stacks_only),
             sampling,
             include_idle: self.include_idle,

@@ -4,14 +4,14 @@
 use std::time::Duration;
 
 use clap::Args;
-use flare::collect::{Stacks, Target};
+use flare::collect::Stacks;
 use flare::output::StackStyle;
 use flare::tools::wallclock::Config;
 use flare::tools::ToolConfig;
 
 use super::common::LaunchArgs;
 use super::output::OutputArgs;
-use super::{id_list, nonzero, nonzero_u32, IdList};
+use super::{nonzero, nonzero_u32};
 
 pub const EXAMPLES: &str = "\
 Examples:
@@ -27,13 +27,8 @@ Blocked stacks end in a frame naming the state: [off-cpu: sleeping], [off-cpu: d
 
 #[derive(Debug, Args)]
 pub struct WallclockArgs {
-    /// Profile processes with these comma-separated PIDs only
-    #[arg(short = 'p', long = "pid", value_name = "PID", value_parser = id_list, conflicts_with = "tid")]
-    pub pid: Option<IdList>,
-
-    /// Profile threads with these comma-separated TIDs only
-    #[arg(short = 'L', long = "tid", value_name = "TID", value_parser = id_list)]
-    pub tid: Option<IdList>,
+    #[command(flatten)]
+    pub target: super::common::TargetArgs,
 
     /// Show stacks from user space only (no kernel space stacks)
     #[arg(short = 'U', long, conflicts_with = "kernel_stacks_only")]
@@ -92,13 +87,8 @@ pub struct WallclockArgs {
 impl WallclockArgs {
     /// The library config for these arguments.
     pub fn config(&self) -> Config {
-        let target = match (&self.pid, &self.tid) {
-            (Some(p), _) => Target::Pids(p.0.clone()),
-            (None, Some(t)) => Target::Tids(t.0.clone()),
-            (None, None) => Target::All,
-        };
         Config {
-            target,
+            target: self.target.target(),
             stacks: Stacks::only(self.user_stacks_only, self.kernel_stacks_only),
             frequency: self.frequency,
             state: self.state,
