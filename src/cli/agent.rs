@@ -7,7 +7,6 @@ use anyhow::Result;
 use clap::Args;
 use flare::agent;
 use flare::bpf::perf::Sampling;
-use flare::collect::Stacks;
 use flare::export::auth::{Connection, Credentials};
 use flare::export::push::PushConfig;
 use flare::tools::profile::Config;
@@ -104,13 +103,8 @@ pub struct AgentArgs {
     #[arg(long, value_name = "SECONDS", default_value_t = 10.0, value_parser = interval)]
     pub interval: f64,
 
-    /// Show stacks from user space only (no kernel space stacks)
-    #[arg(short = 'U', long, conflicts_with = "kernel_stacks_only")]
-    pub user_stacks_only: bool,
-
-    /// Show stacks from kernel space only (no user space stacks)
-    #[arg(short = 'K', long)]
-    pub kernel_stacks_only: bool,
+    #[command(flatten)]
+    pub stacks: super::common::StacksArgs,
 
     /// Trace cgroups in this pinned BPF map only
     #[arg(long, value_name = "CGROUPMAP")]
@@ -171,10 +165,7 @@ impl AgentArgs {
     pub fn config(&self) -> agent::Config {
         let profile = Config {
             target: self.pids.target(),
-            stacks: Stacks {
-                user: !self.kernel_stacks_only,
-                kernel: !self.user_stacks_only,
-            },
+            stacks: self.stacks.stacks(),
             sampling: Sampling::Frequency(self.frequency),
             hash_storage_size: self.hash_storage_size,
             stack_storage_size: self.stack_storage_size,

@@ -7,7 +7,7 @@
 //! that tool's own arguments, where the difference shows.
 
 use clap::Args;
-use flare::collect::Target;
+use flare::collect::{Stacks, Target};
 
 use super::{id_list, IdList};
 
@@ -56,6 +56,44 @@ impl TargetArgs {
     }
 }
 
+/// `-U`/`-K`, one at most: which stacks to record, both by default
+/// (profile, wallclock, the agent, offcputime, offwaketime; stackcount
+/// words them its own way and refuses the pair with bcc's message).
+#[derive(Clone, Debug, Args)]
+pub struct StacksArgs {
+    /// Show stacks from user space only (no kernel space stacks)
+    #[arg(short = 'U', long, conflicts_with = "kernel_stacks_only")]
+    pub user_stacks_only: bool,
+
+    /// Show stacks from kernel space only (no user space stacks)
+    #[arg(short = 'K', long)]
+    pub kernel_stacks_only: bool,
+}
+
+impl StacksArgs {
+    /// The stacks asked for.
+    pub fn stacks(&self) -> Stacks {
+        Stacks::only(self.user_stacks_only, self.kernel_stacks_only)
+    }
+}
+
+/// `-d`: a delimiter between the kernel and user stacks (profile,
+/// offcputime, offwaketime, stackcount).
+#[derive(Clone, Debug, Args)]
+pub struct DelimiterArgs {
+    /// Insert delimiter between kernel/user stacks
+    #[arg(short = 'd', long)]
+    pub delimited: bool,
+}
+
+impl DelimiterArgs {
+    /// Whether to draw it when recording `stacks`: only when both kinds
+    /// are shown, as bcc does.
+    pub fn between(&self, stacks: Stacks) -> bool {
+        self.delimited && stacks.both()
+    }
+}
+
 /// `--unwind`, on every tool that takes user stacks.
 #[derive(Clone, Copy, Debug, Args)]
 pub struct UnwindArgs {
@@ -79,7 +117,7 @@ pub struct LaunchArgs {
 #[cfg(test)]
 mod tests {
     use clap::Parser;
-    use flare::collect::Target;
+    use flare::collect::{Stacks, Target};
 
     use crate::cli::{Cli, Command};
 
@@ -116,5 +154,54 @@ mod tests {
             Target::Pids(vec![7])
         );
         assert!(Cli::try_parse_from(["flare", "agent", "-L", "3", push[0], push[1]]).is_err());
+    }
+
+    /// `-U`, `-K` and neither, and `-d` only with both kinds, for every
+    /// tool that flattens them.
+    #[test]
+    fn stacks_and_delimiter_convert_once_for_every_tool() {
+        let push = ["--pyroscope", "http://127.0.0.1:1"];
+        let stacks = |args: &[&str]| match parse(args) {
+            Command::Profile(a) => a.stacks.stacks(),
+            Command::Wallclock(a) => a.stacks.stacks(),
+            Command::Agent(a) => a.stacks.stacks(),
+            Command::Offcputime(a) => a.stacks.only.stacks(),
+            Command::Offwaketime(a) => a.stacks.only.stacks(),
+            other => panic!("parsed as {other:?}"),
+        };
+        let only = |user, kernel| Stacks { user, kernel };
+        for tool in ["profile", "wallclock", "agent", "offcputime", "offwaketime"] {
+            let argv = |flag: Option<&'static str>| {
+                let mut v = vec![tool];
+                v.extend(flag);
+                if tool == "agent" {
+                    v.extend(push);
+                }
+                v
+            };
+            assert_eq!(stacks(&argv(None)), only(true, true), "{tool}");
+            assert_eq!(stacks(&argv(Some("-U"))), only(true, false), "{tool}");
+            assert_eq!(stacks(&argv(Some("-K"))), only(false, true), "{tool}");
+        }
+        let delimited = |args: &[&str]| match parse(args) {
+            Command::Offcputime(a) => a.stacks.style().delimited,
+            Command::Offwaketime(a) => a.stacks.style().delimited,
+            Command::Stackcount(a) => a.style(false).delimited,
+            other => panic!("parsed as {other:?}"),
+        };
+        for tool in ["offcputime", "offwaketime", "stackcount"] {
+            let argv = |flags: &[&'static str]| {
+                let mut v = vec![tool];
+                v.extend_from_slice(flags);
+                if tool == "stackcount" {
+                    v.push("f");
+                }
+                v
+            };
+            assert!(delimited(&argv(&["-d"])), "{tool}");
+            assert!(!delimited(&argv(&[])), "{tool}");
+            assert!(!delimited(&argv(&["-d", "-U"])), "{tool}");
+            assert!(!delimited(&argv(&["-d", "-K"])), "{tool}");
+        }
     }
 }

@@ -143,32 +143,25 @@ impl ThreadArgs {
     }
 }
 
-/// bcc's -U/-K and -d.
+/// bcc's -U/-K and -d, in offcputime's and offwaketime's order.
 #[derive(Debug, Args)]
 pub struct StackArgs {
-    /// Show stacks from user space only (no kernel space stacks)
-    #[arg(short = 'U', long, conflicts_with = "kernel_stacks_only")]
-    pub user_stacks_only: bool,
+    #[command(flatten)]
+    pub only: super::common::StacksArgs,
 
-    /// Show stacks from kernel space only (no user space stacks)
-    #[arg(short = 'K', long)]
-    pub kernel_stacks_only: bool,
-
-    /// Insert delimiter between kernel/user stacks
-    #[arg(short = 'd', long)]
-    pub delimited: bool,
+    #[command(flatten)]
+    pub delimiter: super::common::DelimiterArgs,
 }
 
 impl StackArgs {
     fn stacks(&self) -> Stacks {
-        Stacks::only(self.user_stacks_only, self.kernel_stacks_only)
+        self.only.stacks()
     }
 
     /// How stacks are printed.
     pub fn style(&self) -> StackStyle {
         StackStyle {
-            // bcc draws the delimiter only when both kinds are shown.
-            delimited: self.delimited && !self.user_stacks_only && !self.kernel_stacks_only,
+            delimited: self.delimiter.between(self.stacks()),
             ..StackStyle::default()
         }
     }

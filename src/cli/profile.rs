@@ -5,7 +5,6 @@ use std::time::Duration;
 
 use clap::Args;
 use flare::bpf::perf::Sampling;
-use flare::collect::Stacks;
 use flare::output::StackStyle;
 use flare::tools::profile::Config;
 use flare::tools::ToolConfig;
@@ -37,13 +36,8 @@ pub struct ProfileArgs {
     #[command(flatten)]
     pub target: super::common::TargetArgs,
 
-    /// Show stacks from user space only (no kernel space stacks)
-    #[arg(short = 'U', long, conflicts_with = "kernel_stacks_only")]
-    pub user_stacks_only: bool,
-
-    /// Show stacks from kernel space only (no user space stacks)
-    #[arg(short = 'K', long)]
-    pub kernel_stacks_only: bool,
+    #[command(flatten)]
+    pub stacks: super::common::StacksArgs,
 
     /// Sample frequency, Hertz [default: 49]
     #[arg(short = 'F', long, value_name = "FREQUENCY", value_parser = nonzero, conflicts_with = "count")]
@@ -53,9 +47,8 @@ pub struct ProfileArgs {
     #[arg(short = 'c', long, value_name = "COUNT", value_parser = nonzero)]
     pub count: Option<u64>,
 
-    /// Insert delimiter between kernel/user stacks
-    #[arg(short = 'd', long)]
-    pub delimited: bool,
+    #[command(flatten)]
+    pub delimiter: super::common::DelimiterArgs,
 
     /// Add _[k] annotations to kernel frames
     #[arg(short = 'a', long)]
@@ -123,7 +116,7 @@ impl ProfileArgs {
         };
         Config {
             target: self.target.target(),
-            stacks: Stacks::only(self.user_stacks_only, self.kernel_stacks_only),
+            stacks: self.stacks.stacks(),
             sampling,
             include_idle: self.include_idle,
             cpu: self.cpu,
@@ -159,7 +152,7 @@ impl ProfileArgs {
     /// How stacks are printed.
     pub fn style(&self) -> StackStyle {
         StackStyle {
-            delimited: self.delimited,
+            delimited: self.delimiter.delimited,
             annotate_kernel: self.annotations,
             ..StackStyle::default()
         }

@@ -95,9 +95,8 @@ pub struct StackcountArgs {
     #[arg(short = 'v', long)]
     pub verbose: bool,
 
-    /// Insert delimiter between kernel/user stacks
-    #[arg(short = 'd', long)]
-    pub delimited: bool,
+    #[command(flatten)]
+    pub delimiter: super::common::DelimiterArgs,
 
     /// Output folded format (the header goes to stderr)
     #[arg(short = 'f', long)]
@@ -143,7 +142,7 @@ impl StackcountArgs {
             pid: self.pid,
             cpu: self.cpu,
             per_process: self.perpid,
-            stacks: Stacks::only(self.user_stacks_only, self.kernel_stacks_only),
+            stacks: self.stacks(),
             stack_storage_size: self.stack_storage_size,
             unwind: self.unwind.mode,
             offsets: self.offset,
@@ -223,6 +222,11 @@ impl StackcountArgs {
         })
     }
 
+    /// The stacks `-U` or `-K` ask for.
+    fn stacks(&self) -> Stacks {
+        Stacks::only(self.user_stacks_only, self.kernel_stacks_only)
+    }
+
     /// How often to print: bcc's `-i`, else `-D`, else only at the end.
     pub fn interval(&self) -> Option<Duration> {
         self.interval.or(self.duration).map(Duration::from_secs)
@@ -236,7 +240,7 @@ impl StackcountArgs {
     /// How stacks are printed; `tasks` is whether keys carry processes.
     pub fn style(&self, tasks: bool) -> Style {
         Style {
-            delimited: self.delimited && !(self.kernel_stacks_only || self.user_stacks_only),
+            delimited: self.delimiter.between(self.stacks()),
             addresses: self.verbose,
             tasks: tasks && self.pid.is_none(),
             unknown_offsets: self.output.unknown == super::output::Unknown::Offset,

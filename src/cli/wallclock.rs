@@ -4,7 +4,6 @@
 use std::time::Duration;
 
 use clap::Args;
-use flare::collect::Stacks;
 use flare::output::StackStyle;
 use flare::tools::wallclock::Config;
 use flare::tools::ToolConfig;
@@ -30,13 +29,8 @@ pub struct WallclockArgs {
     #[command(flatten)]
     pub target: super::common::TargetArgs,
 
-    /// Show stacks from user space only (no kernel space stacks)
-    #[arg(short = 'U', long, conflicts_with = "kernel_stacks_only")]
-    pub user_stacks_only: bool,
-
-    /// Show stacks from kernel space only (no user space stacks)
-    #[arg(short = 'K', long)]
-    pub kernel_stacks_only: bool,
+    #[command(flatten)]
+    pub stacks: super::common::StacksArgs,
 
     /// On-CPU sample frequency, Hertz
     #[arg(short = 'F', long, value_name = "FREQUENCY", default_value_t = flare::defaults::FREQUENCY, value_parser = nonzero)]
@@ -89,7 +83,7 @@ impl WallclockArgs {
     pub fn config(&self) -> Config {
         Config {
             target: self.target.target(),
-            stacks: Stacks::only(self.user_stacks_only, self.kernel_stacks_only),
+            stacks: self.stacks.stacks(),
             frequency: self.frequency,
             state: self.state,
             min_us: self.min_block_time,
