@@ -114,6 +114,9 @@ pub struct AgentArgs {
     #[arg(long, value_name = "MNTNSMAP")]
     pub mntnsmap: Option<PathBuf>,
 
+    // The storage sizes are the tools' options (common::HashStorageArgs,
+    // StackStorageArgs) with the agent's value name and wording: it
+    // displays no stacks.
     /// The number of hash keys that can be stored
     #[arg(long, value_name = "N", default_value_t = flare::defaults::HASH_STORAGE_SIZE, value_parser = nonzero_u32)]
     pub hash_storage_size: u32,

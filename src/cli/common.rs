@@ -9,7 +9,7 @@
 use clap::Args;
 use flare::collect::{Stacks, Target};
 
-use super::{id_list, IdList};
+use super::{id_list, nonzero_u32, IdList};
 
 /// `-p PID,...`: the processes profile, wallclock and the agent sample.
 #[derive(Clone, Debug, Args)]
@@ -92,6 +92,24 @@ impl DelimiterArgs {
     pub fn between(&self, stacks: Stacks) -> bool {
         self.delimited && stacks.both()
     }
+}
+
+/// `--hash-storage-size`: entries of the counts map (profile, wallclock;
+/// the agent's is worded for a tool that displays nothing).
+#[derive(Clone, Debug, Args)]
+pub struct HashStorageArgs {
+    /// The number of hash keys that can be stored
+    #[arg(long, value_name = "HASH_STORAGE_SIZE", default_value_t = flare::defaults::HASH_STORAGE_SIZE, value_parser = nonzero_u32)]
+    pub hash_storage_size: u32,
+}
+
+/// `--stack-storage-size`: stacks the stack map holds (every collecting
+/// tool; the agent's is worded for a tool that displays nothing).
+#[derive(Clone, Debug, Args)]
+pub struct StackStorageArgs {
+    /// The number of unique stack traces that can be stored and displayed
+    #[arg(long, value_name = "STACK_STORAGE_SIZE", default_value_t = flare::defaults::STACK_STORAGE_SIZE, value_parser = nonzero_u32)]
+    pub stack_storage_size: u32,
 }
 
 /// `--unwind`, on every tool that takes user stacks.
@@ -202,6 +220,53 @@ mod tests {
             assert!(!delimited(&argv(&[])), "{tool}");
             assert!(!delimited(&argv(&["-d", "-U"])), "{tool}");
             assert!(!delimited(&argv(&["-d", "-K"])), "{tool}");
+        }
+    }
+
+    /// Each tool's storage sizes reach its config, with the shared
+    /// defaults when not given.
+    #[test]
+    fn storage_sizes_reach_every_tool() {
+        use flare::defaults::{HASH_STORAGE_SIZE, STACK_STORAGE_SIZE};
+        // (stack storage, hash storage where the tool has one)
+        let sizes = |args: &[&str]| match parse(args) {
+            Command::Profile(a) => {
+                let c = a.config();
+                (c.stack_storage_size, Some(c.hash_storage_size))
+            }
+            Command::Wallclock(a) => {
+                let c = a.config();
+                (c.stack_storage_size, Some(c.hash_storage_size))
+            }
+            Command::Offcputime(a) => (a.config().stack_storage_size, None),
+            Command::Wakeuptime(a) => (a.config().stack_storage_size, None),
+            Command::Offwaketime(a) => (a.config().stack_storage_size, None),
+            Command::Stackcount(a) => (a.config().stack_storage_size, None),
+            other => panic!("parsed as {other:?}"),
+        };
+        for tool in [
+            "profile",
+            "wallclock",
+            "offcputime",
+            "wakeuptime",
+            "offwaketime",
+            "stackcount",
+        ] {
+            let hash = matches!(tool, "profile" | "wallclock");
+            let mut argv = vec![tool];
+            if tool == "stackcount" {
+                argv.push("f");
+            }
+            let (stack, h) = sizes(&argv);
+            assert_eq!(stack, STACK_STORAGE_SIZE, "{tool}");
+            assert_eq!(h, hash.then_some(HASH_STORAGE_SIZE), "{tool}");
+            argv.extend(["--stack-storage-size", "64"]);
+            if hash {
+                argv.extend(["--hash-storage-size", "128"]);
+            }
+            let (stack, h) = sizes(&argv);
+            assert_eq!(stack, 64, "{tool}");
+            assert_eq!(h, hash.then_some(128), "{tool}");
         }
     }
 }

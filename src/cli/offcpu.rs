@@ -175,9 +175,8 @@ pub struct OffcputimeArgs {
     #[command(flatten)]
     pub stacks: StackArgs,
 
-    /// The number of unique stack traces that can be stored and displayed
-    #[arg(long, value_name = "STACK_STORAGE_SIZE", default_value_t = flare::defaults::STACK_STORAGE_SIZE, value_parser = nonzero_u32)]
-    pub stack_storage_size: u32,
+    #[command(flatten)]
+    pub stack_storage: super::common::StackStorageArgs,
 
     /// Filter on this thread state bitmask (eg, 2 == TASK_UNINTERRUPTIBLE) see include/linux/sched.h
     #[arg(long, value_name = "STATE", value_parser = super::whole::<u64>)]
@@ -206,9 +205,8 @@ pub struct WakeuptimeArgs {
     #[arg(long)]
     pub user_stack: bool,
 
-    /// The number of unique stack traces that can be stored and displayed
-    #[arg(long, value_name = "STACK_STORAGE_SIZE", default_value_t = flare::defaults::STACK_STORAGE_SIZE, value_parser = nonzero_u32)]
-    pub stack_storage_size: u32,
+    #[command(flatten)]
+    pub stack_storage: super::common::StackStorageArgs,
 
     #[command(flatten)]
     pub common: CommonArgs,
@@ -222,9 +220,8 @@ pub struct OffwaketimeArgs {
     #[command(flatten)]
     pub stacks: StackArgs,
 
-    /// The number of unique stack traces that can be stored and displayed
-    #[arg(long, value_name = "STACK_STORAGE_SIZE", default_value_t = flare::defaults::STACK_STORAGE_SIZE, value_parser = nonzero_u32)]
-    pub stack_storage_size: u32,
+    #[command(flatten)]
+    pub stack_storage: super::common::StackStorageArgs,
 
     #[command(flatten)]
     pub common: CommonArgs,
@@ -285,7 +282,7 @@ impl OffcputimeArgs {
         c.threads = self.threads.threads();
         c.stacks = self.stacks.stacks();
         c.state = self.state;
-        c.stack_storage_size = self.stack_storage_size;
+        c.stack_storage_size = self.stack_storage.stack_storage_size;
         c.offsets = self.offset;
         self.common.apply(&mut c);
         c
@@ -307,7 +304,7 @@ impl WakeuptimeArgs {
             (None, false) => Threads::All,
         };
         c.stacks.user = self.user_stack;
-        c.stack_storage_size = self.stack_storage_size;
+        c.stack_storage_size = self.stack_storage.stack_storage_size;
         self.common.apply(&mut c);
         c
     }
@@ -323,7 +320,7 @@ impl OffwaketimeArgs {
         let mut c = Config::new(Tool::OffWake);
         c.threads = self.threads.threads();
         c.stacks = self.stacks.stacks();
-        c.stack_storage_size = self.stack_storage_size;
+        c.stack_storage_size = self.stack_storage.stack_storage_size;
         self.common.apply(&mut c);
         c
     }

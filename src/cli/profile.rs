@@ -9,8 +9,8 @@ use flare::output::StackStyle;
 use flare::tools::profile::Config;
 use flare::tools::ToolConfig;
 
+use super::nonzero;
 use super::output::OutputArgs;
-use super::{nonzero, nonzero_u32};
 
 pub const EXAMPLES: &str = "\
 Examples:
@@ -62,13 +62,11 @@ pub struct ProfileArgs {
     #[arg(short = 'f', long)]
     pub folded: bool,
 
-    /// The number of hash keys that can be stored
-    #[arg(long, value_name = "HASH_STORAGE_SIZE", default_value_t = flare::defaults::HASH_STORAGE_SIZE, value_parser = nonzero_u32)]
-    pub hash_storage_size: u32,
+    #[command(flatten)]
+    pub hash_storage: super::common::HashStorageArgs,
 
-    /// The number of unique stack traces that can be stored and displayed
-    #[arg(long, value_name = "STACK_STORAGE_SIZE", default_value_t = flare::defaults::STACK_STORAGE_SIZE, value_parser = nonzero_u32)]
-    pub stack_storage_size: u32,
+    #[command(flatten)]
+    pub stack_storage: super::common::StackStorageArgs,
 
     /// CPU number to run profile on
     #[arg(short = 'C', long, value_name = "CPU", value_parser = super::whole::<u32>)]
@@ -120,8 +118,8 @@ impl ProfileArgs {
             sampling,
             include_idle: self.include_idle,
             cpu: self.cpu,
-            hash_storage_size: self.hash_storage_size,
-            stack_storage_size: self.stack_storage_size,
+            hash_storage_size: self.hash_storage.hash_storage_size,
+            stack_storage_size: self.stack_storage.stack_storage_size,
             cgroup_map: self.cgroupmap.clone(),
             mntns_map: self.mntnsmap.clone(),
             per_thread: false,

@@ -12,8 +12,8 @@ use flare::sinks::PrinterOptions;
 use flare::tools::stackcount::{Config, KernelAttach, Pattern, Stacks};
 use flare::tools::ToolConfig;
 
+use super::nonzero;
 use super::output::OutputArgs;
-use super::{nonzero, nonzero_u32};
 use crate::run::Request;
 
 pub const EXAMPLES: &str = "\
@@ -102,9 +102,8 @@ pub struct StackcountArgs {
     #[arg(short = 'f', long)]
     pub folded: bool,
 
-    /// The number of unique stack traces that can be stored and displayed
-    #[arg(long, value_name = "STACK_STORAGE_SIZE", default_value_t = flare::defaults::STACK_STORAGE_SIZE, value_parser = nonzero_u32)]
-    pub stack_storage_size: u32,
+    #[command(flatten)]
+    pub stack_storage: super::common::StackStorageArgs,
 
     /// Count flare's own process too (left out by default)
     #[arg(long)]
@@ -143,7 +142,7 @@ impl StackcountArgs {
             cpu: self.cpu,
             per_process: self.perpid,
             stacks: self.stacks(),
-            stack_storage_size: self.stack_storage_size,
+            stack_storage_size: self.stack_storage.stack_storage_size,
             unwind: self.unwind.mode,
             offsets: self.offset,
             include_self: self.include_self,

@@ -9,8 +9,8 @@ use flare::tools::wallclock::Config;
 use flare::tools::ToolConfig;
 
 use super::common::LaunchArgs;
+use super::nonzero;
 use super::output::OutputArgs;
-use super::{nonzero, nonzero_u32};
 
 pub const EXAMPLES: &str = "\
 Examples:
@@ -49,13 +49,11 @@ pub struct WallclockArgs {
     #[arg(short = 'f', long)]
     pub folded: bool,
 
-    /// The number of hash keys that can be stored
-    #[arg(long, value_name = "HASH_STORAGE_SIZE", default_value_t = flare::defaults::HASH_STORAGE_SIZE, value_parser = nonzero_u32)]
-    pub hash_storage_size: u32,
+    #[command(flatten)]
+    pub hash_storage: super::common::HashStorageArgs,
 
-    /// The number of unique stack traces that can be stored and displayed
-    #[arg(long, value_name = "STACK_STORAGE_SIZE", default_value_t = flare::defaults::STACK_STORAGE_SIZE, value_parser = nonzero_u32)]
-    pub stack_storage_size: u32,
+    #[command(flatten)]
+    pub stack_storage: super::common::StackStorageArgs,
 
     /// Profile flare's own process too (left out by default)
     #[arg(long)]
@@ -87,8 +85,8 @@ impl WallclockArgs {
             frequency: self.frequency,
             state: self.state,
             min_us: self.min_block_time,
-            hash_storage_size: self.hash_storage_size,
-            stack_storage_size: self.stack_storage_size,
+            hash_storage_size: self.hash_storage.hash_storage_size,
+            stack_storage_size: self.stack_storage.stack_storage_size,
             duration: self.duration.map(Duration::from_secs),
             include_self: self.include_self,
             unwind: self.unwind.mode,
