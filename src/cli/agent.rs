@@ -106,13 +106,8 @@ pub struct AgentArgs {
     #[command(flatten)]
     pub stacks: super::common::StacksArgs,
 
-    /// Trace cgroups in this pinned BPF map only
-    #[arg(long, value_name = "CGROUPMAP")]
-    pub cgroupmap: Option<PathBuf>,
-
-    /// Trace mount namespaces in this pinned BPF map only
-    #[arg(long, value_name = "MNTNSMAP")]
-    pub mntnsmap: Option<PathBuf>,
+    #[command(flatten)]
+    pub maps: super::common::MapFilterArgs,
 
     // The storage sizes are the tools' options (common::HashStorageArgs,
     // StackStorageArgs) with the agent's value name and wording: it
@@ -172,8 +167,8 @@ impl AgentArgs {
             sampling: Sampling::Frequency(self.frequency),
             hash_storage_size: self.hash_storage_size,
             stack_storage_size: self.stack_storage_size,
-            cgroup_map: self.cgroupmap.clone(),
-            mntns_map: self.mntnsmap.clone(),
+            cgroup_map: self.maps.cgroupmap.clone(),
+            mntns_map: self.maps.mntnsmap.clone(),
             ..Config::default()
         };
         agent::Config::new(profile, Duration::from_secs_f64(self.interval))

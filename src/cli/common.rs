@@ -6,10 +6,13 @@
 //! or behaviour differ between tools (bcc words some per tool) stay in
 //! that tool's own arguments, where the difference shows.
 
+use std::path::PathBuf;
+use std::time::Duration;
+
 use clap::Args;
 use flare::collect::{Stacks, Target};
 
-use super::{id_list, nonzero_u32, IdList};
+use super::{id_list, nonzero, nonzero_u32, IdList};
 
 /// `-p PID,...`: the processes profile, wallclock and the agent sample.
 #[derive(Clone, Debug, Args)]
@@ -110,6 +113,35 @@ pub struct StackStorageArgs {
     /// The number of unique stack traces that can be stored and displayed
     #[arg(long, value_name = "STACK_STORAGE_SIZE", default_value_t = flare::defaults::STACK_STORAGE_SIZE, value_parser = nonzero_u32)]
     pub stack_storage_size: u32,
+}
+
+/// `--cgroupmap` and `--mntnsmap`: bcc's pinned-map filters (profile,
+/// the agent).
+#[derive(Clone, Debug, Args)]
+pub struct MapFilterArgs {
+    /// Trace cgroups in this pinned BPF map only
+    #[arg(long, value_name = "CGROUPMAP")]
+    pub cgroupmap: Option<PathBuf>,
+
+    /// Trace mount namespaces in this pinned BPF map only
+    #[arg(long, value_name = "MNTNSMAP")]
+    pub mntnsmap: Option<PathBuf>,
+}
+
+/// `DURATION`, the positional seconds of profile, wallclock and the
+/// off-CPU tools (stackcount takes bcc's `-D` instead).
+#[derive(Clone, Debug, Args)]
+pub struct DurationArgs {
+    /// Duration of trace, in seconds [default: until Ctrl-C]
+    #[arg(value_name = "DURATION", value_parser = nonzero)]
+    pub duration: Option<u64>,
+}
+
+impl DurationArgs {
+    /// How long to trace; `None`: until stopped.
+    pub fn duration(&self) -> Option<Duration> {
+        self.duration.map(Duration::from_secs)
+    }
 }
 
 /// `--unwind`, on every tool that takes user stacks.
@@ -267,6 +299,34 @@ mod tests {
             let (stack, h) = sizes(&argv);
             assert_eq!(stack, 64, "{tool}");
             assert_eq!(h, hash.then_some(128), "{tool}");
+        }
+    }
+
+    /// The positional DURATION, for every tool that takes it.
+    #[test]
+    fn durations_reach_every_tool() {
+        use std::time::Duration;
+        let duration = |args: &[&str]| match parse(args) {
+            Command::Profile(a) => a.config().duration,
+            Command::Wallclock(a) => a.config().duration,
+            Command::Offcputime(a) => a.config().duration,
+            Command::Wakeuptime(a) => a.config().duration,
+            Command::Offwaketime(a) => a.config().duration,
+            other => panic!("parsed as {other:?}"),
+        };
+        for tool in [
+            "profile",
+            "wallclock",
+            "offcputime",
+            "wakeuptime",
+            "offwaketime",
+        ] {
+            assert_eq!(duration(&[tool]), None, "{tool}");
+            assert_eq!(
+                duration(&[tool, "5"]),
+                Some(Duration::from_secs(5)),
+                "{tool}"
+            );
         }
     }
 }

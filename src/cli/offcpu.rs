@@ -1,8 +1,6 @@
 //! `flare offcputime`, `wakeuptime` and `offwaketime` arguments: bcc's
 //! options, names and defaults, shared where the tools share them.
 
-use std::time::Duration;
-
 use clap::{Args, ValueEnum};
 use flare::collect::Stacks;
 use flare::output::StackStyle;
@@ -101,9 +99,8 @@ pub struct CommonArgs {
     #[command(flatten)]
     pub serve: super::serve::ServeArgs,
 
-    /// Duration of trace, in seconds [default: until Ctrl-C]
-    #[arg(value_name = "DURATION", value_parser = nonzero)]
-    pub duration: Option<u64>,
+    #[command(flatten)]
+    pub duration: super::common::DurationArgs,
 
     #[command(flatten)]
     pub launch: super::common::LaunchArgs,
@@ -237,7 +234,7 @@ impl CommonArgs {
             AttachArg::RawTp => Attach::RawTp,
             AttachArg::Kprobe => Attach::Kprobe,
         };
-        c.duration = self.duration.map(Duration::from_secs);
+        c.duration = self.duration.duration();
         c.unwind = self.unwind.mode;
         c.blocked_storage_size = self.blocked_storage_size;
         c.include_self = self.include_self;

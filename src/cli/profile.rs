@@ -1,8 +1,5 @@
 //! `flare profile` arguments: bcc profile's options, names and defaults.
 
-use std::path::PathBuf;
-use std::time::Duration;
-
 use clap::Args;
 use flare::bpf::perf::Sampling;
 use flare::output::StackStyle;
@@ -72,13 +69,8 @@ pub struct ProfileArgs {
     #[arg(short = 'C', long, value_name = "CPU", value_parser = super::whole::<u32>)]
     pub cpu: Option<u32>,
 
-    /// Trace cgroups in this pinned BPF map only
-    #[arg(long, value_name = "CGROUPMAP")]
-    pub cgroupmap: Option<PathBuf>,
-
-    /// Trace mount namespaces in this pinned BPF map only
-    #[arg(long, value_name = "MNTNSMAP")]
-    pub mntnsmap: Option<PathBuf>,
+    #[command(flatten)]
+    pub maps: super::common::MapFilterArgs,
 
     /// Profile flare's own process too (left out by default)
     #[arg(long)]
@@ -90,9 +82,8 @@ pub struct ProfileArgs {
     #[command(flatten)]
     pub serve: super::serve::ServeArgs,
 
-    /// Duration of trace, in seconds [default: until Ctrl-C]
-    #[arg(value_name = "DURATION", value_parser = nonzero)]
-    pub duration: Option<u64>,
+    #[command(flatten)]
+    pub duration: super::common::DurationArgs,
 
     #[command(flatten)]
     pub output: OutputArgs,
@@ -120,10 +111,10 @@ impl ProfileArgs {
             cpu: self.cpu,
             hash_storage_size: self.hash_storage.hash_storage_size,
             stack_storage_size: self.stack_storage.stack_storage_size,
-            cgroup_map: self.cgroupmap.clone(),
-            mntns_map: self.mntnsmap.clone(),
+            cgroup_map: self.maps.cgroupmap.clone(),
+            mntns_map: self.maps.mntnsmap.clone(),
             per_thread: false,
-            duration: self.duration.map(Duration::from_secs),
+            duration: self.duration.duration(),
             unwind: self.unwind.mode,
             include_self: self.include_self,
             follow_children: false,

@@ -1,8 +1,6 @@
 //! `flare wallclock` arguments: profile's options where they apply, and
 //! offcputime's `--state` and `-m`.
 
-use std::time::Duration;
-
 use clap::Args;
 use flare::output::StackStyle;
 use flare::tools::wallclock::Config;
@@ -65,9 +63,8 @@ pub struct WallclockArgs {
     #[command(flatten)]
     pub serve: super::serve::ServeArgs,
 
-    /// Duration of trace, in seconds [default: until Ctrl-C]
-    #[arg(value_name = "DURATION", value_parser = nonzero)]
-    pub duration: Option<u64>,
+    #[command(flatten)]
+    pub duration: super::common::DurationArgs,
 
     #[command(flatten)]
     pub output: OutputArgs,
@@ -87,7 +84,7 @@ impl WallclockArgs {
             min_us: self.min_block_time,
             hash_storage_size: self.hash_storage.hash_storage_size,
             stack_storage_size: self.stack_storage.stack_storage_size,
-            duration: self.duration.map(Duration::from_secs),
+            duration: self.duration.duration(),
             include_self: self.include_self,
             unwind: self.unwind.mode,
             ..Config::default()
