@@ -120,11 +120,11 @@ pub struct StackcountArgs {
     #[arg(value_name = "PATTERN")]
     pub pattern: String,
 
-    /// Files to write (-o FILE, --format); with -i each interval rewrites
-    /// them with its own counts
     #[command(flatten)]
     pub unwind: super::common::UnwindArgs,
 
+    /// Files to write (-o FILE, --format); with -i each interval rewrites
+    /// them with its own counts
     #[command(flatten)]
     pub output: OutputArgs,
 
