@@ -4,7 +4,9 @@
 //! takes it flattens the group (`#[command(flatten)]`) where its `--help`
 //! lists the option, so bcc's order is kept. Options whose help, default
 //! or behaviour differ between tools (bcc words some per tool) stay in
-//! that tool's own arguments, where the difference shows.
+//! that tool's own arguments, where the difference shows. The output
+//! (`output::OutputArgs`), live view (`serve::ServeArgs`) and push
+//! (`agent::PushArgs`) groups live with the code they feed.
 
 use std::path::PathBuf;
 use std::time::Duration;
