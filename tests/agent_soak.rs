@@ -84,21 +84,34 @@ fn rss_stays_flat_over_minutes_of_one_second_windows() {
     // The agent renews its collector and symbolizer every 512 processes
     // or two minutes, so its RSS is a saw: it climbs with each process
     // seen and drops at each renewal (about every minute with this churn).
-    // Flat means the saw's teeth do not climb: the highest RSS of the
-    // second half after warm-up at most 1 MiB above the first half's.
+    // Flat means the saw's teeth do not climb: the high level of the
+    // second half after warm-up (its 90th percentile) at most 1 MiB above
+    // the first half's. Not the maximum: loading a renewed BPF object
+    // reads the kernel's BTF (about 5 MiB, freed at once), and whether a
+    // one-second sample falls in that moment is chance, not growth; the
+    // maximum is held to that much above the first half's high level.
     // (Comparing the first and last ten seconds instead judged where in a
     // tooth they fell.)
     let after_warmup = &rss[warmup as usize..];
     let (first, second) = after_warmup.split_at(after_warmup.len() / 2);
-    let first_peak = *first.iter().max().unwrap_or(&0);
-    let second_peak = *second.iter().max().unwrap_or(&0);
+    let high = |half: &[u64]| -> u64 {
+        let mut v = half.to_vec();
+        v.sort_unstable();
+        v.get(v.len() * 9 / 10).copied().unwrap_or(0)
+    };
+    let (first_high, second_high) = (high(first), high(second));
+    let peak = *after_warmup.iter().max().unwrap_or(&0);
     eprintln!(
-        "soak {secs} s: RSS peak after warm-up {first_peak} KiB in the first half, {second_peak} KiB in the second; {} windows received",
+        "soak {secs} s: RSS high (90th percentile) after warm-up {first_high} KiB in the first half, {second_high} KiB in the second, peak {peak} KiB; {} windows received",
         server.requests().len()
     );
     assert!(
-        second_peak <= first_peak + 1024,
-        "RSS peaks grew from {first_peak} to {second_peak} KiB: {rss:?}"
+        second_high <= first_high + 1024,
+        "RSS grew from {first_high} to {second_high} KiB: {rss:?}"
+    );
+    assert!(
+        peak <= first_high + 8 * 1024,
+        "RSS peaked at {peak} KiB, over 8 MiB above {first_high} KiB: {rss:?}"
     );
     let line = err.lines().find(|l| l.contains("delivered")).unwrap_or("");
     assert!(
