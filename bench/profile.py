@@ -12,10 +12,12 @@ at another (idle) process at 4999 Hz: flare -p (task-bound events) against
 bpftrace's profile probe with a pid predicate (per-CPU events).
 
 usage: bench/profile.py [--rounds N] [--iterations N] [--hz HZ] [--system-wide-only]
-                        [--in-kernel-only [--baseline FLARE]]   (as root)
+                        [--in-kernel-only | --own-costs-only] [--baseline FLARE]   (as root)
 --in-kernel-only measures only the BPF run time per sample, on a user-mode
 workload (spin.c) and a kernel-mode one (syscalls.c); --baseline adds
 another flare binary (e.g. built from an earlier commit) beside this one.
+--own-costs-only measures only flare's own costs (start to attached, stop
+to output, peak RSS; medians of --rounds), beside --baseline if given.
 --hz sets the system-wide frequency (999 by default); the run also shows the
 floor every timer-driven profiler pays: an empty bpftrace probe at the
 same frequency.
@@ -217,12 +219,12 @@ def in_kernel(tmp, spin, args):
                 print(f"  {p:<32} {statistics.median(costs):6.2f} us per sample")
 
 
-def stop_to_output(tmp, manystacks):
+def stop_to_output(tmp, manystacks, binary=FLARE):
     w = subprocess.Popen([manystacks, "8", str(NCPU)])
     out_path = os.path.join(tmp, "many.folded")
     with open(out_path, "w") as out:
         t0 = time.monotonic()
-        p = subprocess.Popen([FLARE, "profile", "-F", "4999", "-f"], stdout=out, stderr=subprocess.DEVNULL)
+        p = subprocess.Popen([binary, "profile", "-F", "4999", "-f"], stdout=out, stderr=subprocess.DEVNULL)
         while perf_fds(p.pid) < NCPU:
             time.sleep(0.001)
         attach = time.monotonic() - t0
@@ -237,6 +239,20 @@ def stop_to_output(tmp, manystacks):
     return attach, done, stacks, usage.ru_maxrss / 1024.0
 
 
+def own_costs(tmp, manystacks, args):
+    """flare's own costs (and --baseline's), taken in turn, medians."""
+    binaries = [("flare", FLARE)] + ([("baseline", args.baseline)] if args.baseline else [])
+    runs = {name: [] for name, _ in binaries}
+    for r in range(args.rounds):
+        for name, binary in binaries[r % len(binaries):] + binaries[:r % len(binaries)]:
+            runs[name].append(stop_to_output(tmp, manystacks, binary))
+    print(f"flare's own costs (4999 Hz, all CPUs, manystacks workload; median of {args.rounds}):")
+    for name, rs in runs.items():
+        med = lambda i: statistics.median(r[i] for r in rs)
+        print(f"  {name:<9} start to attached {med(0) * 1000:7.1f} ms, stop to output "
+              f"{med(1) * 1000:7.1f} ms for {med(2):.0f} stacks, peak RSS {med(3):6.1f} MB")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=3)
@@ -244,6 +260,7 @@ def main():
     ap.add_argument("--hz", type=int, default=999)
     ap.add_argument("--system-wide-only", action="store_true")
     ap.add_argument("--in-kernel-only", action="store_true")
+    ap.add_argument("--own-costs-only", action="store_true")
     ap.add_argument("--baseline", metavar="FLARE")
     args = ap.parse_args()
     if os.geteuid() != 0:
@@ -256,6 +273,9 @@ def main():
         work_all = [spin, str(args.iterations), str(NCPU)]
         if args.in_kernel_only:
             in_kernel(tmp, spin, args)
+            return
+        if args.own_costs_only:
+            own_costs(tmp, manystacks, args)
             return
         print(f"System-wide at {args.hz} Hz, {NCPU} CPUs busy (median of {args.rounds}; ratio to the workload alone):")
         overhead(work_all, args.rounds, peers(args.hz))

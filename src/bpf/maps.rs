@@ -1,6 +1,7 @@
 //! Reading the map every tool has: a hash map from a tool-specific key to
 //! a `u64` count (or sum). The stack storage those keys point into is read
-//! by [`crate::collect::stacks`], which knows what a stack record means.
+//! by the collect layer (`collect::stacks`), which knows what a stack
+//! record means.
 
 use libbpf_rs::{MapCore, MapFlags};
 

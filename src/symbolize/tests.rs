@@ -136,7 +136,7 @@ fn kernel_symbol(name: &str) -> Option<u64> {
 #[test]
 fn kernel_frames_are_named_from_the_boot_copy() {
     let Some(schedule) = kernel_symbol("schedule") else {
-        eprintln!("kallsyms hides addresses from this user: nothing to check");
+        println!("kallsyms hides addresses from this user: nothing to check");
         return;
     };
     let mut s = Symbolizer::new(Options::default());
