@@ -130,7 +130,7 @@ fn raw() -> Vec<RawSample> {
         RawFrame::Addr(0x2000),
     ];
     let blocked = vec![
-        RawFrame::Label("[off-cpu: sleeping]".into()),
+        RawFrame::label("[off-cpu: sleeping]"),
         RawFrame::Addr(KERNEL),
     ];
     vec![

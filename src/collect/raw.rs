@@ -24,6 +24,13 @@ pub enum RawTrace {
     Frames(Arc<[RawFrame]>),
 }
 
+impl RawFrame {
+    /// A label frame.
+    pub fn label(name: impl Into<String>) -> Self {
+        RawFrame::Label(Arc::new(name.into()))
+    }
+}
+
 impl RawTrace {
     /// A stack of machine addresses only, leaf first.
     pub fn addrs(addrs: impl IntoIterator<Item = u64>) -> Self {
@@ -39,16 +46,18 @@ impl RawTrace {
     }
 }
 
-/// One frame of a raw stack. 24 bytes: the rare runtime frame is boxed so
-/// that a native stack costs little more than its addresses.
+/// One frame of a raw stack. 16 bytes: the rare label and runtime frame
+/// are behind thin pointers so that a native stack costs little more than
+/// its addresses (a profile of 16,000 stacks holds some 300,000 frames).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum RawFrame {
     /// An instruction address: kernel code in a kernel trace, native user
     /// code (or JIT code, named through the process's perf map) in a user
     /// trace.
     Addr(u64),
-    /// A fixed name, shown as it is (wall-clock's `[off-cpu: sleeping]`).
-    Label(Arc<str>),
+    /// A fixed name, shown as it is (wall-clock's `[off-cpu: sleeping]`);
+    /// made with [`RawFrame::label`].
+    Label(Arc<String>),
     /// A frame of a language runtime's own stack.
     Runtime(Box<RuntimeFrame>),
 }
@@ -138,6 +147,6 @@ mod tests {
 
     #[test]
     fn a_raw_frame_stays_small() {
-        assert_eq!(std::mem::size_of::<RawFrame>(), 24);
+        assert_eq!(std::mem::size_of::<RawFrame>(), 16);
     }
 }

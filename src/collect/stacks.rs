@@ -167,9 +167,9 @@ pub fn decode(words: &[u64]) -> Vec<RawFrame> {
                     cookie,
                 })))
             }
-            _ => out.push(RawFrame::Label(
-                format!("[unknown frame type {frame_type}]").into(),
-            )),
+            _ => out.push(RawFrame::label(format!(
+                "[unknown frame type {frame_type}]"
+            ))),
         }
     }
     out

@@ -44,7 +44,7 @@ fn a_cut_frame_ends_the_stack_and_an_unknown_type_keeps_its_room() {
     assert_eq!(
         decode(&[odd, 1, 2, 0x3000]),
         [
-            RawFrame::Label("[unknown frame type 99]".into()),
+            RawFrame::label("[unknown frame type 99]"),
             RawFrame::Addr(0x3000)
         ]
     );

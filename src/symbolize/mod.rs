@@ -439,7 +439,7 @@ fn rebuild(
     let mut out = Vec::with_capacity(frames.len());
     for f in frames.iter() {
         match f {
-            RawFrame::Label(name) => out.push(Frame::named(name.clone(), FrameKind::Label)),
+            RawFrame::Label(name) => out.push(Frame::named(name.as_str(), FrameKind::Label)),
             // Leaf first: the innermost inlined function comes first.
             RawFrame::Runtime(r) => out.extend(runtime(r).into_iter().rev()),
             RawFrame::Addr(_) => {

@@ -299,7 +299,7 @@ fn monotonic_ns() -> u64 {
 
 /// `trace` with the frame of state `STATES[index]` as its leaf.
 fn with_state(trace: RawTrace, index: usize) -> RawTrace {
-    let mut frames = vec![RawFrame::Label(state_frame_name(index).into())];
+    let mut frames = vec![RawFrame::label(state_frame_name(index))];
     frames.extend_from_slice(trace.frames());
     RawTrace::Frames(frames.into())
 }
@@ -428,7 +428,7 @@ mod tests {
         let raw = with_state(RawTrace::addrs([0xffff_ffff_8100_0000]), 2);
         assert_eq!(
             raw.frames()[0],
-            RawFrame::Label("[off-cpu: disk]".into()),
+            RawFrame::label("[off-cpu: disk]"),
             "the state is the leaf"
         );
         let mut trace = Trace::Frames(vec![
