@@ -15,7 +15,7 @@ mod resolve;
 #[cfg(test)]
 mod tests;
 
-use std::sync::mpsc::Receiver;
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 use crate::collect::{Collection, Collector};
@@ -119,6 +119,38 @@ fn wait(stop: &Receiver<()>, deadline: Option<Instant>) -> bool {
     }
 }
 
+/// How often a one-shot run whose collector has runtime frames reads it
+/// while collecting, so that they are named while their processes live.
+const LEARN_EVERY: Duration = Duration::from_secs(1);
+
+/// [`wait`], reading `collector` (without clearing) every
+/// [`LEARN_EVERY`] and handing what it read to `symbolizer` to learn its
+/// runtime frames' names: a process that exits before the end is named
+/// from its memory while it was there. A read that fails is left to the
+/// final one.
+fn wait_learning(
+    stop: &Receiver<()>,
+    deadline: Option<Instant>,
+    collector: &mut dyn Collector,
+    symbolizer: &Background,
+) -> bool {
+    loop {
+        let tick = Instant::now() + LEARN_EVERY;
+        let until = deadline.map_or(tick, |d| d.min(tick));
+        match stop.recv_timeout(until.saturating_duration_since(Instant::now())) {
+            Ok(()) => return true,
+            Err(RecvTimeoutError::Disconnected) => return wait(stop, deadline),
+            Err(RecvTimeoutError::Timeout) => {}
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            return false;
+        }
+        if let Ok(read) = collector.collect(false) {
+            symbolizer.learn(read.samples);
+        }
+    }
+}
+
 /// Runs `collector` to the end of `plan` (its duration, or a message on
 /// `stop`), feeding `sinks`. A one-shot run's collector is dropped —
 /// detached — once the output is written.
@@ -167,18 +199,20 @@ fn once(
     // Symbolization warms up (kallsyms, the targets' binaries) while the
     // collector counts.
     let warm = collector.warm_up();
-    let symbolizer = Background::with_mappings(
-        plan.symbolize,
-        mappings,
-        warm.kernel,
-        warm.pids,
-        collector.namers(),
-    );
+    let namers = collector.namers();
+    let learn = !namers.is_empty();
+    let symbolizer =
+        Background::with_mappings(plan.symbolize, mappings, warm.kernel, warm.pids, namers);
     let started = Instant::now();
     each(sinks, |s| {
         s.begin(&meta, &collector.header(), &collector.notes())
     })?;
-    wait(stop, plan.duration.and_then(|d| started.checked_add(d)));
+    let deadline = plan.duration.and_then(|d| started.checked_add(d));
+    if learn {
+        wait_learning(stop, deadline, &mut *collector, &symbolizer);
+    } else {
+        wait(stop, deadline);
+    }
     let elapsed = started.elapsed();
     let Collection { samples, lost } = collector.collect(false)?;
     let mut samples = symbolizer.resolve(samples);

@@ -10,7 +10,10 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use super::*;
-use crate::collect::{RawSample, RawTask, RawTrace};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use crate::collect::{Namer, RawFrame, RawSample, RawTask, RawTrace, Runtime, RuntimeFrame};
 use crate::error::Error;
 use crate::live::{Limits, Selection, Store};
 use crate::output::format::write_folded;
@@ -316,4 +319,94 @@ fn a_duration_ends_the_run_without_a_stop() {
         .events
         .iter()
         .any(|e| e == "report app+;[unknown] 2| lost=0"));
+}
+
+/// A process with one Python frame that "exits" at the collector's
+/// second read: its namer can name the frame only before that.
+struct ShortLived {
+    reads: Rc<RefCell<usize>>,
+    alive: Arc<AtomicBool>,
+}
+
+/// Names a frame only while the process is alive, as a namer reading
+/// the process's memory does.
+struct WhileAlive(Arc<AtomicBool>);
+
+impl Namer for WhileAlive {
+    fn name(&mut self, _pid: u32, _frame: &RuntimeFrame) -> Option<Vec<crate::profile::Frame>> {
+        self.0.load(Ordering::SeqCst).then(|| {
+            vec![crate::profile::Frame::named(
+                "handle_request",
+                crate::profile::FrameKind::Interpreted,
+            )]
+        })
+    }
+}
+
+impl Collector for ShortLived {
+    fn meta(&self) -> Meta {
+        Meta::new(Kind::Count, "fake:event")
+    }
+
+    fn header(&self) -> String {
+        String::new()
+    }
+
+    fn collect(&mut self, _clear: bool) -> Result<Collection> {
+        *self.reads.borrow_mut() += 1;
+        if *self.reads.borrow() >= 2 {
+            self.alive.store(false, Ordering::SeqCst);
+        }
+        let frame = RawFrame::Runtime(Box::new(RuntimeFrame {
+            runtime: Runtime::Python,
+            ids: [0xc0de, 1],
+            cookie: 7,
+        }));
+        let mut sample = raw("app", &[], 1);
+        sample.task.user = RawTrace::Frames(Arc::from([frame]));
+        Ok(read(vec![sample], 0))
+    }
+
+    fn mappings(&self) -> Option<crate::procmaps::Mappings> {
+        Some(crate::procmaps::Mappings::on_demand())
+    }
+
+    fn namers(&self) -> crate::collect::Namers {
+        vec![(
+            Runtime::Python,
+            Box::new(WhileAlive(Arc::clone(&self.alive))),
+        )]
+    }
+}
+
+/// A one-shot run whose collector has runtime frames reads it while
+/// collecting, so a frame is named while its process lives and keeps the
+/// name after it exits; without those reads it would be named only at
+/// the end, too late.
+#[test]
+fn runtime_frames_are_named_while_their_process_lives() {
+    let reads = Rc::new(RefCell::new(0));
+    let collector = ShortLived {
+        reads: Rc::clone(&reads),
+        alive: Arc::new(AtomicBool::new(true)),
+    };
+    let (_tx, stop) = mpsc::channel();
+    let mut rec = Recorder::default();
+    // One read while collecting (at LEARN_EVERY), one at the end.
+    let duration = LEARN_EVERY + LEARN_EVERY / 2;
+    run(
+        Box::new(collector),
+        &mut [&mut rec],
+        &plan(Some(duration), Mode::Once),
+        &stop,
+    )
+    .unwrap();
+    assert!(*reads.borrow() >= 2, "{} reads", reads.borrow());
+    assert!(
+        rec.events
+            .iter()
+            .any(|e| e == "report app;handle_request 1| lost=0"),
+        "{:?}",
+        rec.events
+    );
 }

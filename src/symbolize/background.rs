@@ -6,7 +6,9 @@
 //! profiled workload leaves free, so flare does not slow down what it
 //! measures. Once results are wanted, the thread is put ahead of the
 //! workload (nice -10) so that stop-to-output does not wait on a busy
-//! machine.
+//! machine. Between, it can be handed samples to learn from
+//! ([`Background::learn`]): their runtime frames are named while their
+//! processes still live.
 
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
@@ -16,9 +18,17 @@ use super::{Options, RawSample, Symbolizer};
 use crate::procmaps::Mappings;
 use crate::profile::Sample;
 
+/// What the thread is asked.
+enum Request {
+    /// Name these samples and send them back.
+    Resolve(Vec<RawSample>),
+    /// Name the runtime frames of these samples now; nothing comes back.
+    Learn(Vec<RawSample>),
+}
+
 /// A symbolizer thread that can resolve any number of batches.
 pub struct Background {
-    requests: Option<Sender<Vec<RawSample>>>,
+    requests: Option<Sender<Request>>,
     results: Receiver<Vec<Sample>>,
     thread: Option<JoinHandle<()>>,
     priority: Arc<Mutex<Priority>>,
@@ -78,7 +88,7 @@ impl Background {
         pids: Vec<u32>,
         namers: crate::collect::Namers,
     ) -> Self {
-        let (req_tx, req_rx) = mpsc::channel::<Vec<RawSample>>();
+        let (req_tx, req_rx) = mpsc::channel::<Request>();
         let (res_tx, res_rx) = mpsc::channel();
         let priority = Arc::new(Mutex::new(Priority::default()));
         let own = Arc::clone(&priority);
@@ -106,9 +116,14 @@ impl Background {
                         set_policy(0, libc::SCHED_OTHER);
                     }
                 }
-                for raw in req_rx {
-                    if res_tx.send(symbolizer.resolve(raw)).is_err() {
-                        break;
+                for request in req_rx {
+                    match request {
+                        Request::Learn(raw) => symbolizer.learn(&raw),
+                        Request::Resolve(raw) => {
+                            if res_tx.send(symbolizer.resolve(raw)).is_err() {
+                                break;
+                            }
+                        }
                     }
                 }
             })
@@ -138,9 +153,19 @@ impl Background {
                 }
             }
         }
-        match tx.send(raw) {
+        match tx.send(Request::Resolve(raw)) {
             Ok(()) => self.results.recv().unwrap_or_default(),
-            Err(mpsc::SendError(raw)) => Symbolizer::new(Options::default()).resolve(raw),
+            Err(mpsc::SendError(Request::Resolve(raw) | Request::Learn(raw))) => {
+                Symbolizer::new(Options::default()).resolve(raw)
+            }
+        }
+    }
+
+    /// Has the runtime frames of `raw` named now, while their processes
+    /// live, without waiting (see [`Symbolizer::learn`]).
+    pub fn learn(&self, raw: Vec<RawSample>) {
+        if let Some(tx) = &self.requests {
+            let _ = tx.send(Request::Learn(raw));
         }
     }
 }

@@ -332,24 +332,41 @@ impl Symbolizer {
         }
     }
 
+    /// Names the runtime frames of `raw` not named yet, by their
+    /// runtimes' namers, while their processes may still live: what is
+    /// named here is kept for [`Symbolizer::resolve`], after the process
+    /// is gone.
+    pub fn learn(&mut self, raw: &[RawSample]) {
+        let mut runtime: HashMap<(u32, u64), Vec<crate::collect::RuntimeFrame>> = HashMap::new();
+        let tasks = raw
+            .iter()
+            .flat_map(|s| std::iter::once(&s.task).chain(s.waker.as_ref()));
+        for t in tasks {
+            let Some(pid) = t.pid else { continue };
+            let frames = t.user.frames().iter().filter_map(|f| match f {
+                RawFrame::Runtime(r) => Some(**r),
+                _ => None,
+            });
+            runtime.entry((pid, t.start)).or_default().extend(frames);
+        }
+        for ((pid, start), frames) in runtime {
+            self.runtimes.learn(pid, start, &frames);
+        }
+    }
+
     /// Symbolizes every sample: one kernel batch, one batch per process
     /// (a PID and a start: processes that had one PID in turn are apart),
     /// runtime frames by their runtime's namer, labels as they are.
     pub fn resolve(&mut self, raw: Vec<RawSample>) -> Vec<Sample> {
+        self.learn(&raw);
         let mut kernel = BTreeSet::new();
         let mut user: HashMap<(u32, u64), BTreeSet<u64>> = HashMap::new();
-        let mut runtime: HashMap<(u32, u64), Vec<crate::collect::RuntimeFrame>> = HashMap::new();
         let mut collect = |t: &RawTask| {
             kernel.extend(lookups(&t.kernel));
             if let Some(pid) = t.pid {
                 user.entry((pid, t.start))
                     .or_default()
                     .extend(lookups(&t.user));
-                let frames = t.user.frames().iter().filter_map(|f| match f {
-                    RawFrame::Runtime(r) => Some(**r),
-                    _ => None,
-                });
-                runtime.entry((pid, t.start)).or_default().extend(frames);
             }
         };
         for s in &raw {
@@ -357,9 +374,6 @@ impl Symbolizer {
             if let Some(w) = &s.waker {
                 collect(w);
             }
-        }
-        for ((pid, start), frames) in runtime {
-            self.runtimes.learn(pid, start, &frames);
         }
         let kernel = self.resolve_kernel(&kernel);
         // Mapping records still in the kernel's buffers count too.
