@@ -75,7 +75,7 @@ pub struct Objects {
     /// Tables still being placed in `unwind_tables` on threads of their
     /// own.
     placing: Vec<JoinHandle<()>>,
-    warned: HashSet<String>,
+    warned: FramePointerNotes,
     pub stats: Stats,
     /// Use tables from the disk cache only: an object that would have to
     /// be built sets `missed` and is left for later.
@@ -97,7 +97,7 @@ impl Objects {
             next_id,
             spares,
             placing: Vec::new(),
-            warned: HashSet::new(),
+            warned: FramePointerNotes::default(),
             stats: Stats::default(),
             cache_only: false,
             missed: false,
@@ -224,11 +224,7 @@ impl Objects {
     }
 
     fn warn(&mut self, name: &str, why: &str) {
-        if self.warned.insert(name.to_string()) {
-            crate::notes::note(format!(
-                "WARNING: {name}: {why}; its frames are walked by frame pointers."
-            ));
-        }
+        self.warned.note(name, why);
     }
 
     /// Puts `t`'s rows in a spare row map, or in a new one placed in
@@ -372,6 +368,26 @@ fn fill(map: &MapHandle, entries: &[u64]) -> io::Result<()> {
         libc::munmap(p, len);
     }
     Ok(())
+}
+
+/// The note that an object's frames are walked by frame pointers (no
+/// table could be made for it), given once per object: by the BPF
+/// unwinder's loader here and by perf-event mode's user-space walker.
+#[derive(Debug, Default)]
+pub struct FramePointerNotes {
+    noted: HashSet<String>,
+}
+
+impl FramePointerNotes {
+    /// Notes, once for `name`, why its frames are walked by frame
+    /// pointers.
+    pub fn note(&mut self, name: &str, why: &str) {
+        if self.noted.insert(name.to_string()) {
+            crate::notes::note(format!(
+                "WARNING: {name}: {why}; its frames are walked by frame pointers."
+            ));
+        }
+    }
 }
 
 #[cfg(test)]

@@ -5,14 +5,14 @@
 //! every process mapping it shares them. [`Tables::row`] answers the
 //! walk's question: the row covering an address of a process.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::procmaps::vdso_image;
 use crate::procmaps::{Backing, Mapping, Object, Space};
 use crate::unwind::cache::{self, DiskCache};
 use crate::unwind::elf::{vaddr_of_offset, Elf, Segment};
-use crate::unwind::objects::{load_table, Stats};
+use crate::unwind::objects::{load_table, FramePointerNotes, Stats};
 use crate::unwind::table::{Row, Table};
 
 /// An object's rows and the segments that place them.
@@ -30,7 +30,7 @@ pub struct Tables {
     /// The same file under two objects (two paths) shares its table.
     by_key: HashMap<String, Option<Arc<Loaded>>>,
     vdso: Option<Option<Arc<Loaded>>>,
-    warned: HashSet<String>,
+    warned: FramePointerNotes,
     pub stats: Stats,
 }
 
@@ -41,7 +41,7 @@ impl Tables {
             objects: HashMap::new(),
             by_key: HashMap::new(),
             vdso: None,
-            warned: HashSet::new(),
+            warned: FramePointerNotes::default(),
             stats: Stats::default(),
         }
     }
@@ -125,11 +125,7 @@ impl Tables {
     }
 
     fn warn(&mut self, name: &str, why: &str) {
-        if self.warned.insert(name.to_string()) {
-            crate::notes::note(format!(
-                "WARNING: {name}: {why}; its frames are walked by frame pointers."
-            ));
-        }
+        self.warned.note(name, why);
     }
 }
 
