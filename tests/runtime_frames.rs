@@ -10,13 +10,12 @@
 mod common;
 
 use std::fs;
-use std::io::Read;
 use std::path::PathBuf;
 
 use common::bpf::{require_bpf, serial};
+use common::receivers::decode_pprof;
 use common::session::{parse_folded, Flare, Workload};
 use flare::output::pprof::proto;
-use prost::Message;
 
 /// The namer names the frame after the process (its comm, cut to 15 bytes).
 const ROOT: &str = "runtime_root_of_workload-twofun";
@@ -81,11 +80,7 @@ fn run(unwind: &str) {
 
     // pprof: a function with the namer's file, whose line is the number
     // of native frames BPF stored below it.
-    let mut raw = Vec::new();
-    flate2::read::GzDecoder::new(&fs::read(&pb).unwrap()[..])
-        .read_to_end(&mut raw)
-        .unwrap();
-    let p = proto::Profile::decode(&raw[..]).unwrap();
+    let p = decode_pprof(&fs::read(&pb).unwrap());
     let s = |i: i64| p.string_table[i as usize].as_str();
     let root = p
         .function
