@@ -136,14 +136,15 @@ fn wait_learning(
 ) -> bool {
     loop {
         let tick = Instant::now() + LEARN_EVERY;
+        // Which timer this wait is for decides what its end means, not
+        // the clock read after it (a late wake-up still reads at a tick).
+        let last = deadline.is_some_and(|d| d <= tick);
         let until = deadline.map_or(tick, |d| d.min(tick));
         match stop.recv_timeout(until.saturating_duration_since(Instant::now())) {
             Ok(()) => return true,
             Err(RecvTimeoutError::Disconnected) => return wait(stop, deadline),
+            Err(RecvTimeoutError::Timeout) if last => return false,
             Err(RecvTimeoutError::Timeout) => {}
-        }
-        if deadline.is_some_and(|d| Instant::now() >= d) {
-            return false;
         }
         if let Ok(read) = collector.collect(false) {
             symbolizer.learn(read.samples);
