@@ -29,6 +29,7 @@ pub mod output;
 pub mod pipeline;
 pub mod procmaps;
 pub mod profile;
+pub mod python;
 pub mod sinks;
 pub mod symbolize;
 pub mod system;

@@ -1,0 +1,1 @@
+//! Code objects read from a live process (being written).

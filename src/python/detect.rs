@@ -1,0 +1,1 @@
+//! Finding CPython in a process (being written).

@@ -1,0 +1,1 @@
+//! Naming Python frames (being written).
