@@ -19,6 +19,7 @@
 #include <bpf/bpf_core_read.h>
 #include "unwind_types.h"
 #include "stacks.h"
+#include "python.h"
 
 const volatile __u32 unwind_mode = UNWIND_MODE_FP;
 
@@ -93,6 +94,8 @@ struct unwind_walk {
 	bool have_proc;
 	bool return_address;	/* pc is a return address (not the first frame) */
 	bool complete;
+	bool native_done;	/* the native walk ended; Python frames remain */
+	struct py_walk py;
 };
 
 /* A process is reported at most this often: soon enough that a process
@@ -257,25 +260,29 @@ static __always_inline long unwind_fp_step(struct unwind_walk *w)
 	return 0;
 }
 
-/* Records the current pc and steps to the caller: 1 to end the walk. */
-static long unwind_step(__u64 i, void *ctx)
+/* Records the current pc (or, for the eval loop of a Python process,
+ * starts putting its Python frames in its place) and steps to the
+ * caller: 1 to end the walk. */
+static __always_inline long unwind_native_step(struct unwind_walk *w, struct flare_stack *out)
 {
-	struct unwind_walk *w = ctx;
 	struct unwind_mapping *m = NULL;
 	struct unwind_row *r = NULL;
 	__u64 pc = w->pc, cfa, ra, bp, lookup;
-	struct flare_stack *out;
-	__u32 n = w->n, zero = 0;
+	__u32 n = w->n;
 	__u8 kind;
 
-	out = bpf_map_lookup_elem(&stack_scratch, &zero);
-	if (!out || !pc || n >= FLARE_MAX_STACK_DEPTH)
+	if (!pc || n >= FLARE_MAX_STACK_DEPTH)
 		return 1;
-	out->pcs[n] = pc;
-	w->n = n + 1;
-	w->hash = flare_hash_step(w->hash, pc);
-
 	lookup = w->return_address ? pc - 1 : pc;
+	if (w->py.frame && py_in_eval(&w->py, lookup)) {
+		w->py.pending = true;
+		w->py.eval_pc = pc;
+		w->py.emitted = 0;
+	} else {
+		out->pcs[n] = pc;
+		w->n = n + 1;
+		w->hash = flare_hash_step(w->hash, pc);
+	}
 	if (w->have_proc) {
 		m = unwind_find_mapping(w, lookup);
 		if (!m)
@@ -334,6 +341,36 @@ static long unwind_step(__u64 i, void *ctx)
 	return 0;
 }
 
+/* One step of the walk: a native frame, or a Python frame in place of an
+ * eval call's native frame (python.h). 1 to end the walk. */
+static long unwind_step(__u64 i, void *ctx)
+{
+	struct unwind_walk *w = ctx;
+	struct flare_stack *out;
+	__u32 zero = 0;
+	long ret;
+
+	out = bpf_map_lookup_elem(&stack_scratch, &zero);
+	if (!out)
+		return 1;
+	if (w->py.pending) {
+		if (py_step(&w->py, out, &w->n, &w->hash))
+			return 1;
+		if (!w->py.pending && w->native_done)
+			return 1;
+		return 0;
+	}
+	if (w->native_done)
+		return 1;
+	ret = unwind_native_step(w, out);
+	if (ret && w->py.pending) {
+		/* The eval call's Python frames still go in. */
+		w->native_done = true;
+		return 0;
+	}
+	return ret;
+}
+
 /*
  * Walks the current task's user stack with the tables and stores it: its
  * id, or a negative errno as flare_store_stack gives one (-EFAULT: no
@@ -367,6 +404,7 @@ static __always_inline __s64 flare_unwind_user(__u32 pid)
 		__sync_fetch_and_add(&unwind_stats.no_proc, 1);
 		unwind_report(pid, UNWIND_EVENT_PROC, w.pc);
 	}
+	py_start(&w.py, pid);
 	bpf_loop(FLARE_MAX_STACK_DEPTH, unwind_step, &w, 0);
 	__sync_fetch_and_add(&unwind_stats.stacks, 1);
 	if (w.complete)

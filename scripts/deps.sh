@@ -10,7 +10,9 @@ packages=(clang llvm libelf-dev zlib1g-dev pkg-config make gcc systemtap-sdt-dev
 if [ "${1:-}" = "--test" ]; then
     # libc6-dbg: libc's debug file, whose local functions the symbol
     # tests expect to see named.
-    packages+=(golang-go chromium chromium-driver libc6-dbg)
+    # python3.11: Debian's own CPython, whose Python frames the tests
+    # read (pyenv's builds are tested too where present).
+    packages+=(golang-go chromium chromium-driver libc6-dbg python3.11)
 fi
 # scripts/vmtest boots other kernels in QEMU with a busybox initramfs.
 if [ "${1:-}" = "--vm" ]; then

@@ -154,6 +154,19 @@ pub struct UnwindArgs {
     /// (unwind tables only)
     #[arg(long = "unwind", value_name = "MODE", default_value = "auto", value_parser = |s: &str| s.parse::<flare::unwind::Mode>())]
     pub mode: flare::unwind::Mode,
+    /// Python frames in Python processes' stacks (CPython 3.8-3.13, no
+    /// flag on the target; needs --unwind auto or dwarf): on or off
+    #[arg(long = "python", value_name = "ON|OFF", default_value = "on", value_parser = on_off)]
+    pub python: bool,
+}
+
+/// Parses `on` / `off`.
+fn on_off(s: &str) -> Result<bool, String> {
+    match s {
+        "on" => Ok(true),
+        "off" => Ok(false),
+        _ => Err(format!("expected on or off, not {s:?}")),
+    }
 }
 
 /// `-- CMD ARGS...`: the command to start and profile, flattened into

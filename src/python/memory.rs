@@ -46,7 +46,8 @@ impl Memory for ProcessMemory {
         // SAFETY: `local` covers exactly `buf`, which is writable for its
         // length; the remote range is only read, by the kernel, which
         // checks it against the target's mappings.
-        let n = unsafe { libc::process_vm_readv(self.pid as libc::pid_t, &local, 1, &remote, 1, 0) };
+        let n =
+            unsafe { libc::process_vm_readv(self.pid as libc::pid_t, &local, 1, &remote, 1, 0) };
         if n < 0 {
             return Err(io::Error::last_os_error());
         }
@@ -99,7 +100,10 @@ mod tests {
             base: 0x1000,
             bytes: (0u8..16).collect(),
         };
-        assert_eq!(b.read_u32(0x1004).unwrap(), u32::from_ne_bytes([4, 5, 6, 7]));
+        assert_eq!(
+            b.read_u32(0x1004).unwrap(),
+            u32::from_ne_bytes([4, 5, 6, 7])
+        );
         assert!(b.read_u64(0x100c).is_err());
         assert!(b.read_u64(0xff8).is_err());
     }

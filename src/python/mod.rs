@@ -17,6 +17,7 @@ pub mod detect;
 pub mod layout;
 pub mod memory;
 pub mod namer;
+pub mod tracker;
 
 use std::collections::HashMap;
 use std::ops::Range;
@@ -49,7 +50,9 @@ pub type Registry = Arc<Mutex<HashMap<u32, Arc<Process>>>>;
 /// another allocated at its address has a different cookie unless its
 /// first line, argument count and flags are all the same.
 pub fn cookie(argcount: u32, flags: u32, firstlineno: u32) -> u64 {
-    (u64::from(firstlineno) << 32) | (u64::from(argcount & 0xff) << 24) | u64::from(flags & 0xff_ffff)
+    (u64::from(firstlineno) << 32)
+        | (u64::from(argcount & 0xff) << 24)
+        | u64::from(flags & 0xff_ffff)
 }
 
 /// `cframe_current` in BPF when the thread state points at the frame.

@@ -42,6 +42,8 @@ pub struct Config {
     pub duration: Option<Duration>,
     /// How user stacks are walked.
     pub unwind: unwind::Mode,
+    /// Python frames in Python processes' stacks (--python).
+    pub python: bool,
     /// Profile flare's own process too (`--include-self`).
     pub include_self: bool,
     /// With [`Target::Pids`] of one launched command (`-- CMD`): the
@@ -64,6 +66,7 @@ impl Default for Config {
             per_thread: false,
             duration: None,
             unwind: unwind::Mode::default(),
+            python: true,
             include_self: false,
             follow_children: false,
         }
@@ -168,6 +171,7 @@ fn plan(c: &Config) -> Plan<'_> {
         stacks: c.stacks,
         include_self: c.include_self,
         unwind: c.unwind,
+        python: c.python,
         hash_storage_size: c.hash_storage_size,
         stack_storage_size: c.stack_storage_size,
         uprobes: None,
@@ -238,6 +242,10 @@ impl<'obj> Session<'obj> {
 impl Collector for Session<'_> {
     fn share_mappings(&self, mappings: &Mappings) {
         start::share_mappings(self.unwinder.as_ref(), mappings);
+    }
+
+    fn namers(&self) -> crate::collect::Namers {
+        start::namers(self.unwinder.as_ref())
     }
 
     fn meta(&self) -> Meta {

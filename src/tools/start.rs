@@ -62,6 +62,8 @@ pub(crate) struct Plan<'a> {
     pub stacks: Stacks,
     pub include_self: bool,
     pub unwind: Mode,
+    /// Python frames in the user stacks of Python processes (--python).
+    pub python: bool,
     pub hash_storage_size: u32,
     pub stack_storage_size: u32,
     /// The binary of user probes (stackcount's): with no process watched,
@@ -138,7 +140,7 @@ impl Plan<'_> {
             (Watch::All, Some(binary)) => (unwind::procs::pids_mapping(binary), false),
             (Watch::All, None) => (Vec::new(), true),
         };
-        unwind::start(mode, skel.unwind_maps(), S::NAME, &pids, all)
+        unwind::start(mode, skel.unwind_maps(), S::NAME, &pids, all, self.python)
     }
 
     /// What symbolization may load while collecting: the kernel's symbols
@@ -159,6 +161,11 @@ pub(crate) fn share_mappings(unwinder: Option<&Unwinder>, mappings: &Mappings) {
     if let Some(u) = unwinder {
         u.use_mappings(mappings.clone());
     }
+}
+
+/// The namers of the runtime frames the unwinder's stacks hold, if any.
+pub(crate) fn namers(unwinder: Option<&Unwinder>) -> crate::collect::Namers {
+    unwinder.map(Unwinder::namers).unwrap_or_default()
 }
 
 /// Opens CPU-clock events sampling the threads `plan` watches and

@@ -96,6 +96,8 @@ pub struct Config {
     pub follow_children: bool,
     /// How user stacks are walked.
     pub unwind: unwind::Mode,
+    /// Python frames in Python processes' stacks (--python).
+    pub python: bool,
 }
 
 impl Default for Config {
@@ -113,6 +115,7 @@ impl Default for Config {
             include_self: false,
             follow_children: false,
             unwind: unwind::Mode::default(),
+            python: true,
         }
     }
 }
@@ -174,6 +177,7 @@ fn plan(c: &Config) -> Plan<'_> {
         stacks: c.stacks,
         include_self: c.include_self,
         unwind: c.unwind,
+        python: c.python,
         hash_storage_size: c.hash_storage_size,
         stack_storage_size: c.stack_storage_size,
         uprobes: None,
@@ -324,6 +328,10 @@ fn tidy_state(trace: &mut Trace) -> bool {
 impl Collector for Session<'_> {
     fn share_mappings(&self, mappings: &Mappings) {
         start::share_mappings(self.unwinder.as_ref(), mappings);
+    }
+
+    fn namers(&self) -> crate::collect::Namers {
+        start::namers(self.unwinder.as_ref())
     }
 
     fn meta(&self) -> Meta {

@@ -26,6 +26,7 @@ use super::elf::vaddr_of_offset;
 use super::objects::{Object, Objects, Stats};
 use super::procs::{exec_mappings, tracked_mappings, Backing, ExecMapping};
 use crate::procmaps::Mappings;
+use crate::python::Registry;
 
 /// Mirrors unwind_types.h.
 const NO_TABLE: u32 = u32::MAX;
@@ -40,6 +41,8 @@ pub struct Maps {
     events: MapHandle,
     /// When BPF last reported each process (unwind.h's rate limit).
     reported: MapHandle,
+    /// The Python processes BPF walks (python.h).
+    python: MapHandle,
 }
 
 impl Maps {
@@ -49,6 +52,7 @@ impl Maps {
         tables: &Map,
         events: &Map,
         reported: &Map,
+        python: &Map,
     ) -> libbpf_rs::Result<Maps> {
         Ok(Maps {
             procs: MapHandle::try_from(procs)?,
@@ -56,6 +60,7 @@ impl Maps {
             tables: MapHandle::try_from(tables)?,
             events: MapHandle::try_from(events)?,
             reported: MapHandle::try_from(reported)?,
+            python: MapHandle::try_from(python)?,
         })
     }
 }
@@ -174,6 +179,8 @@ pub struct Loader {
     /// instead of `/proc/PID/maps`, which costs the kernel 50-200 us a
     /// process (a fork storm's worth of it showed in its wall time).
     tracked: Arc<OnceLock<Mappings>>,
+    /// Finds the Python processes among those loaded (unless off).
+    python: Option<crate::python::tracker::Tracker>,
 }
 
 fn exe_id(pid: u32) -> (u64, u64) {
@@ -181,11 +188,21 @@ fn exe_id(pid: u32) -> (u64, u64) {
 }
 
 impl Loader {
-    pub fn new(maps: Maps, cache: DiskCache) -> std::io::Result<Loader> {
+    /// A loader of `maps`; with `python`, it also finds the Python
+    /// processes among those it loads and lists them there.
+    pub fn new(maps: Maps, cache: DiskCache, python: Option<Registry>) -> std::io::Result<Loader> {
         let cap = maps.mappings.max_entries();
         let tables = MapHandle::try_from(&maps.tables).map_err(std::io::Error::other)?;
         let objects = Objects::new(tables, cache);
+        let python = match python {
+            Some(registry) => {
+                let map = MapHandle::try_from(&maps.python).map_err(std::io::Error::other)?;
+                Some(crate::python::tracker::Tracker::new(map, registry))
+            }
+            None => None,
+        };
         Ok(Loader {
+            python,
             maps,
             objects,
             slices: Slices::new(cap),
@@ -263,6 +280,9 @@ impl Loader {
             self.slices.release(slice);
             return false;
         }
+        if let Some(python) = &mut self.python {
+            python.load(pid, &maps);
+        }
         let loaded = Loaded {
             slice,
             exe: exe_id(pid),
@@ -331,6 +351,9 @@ impl Loader {
             let exe = exe_id(pid);
             if exe == (0, 0) {
                 let _ = self.maps.procs.delete(&pid.to_ne_bytes());
+                if let Some(python) = &mut self.python {
+                    python.forget(pid);
+                }
                 if let Some(l) = self.procs.remove(&pid) {
                     self.retired.push(l.slice);
                 }
@@ -348,6 +371,7 @@ const RELOAD_GAP: Duration = Duration::from_millis(20);
 /// The loader at work on a thread of its own, until dropped.
 pub struct Unwinder {
     stop: Arc<AtomicBool>,
+    python: Option<Registry>,
     tracked: Arc<OnceLock<Mappings>>,
     thread: Option<JoinHandle<Stats>>,
 }
@@ -356,9 +380,16 @@ impl Unwinder {
     /// Loads `preload` (the targets) now, then serves BPF's reports on a
     /// thread; with `scan_all`, that thread first loads every process
     /// running (between reports), so that short-lived bursts of known
-    /// processes do not wait for a report.
-    pub fn start(maps: Maps, preload: &[u32], scan_all: bool) -> std::io::Result<Unwinder> {
-        let mut loader = Loader::new(maps, DiskCache::from_env())?;
+    /// processes do not wait for a report. With `python`, Python
+    /// processes get their Python frames (bpf/python.h).
+    pub fn start(
+        maps: Maps,
+        preload: &[u32],
+        scan_all: bool,
+        python: bool,
+    ) -> std::io::Result<Unwinder> {
+        let registry = python.then(Registry::default);
+        let mut loader = Loader::new(maps, DiskCache::from_env(), registry.clone())?;
         for &pid in preload {
             loader.load(pid);
         }
@@ -371,6 +402,7 @@ impl Unwinder {
             .spawn(move || serve(loader, flag, scan_all))?;
         Ok(Unwinder {
             stop,
+            python: registry,
             tracked,
             thread: Some(thread),
         })
@@ -380,6 +412,17 @@ impl Unwinder {
     /// tracker) rather than from `/proc`.
     pub fn use_mappings(&self, mappings: Mappings) {
         let _ = self.tracked.set(mappings);
+    }
+
+    /// The namers of the runtime frames this unwinder's stacks hold.
+    pub fn namers(&self) -> crate::collect::Namers {
+        match &self.python {
+            Some(r) => vec![(
+                crate::collect::Runtime::Python,
+                Box::new(crate::python::namer::PythonNamer::new(r.clone())),
+            )],
+            None => Vec::new(),
+        }
     }
 
     /// Stops the thread; returns what it built.
@@ -452,6 +495,9 @@ fn serve(mut loader: Loader, stop: Arc<AtomicBool>, scan_all: bool) -> Stats {
     while !stop.load(Ordering::Relaxed) {
         let _ = ring.poll(Duration::from_millis(50));
         handle(&mut loader);
+        if let Some(python) = &mut loader.python {
+            python.retry();
+        }
         if last_tick.elapsed() > Duration::from_secs(1) {
             loader.tick();
             last_tick = Instant::now();

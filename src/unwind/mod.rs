@@ -129,12 +129,13 @@ pub fn start(
     prog: &'static str,
     pids: &[u32],
     all: bool,
+    python: bool,
 ) -> crate::Result<Option<Unwinder>> {
     if mode == Mode::Fp {
         return Ok(None);
     }
     let maps = maps.map_err(|source| crate::Error::Load { prog, source })?;
-    Unwinder::start(maps, pids, all)
+    Unwinder::start(maps, pids, all, python)
         .map(Some)
         .map_err(|source| crate::Error::Io {
             what: "starting the unwinder thread".into(),
@@ -149,6 +150,7 @@ pub struct OpenMaps<'a, 'obj> {
     pub tables: &'a mut OpenMapMut<'obj>,
     pub reported: &'a mut OpenMapMut<'obj>,
     pub events: &'a mut OpenMapMut<'obj>,
+    pub python: &'a mut OpenMapMut<'obj>,
 }
 
 /// Sizes the unwinder's maps for `mode`: with frame pointers, one entry
@@ -161,6 +163,7 @@ pub fn size_maps(mode: Mode, m: OpenMaps<'_, '_>) -> libbpf_rs::Result<()> {
     m.mappings.set_max_entries(1)?;
     m.tables.set_max_entries(1)?;
     m.reported.set_max_entries(1)?;
+    m.python.set_max_entries(1)?;
     // SAFETY: sysconf has no preconditions.
     let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as u32;
     m.events.set_max_entries(page)
@@ -178,6 +181,7 @@ macro_rules! unwind_size_maps {
                 tables: &mut $maps.unwind_tables,
                 reported: &mut $maps.unwind_reported,
                 events: &mut $maps.unwind_events,
+                python: &mut $maps.py_procs,
             },
         )
     };
@@ -193,6 +197,7 @@ macro_rules! unwind_maps {
             &$maps.unwind_tables,
             &$maps.unwind_events,
             &$maps.unwind_reported,
+            &$maps.py_procs,
         )
     };
 }

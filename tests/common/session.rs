@@ -17,6 +17,8 @@ pub struct Workload {
     pub tids: Vec<u32>,
     /// CPU seconds of each worker thread, once the work is done.
     pub thread_cpu: std::collections::HashMap<u32, f64>,
+    /// Other lines the workload printed while working (its own reports).
+    pub reports: Vec<String>,
 }
 
 impl Workload {
@@ -76,6 +78,7 @@ impl Workload {
             pid,
             tids,
             thread_cpu: Default::default(),
+            reports: Vec::new(),
         }
     }
 
@@ -108,6 +111,7 @@ impl Workload {
             if let Some(s) = line.trim().strip_prefix("cpu ") {
                 return s.parse().expect("cpu seconds");
             }
+            self.reports.push(line.trim().to_string());
         }
     }
 }

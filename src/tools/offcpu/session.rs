@@ -86,6 +86,7 @@ fn plan(c: &Config) -> Plan<'_> {
         stacks: c.stacks,
         include_self: c.include_self,
         unwind: c.unwind,
+        python: c.python,
         hash_storage_size: c.hash_storage_size,
         stack_storage_size: c.stack_storage_size,
         uprobes: None,
@@ -237,6 +238,10 @@ impl<'obj> Session<'obj> {
 impl Collector for Session<'_> {
     fn share_mappings(&self, mappings: &Mappings) {
         start::share_mappings(self.unwinder.as_ref(), mappings);
+    }
+
+    fn namers(&self) -> crate::collect::Namers {
+        start::namers(self.unwinder.as_ref())
     }
 
     fn meta(&self) -> Meta {

@@ -58,6 +58,8 @@ pub struct Config {
     pub hash_storage_size: u32,
     /// How user stacks are walked.
     pub unwind: unwind::Mode,
+    /// Python frames in Python processes' stacks (--python).
+    pub python: bool,
     /// `-s`: frame names with the offset into their function.
     pub offsets: bool,
     /// Count flare's own process too (`--include-self`).
@@ -84,6 +86,7 @@ impl Default for Config {
             stack_storage_size: crate::defaults::STACK_STORAGE_SIZE,
             hash_storage_size: crate::defaults::HASH_STORAGE_SIZE,
             unwind: unwind::Mode::default(),
+            python: true,
             offsets: false,
             include_self: false,
             command: None,
@@ -248,6 +251,7 @@ fn plan(c: &Config) -> Plan<'_> {
         stacks: c.stacks,
         include_self: c.include_self,
         unwind: c.unwind,
+        python: c.python,
         hash_storage_size: c.hash_storage_size,
         stack_storage_size: c.stack_storage_size,
         uprobes: None,
@@ -337,6 +341,10 @@ impl<'obj> Session<'obj> {
 impl Collector for Session<'_> {
     fn share_mappings(&self, mappings: &Mappings) {
         start::share_mappings(self.unwinder.as_ref(), mappings);
+    }
+
+    fn namers(&self) -> crate::collect::Namers {
+        start::namers(self.unwinder.as_ref())
     }
 
     fn meta(&self) -> Meta {

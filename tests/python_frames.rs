@@ -1,0 +1,173 @@
+//! Python frames in real CPython processes, started with no flag: for
+//! each CPython on the machine (pyenv's 3.8-3.13 where present, Debian's
+//! 3.11), `tests/workloads/pyservice.py` runs main -> serve -> handle ->
+//! parse_request | render_page and measures the CPU each leaf takes with
+//! its own thread clock. flare's profile must show that chain, with the
+//! Python frames in place of the eval loop's native frames, and give each
+//! leaf its share within 3 points of the program's own figures.
+//!
+//! A version that is installed must pass under FLARE_REQUIRE_BPF=1; one
+//! that is not is skipped (said on stderr).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::bpf::{require_bpf, serial};
+use common::session::{parse_folded, Flare, Workload};
+
+/// The script, from the source tree.
+fn script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads/pyservice.py")
+}
+
+/// pyenv's CPython 3.`minor`, if installed.
+fn pyenv(minor: u32) -> Option<PathBuf> {
+    let root = std::env::var_os("PYENV_ROOT")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/root/.pyenv"));
+    let prefix = format!("3.{minor}.");
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(root.join("versions"))
+        .ok()?
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+        .map(|e| e.path().join(format!("bin/python3.{minor}")))
+        .filter(|p| p.exists())
+        .collect();
+    dirs.sort();
+    dirs.pop()
+}
+
+/// The Python frame's function (`main` of `main (pyservice.py:48)`), or
+/// None for a native frame.
+fn python_function(frame: &str) -> Option<&str> {
+    let (name, rest) = frame.split_once(" (")?;
+    rest.contains(".py:").then_some(name)
+}
+
+/// Profiles pyservice.py under `python` and checks the chain and shares.
+fn check(python: &Path) {
+    let _guard = serial();
+    let mut w = Workload::start_exe(&[], python, &[script().to_str().unwrap(), "4"]);
+    let pid = w.pid.to_string();
+    let flare = Flare::start(&["profile", "-U", "-F", "499", "-p", &pid, "-f"], 1);
+    w.go();
+    let cpu = w.wait_done();
+    let (folded, stderr) = flare.stop();
+    let own: Vec<(String, f64)> = w
+        .reports
+        .iter()
+        .filter_map(|l| {
+            let mut f = l.strip_prefix("share ")?.split_whitespace();
+            Some((f.next()?.to_string(), f.next()?.parse().ok()?))
+        })
+        .collect();
+    drop(w);
+    assert_eq!(own.len(), 2, "the workload's own figures: {own:?}");
+
+    let stacks = parse_folded(&folded);
+    let total: u64 = stacks.iter().map(|(_, n)| n).sum();
+    let ctx = || format!("{}:\n{stderr}\n{folded}", python.display());
+    assert!(total >= 300, "{total} samples from {}", ctx());
+    let with = |name: &str| -> u64 {
+        stacks
+            .iter()
+            .filter(|(f, _)| f.iter().any(|x| python_function(x) == Some(name)))
+            .map(|(_, n)| n)
+            .sum()
+    };
+    for (name, spent) in &own {
+        let ours = with(name) as f64 / total as f64 * 100.0;
+        let theirs = spent / cpu * 100.0;
+        assert!(
+            (ours - theirs).abs() <= 3.0,
+            "{name}: {ours:.1} % of flare's samples, {theirs:.1} % by the program's clock: {}",
+            ctx()
+        );
+    }
+    // The chain, root first, with nothing but native frames between.
+    let want = ["<module>", "main", "serve", "handle", "parse_request"];
+    let leaf = with("parse_request");
+    let chained: u64 = stacks
+        .iter()
+        .filter(|(f, _)| {
+            let py: Vec<&str> = f.iter().filter_map(|x| python_function(x)).collect();
+            py == want
+        })
+        .map(|(_, n)| n)
+        .sum();
+    assert!(
+        chained * 100 >= leaf * 95,
+        "{chained} of {leaf} samples in parse_request have the whole chain: {}",
+        ctx()
+    );
+    // The eval loop's frames are replaced by the Python frames they ran.
+    let eval: u64 = stacks
+        .iter()
+        .filter(|(f, _)| f.iter().any(|x| x.starts_with("_PyEval_EvalFrameDefault")))
+        .map(|(_, n)| n)
+        .sum();
+    assert!(
+        eval * 100 <= total * 3,
+        "{eval} of {total} samples keep an eval-loop frame: {}",
+        ctx()
+    );
+}
+
+/// Checks pyenv's 3.`minor`, or says it is not there.
+fn check_pyenv(minor: u32) {
+    if !require_bpf() {
+        return;
+    }
+    match pyenv(minor) {
+        Some(p) => check(&p),
+        None => eprintln!("skipping: pyenv's CPython 3.{minor} is not installed"),
+    }
+}
+
+#[test]
+fn cpython_3_8() {
+    check_pyenv(8);
+}
+
+#[test]
+fn cpython_3_9() {
+    check_pyenv(9);
+}
+
+#[test]
+fn cpython_3_10() {
+    check_pyenv(10);
+}
+
+#[test]
+fn cpython_3_11() {
+    check_pyenv(11);
+}
+
+#[test]
+fn cpython_3_12() {
+    check_pyenv(12);
+}
+
+#[test]
+fn cpython_3_13() {
+    check_pyenv(13);
+}
+
+/// Debian's own python3.11: libpython linked in, stripped (its dynamic
+/// symbols are what detection has).
+#[test]
+fn debian_python3() {
+    if !require_bpf() {
+        return;
+    }
+    let p = Path::new("/usr/bin/python3.11");
+    if p.exists() {
+        check(p);
+    } else if std::env::var("FLARE_REQUIRE_BPF").as_deref() == Ok("1") {
+        panic!("/usr/bin/python3.11 is missing: .ci/run installs python3");
+    } else {
+        eprintln!("skipping: /usr/bin/python3.11 is not installed");
+    }
+}

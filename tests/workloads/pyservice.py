@@ -1,0 +1,62 @@
+"""A pure-Python service with a known call chain and its own CPU accounting.
+
+Speaks the tests/workloads protocol: prints "tid N" and "ready", waits for
+a line, runs main -> serve -> handle -> parse_request | render_page for
+the seconds given (argv[1]), prints "share NAME SECONDS" for each of the
+two leaves as its own thread CPU clock measured them (time.thread_time
+around each call), "cpu S" (the thread's CPU over the whole run), then
+waits for stdin to close. Works on CPython 3.8 and later.
+"""
+
+import sys
+import threading
+import time
+
+SPENT = {"parse_request": 0.0, "render_page": 0.0}
+
+
+def parse_request(n):
+    total = 0
+    for i in range(n):
+        total += i * i % 7
+    return total
+
+
+def render_page(n):
+    parts = []
+    for i in range(n):
+        parts.append(str(i))
+    return len("".join(parts))
+
+
+def handle():
+    t0 = time.thread_time()
+    parse_request(3000)
+    t1 = time.thread_time()
+    render_page(1000)
+    t2 = time.thread_time()
+    SPENT["parse_request"] += t1 - t0
+    SPENT["render_page"] += t2 - t1
+
+
+def serve(seconds):
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        handle()
+
+
+def main():
+    seconds = float(sys.argv[1]) if len(sys.argv) > 1 else 3.0
+    print("tid", threading.get_native_id(), flush=True)
+    print("ready", flush=True)
+    sys.stdin.readline()
+    start = time.thread_time()
+    serve(seconds)
+    total = time.thread_time() - start
+    for name, spent in SPENT.items():
+        print("share", name, spent, flush=True)
+    print("cpu", total, flush=True)
+    sys.stdin.read()
+
+
+main()
