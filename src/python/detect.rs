@@ -1,27 +1,755 @@
-//! Finding CPython in a process (being written; a stub with the API).
+//! Finding CPython in a process: which object holds the interpreter (a
+//! `python3.N` executable, a `libpython3.N` library, or any object that
+//! exports `_PyRuntime` and `Py_Version`), its version and layout, and the
+//! addresses BPF walks from: `_PyRuntime`, `PyCode_Type`, the eval loop
+//! and the slot holding each thread's `PyThreadState *`.
+//!
+//! This is the step that trusts nothing: the files are other users' (they
+//! are opened through the paths [`ExecMapping::open_paths`] gives, the
+//! process's own root never left, and read in bounded pieces, never
+//! mapped: a file truncated under a map would kill flare), and so is the
+//! memory (every figure read from it is checked against another before it
+//! is believed: the thread-state slot is learnt from the live threads and
+//! must agree for all of them). What a file says is kept per object
+//! (device, inode), so that twenty processes of one interpreter read its
+//! symbols once.
 
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::ops::Range;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::Path;
+use std::sync::Arc;
+
+use super::layout::{self, Layout, DEBUG_OFFSETS_SIZE};
 use super::memory::Memory;
 use super::Process;
-use crate::unwind::procs::ExecMapping;
+use crate::unwind::elf::{vaddr_of_offset, Segment};
+use crate::unwind::procs::{Backing, ExecMapping};
 
-/// What a process runs.
+/// What a process runs, as far as Python goes.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Detected {
+    /// No CPython mapped.
     NotPython,
+    /// Ready to walk.
     Python(Process),
+    /// CPython, but its interpreter or thread states are not set up yet
+    /// (or its library is not mapped yet): try later.
     NotReady,
+    /// CPython flare cannot walk, and why (the same text for every
+    /// process of one interpreter, so that it can be said once).
     Unsupported(String),
 }
 
-/// Finds CPython in processes.
-#[derive(Default)]
-pub struct Detector {}
+/// The minor versions of CPython 3 flare walks.
+const MINORS: std::ops::RangeInclusive<u8> = 8..=13;
+
+/// Objects whose symbols are kept; past it, one is forgotten per new one.
+const MAX_OBJECTS: usize = 4096;
+
+/// Finds CPython in processes, keeping what each object's file says.
+#[derive(Debug, Default)]
+pub struct Detector {
+    objects: HashMap<(u64, u64), Arc<Object>>,
+}
+
+/// What a mapped object's name says: `python3.11`, `libpython3.12.so.1.0`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Named {
+    pub library: bool,
+    pub major: u8,
+    pub minor: u8,
+    /// The ABI flags after the version (`d`: debug, `t`: free-threaded,
+    /// `m`: pymalloc, 3.7 and before).
+    pub abiflags: String,
+}
+
+/// Reads a file's base name as a CPython executable or library.
+pub(crate) fn parse_name(base: &str) -> Option<Named> {
+    let (library, rest) = match base.strip_prefix("libpython") {
+        Some(rest) => (true, rest),
+        None => (false, base.strip_prefix("python")?),
+    };
+    let (major, rest) = number(rest)?;
+    let (minor, rest) = number(rest.strip_prefix('.')?)?;
+    let flags_end = rest
+        .find(|c: char| !c.is_ascii_lowercase())
+        .unwrap_or(rest.len());
+    let (abiflags, rest) = rest.split_at(flags_end);
+    let tail_ok = if library {
+        rest.starts_with(".so")
+    } else {
+        rest.is_empty() || rest.starts_with(['-', '.', '_'])
+    };
+    tail_ok.then(|| Named {
+        library,
+        major,
+        minor,
+        abiflags: abiflags.to_string(),
+    })
+}
+
+/// A leading decimal number (1 to 3 digits) and what follows it.
+fn number(s: &str) -> Option<(u8, &str)> {
+    let end = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    if end == 0 || end > 3 {
+        return None;
+    }
+    Some((s[..end].parse().ok()?, &s[end..]))
+}
+
+/// Why flare cannot walk CPython `major.minor` with these ABI flags, if
+/// it cannot.
+pub(crate) fn refusal(major: u8, minor: u8, abiflags: &str) -> Option<String> {
+    if major != 3 || !MINORS.contains(&minor) {
+        return Some(format!(
+            "CPython {major}.{minor} is not supported: flare walks the frames of CPython 3.{} to 3.{}",
+            MINORS.start(),
+            MINORS.end()
+        ));
+    }
+    if abiflags.contains('t') {
+        return Some(format!(
+            "CPython {major}.{minor}{abiflags} is not supported: a free-threaded build (its objects have another layout)"
+        ));
+    }
+    if abiflags.contains('d') {
+        return Some(format!(
+            "CPython {major}.{minor}{abiflags} is not supported: a debug build (its objects have another layout)"
+        ));
+    }
+    None
+}
+
+/// A symbol's value (the object's virtual address) and size.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Sym {
+    pub value: u64,
+    pub size: u64,
+}
+
+/// The symbols of an object that detection looks at.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Symbols {
+    pub runtime: Option<Sym>,
+    pub code_type: Option<Sym>,
+    pub eval: Option<Sym>,
+    /// `_PyEval_EvalFrameDefault.cold`, `.part.N` and the like: pieces of
+    /// the eval loop the compiler moved out of it.
+    pub eval_parts: Vec<Sym>,
+    pub py_version: Option<Sym>,
+    /// `_Py_NegativeRefcount`: only in builds with reference debugging.
+    pub debug_build: bool,
+    /// An undefined `Py_BytesMain` or `Py_Main`: a `python` executable
+    /// that runs the interpreter of a library.
+    pub calls_main: bool,
+}
+
+/// What detection needs of one object's file.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Object {
+    pub segments: Vec<Segment>,
+    pub symbols: Symbols,
+    /// `Py_Version` as the file holds it (PY_VERSION_HEX; 3.11+).
+    pub version_hex: Option<u32>,
+    /// `.symtab` was read too (else `.dynsym` alone).
+    pub full: bool,
+}
 
 impl Detector {
     pub fn new() -> Self {
-        Detector {}
+        Self::default()
     }
 
-    pub fn detect(&mut self, _pid: u32, _maps: &[ExecMapping], _mem: &dyn Memory) -> Detected {
-        Detected::NotPython
+    /// Finds the CPython process `pid` runs, from its executable mappings
+    /// `maps` and its memory `mem`.
+    pub fn detect(&mut self, pid: u32, maps: &[ExecMapping], mem: &dyn Memory) -> Detected {
+        let mut refused: Option<String> = None;
+        let mut shim = false;
+        let mut seen: Vec<&ExecMapping> = Vec::new();
+        for m in maps {
+            let Backing::File(path) = &m.backing else {
+                continue;
+            };
+            let same = |o: &&ExecMapping| {
+                if m.dev_ino.1 != 0 {
+                    o.dev_ino == m.dev_ino
+                } else {
+                    o.backing == m.backing
+                }
+            };
+            if seen.iter().any(same) {
+                continue;
+            }
+            seen.push(m);
+            let base = path.rsplit('/').next().unwrap_or(path);
+            let named = parse_name(base);
+            let Some(object) = self.object(pid, m, named.is_some()) else {
+                continue;
+            };
+            let s = &object.symbols;
+            if s.runtime.is_none() {
+                match &named {
+                    Some(n) if !n.library && s.calls_main => shim = true,
+                    Some(n) => {
+                        refused.get_or_insert_with(|| {
+                            refusal(n.major, n.minor, &n.abiflags).unwrap_or_else(|| {
+                                format!(
+                                    "CPython {}.{} in {base} is not supported: it has no _PyRuntime symbol (stripped?)",
+                                    n.major, n.minor
+                                )
+                            })
+                        });
+                    }
+                    None => {}
+                }
+                continue;
+            }
+            // The version: Py_Version (3.11+) over the name.
+            let version = match (object.version_hex, &named) {
+                (Some(hex), n) => {
+                    let flags = n.as_ref().map_or("", |n| n.abiflags.as_str());
+                    Version::from_hex(hex, flags)
+                }
+                (None, Some(n)) => Version {
+                    major: n.major,
+                    minor: n.minor,
+                    alpha: false,
+                    abiflags: n.abiflags.clone(),
+                },
+                (None, None) => {
+                    // An embedder's CPython that says not which it is.
+                    if s.py_version.is_none() {
+                        refused.get_or_insert_with(|| {
+                            format!("CPython in {base} is not supported: it has no Py_Version (3.10 or older) nor a versioned name")
+                        });
+                    }
+                    continue;
+                }
+            };
+            match build(m, &object, &version, base, maps, mem) {
+                Detected::Unsupported(why) => {
+                    refused.get_or_insert(why);
+                }
+                found => return found,
+            }
+        }
+        match (refused, shim) {
+            (Some(why), _) => Detected::Unsupported(why),
+            // A `python3.N` whose libpython is not mapped yet.
+            (None, true) => Detected::NotReady,
+            (None, false) => Detected::NotPython,
+        }
+    }
+
+    /// What the file of mapping `m` says, from the cache or read now
+    /// (with `.symtab` if `full`): nothing for a file that is not a
+    /// 64-bit x86-64 ELF file; `None` when it cannot be opened (not kept:
+    /// the process may be gone, the next one may open it).
+    fn object(&mut self, pid: u32, m: &ExecMapping, full: bool) -> Option<Arc<Object>> {
+        let key = m.dev_ino;
+        let cached = (key.1 != 0).then(|| self.objects.get(&key)).flatten();
+        if let Some(o) = cached {
+            if o.full || !full {
+                return Some(o.clone());
+            }
+        }
+        let file = open_mapped(pid, m)?;
+        let object = Arc::new(read_object(&file, full).unwrap_or(Object {
+            full: true,
+            ..Object::default()
+        }));
+        if key.1 != 0 {
+            if self.objects.len() >= MAX_OBJECTS && !self.objects.contains_key(&key) {
+                if let Some(old) = self.objects.keys().next().copied() {
+                    self.objects.remove(&old);
+                }
+            }
+            self.objects.insert(key, object.clone());
+        }
+        Some(object)
     }
 }
+
+/// A CPython version as detection settled it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Version {
+    major: u8,
+    minor: u8,
+    /// An alpha release: its structures may be any.
+    alpha: bool,
+    abiflags: String,
+}
+
+impl Version {
+    fn from_hex(hex: u32, abiflags: &str) -> Version {
+        Version {
+            major: (hex >> 24) as u8,
+            minor: (hex >> 16) as u8,
+            alpha: (hex >> 4) & 0xf == 0xa,
+            abiflags: abiflags.to_string(),
+        }
+    }
+}
+
+/// The Python process whose interpreter is `object`, mapped (executable)
+/// at `m`.
+fn build(
+    m: &ExecMapping,
+    object: &Object,
+    version: &Version,
+    base: &str,
+    maps: &[ExecMapping],
+    mem: &dyn Memory,
+) -> Detected {
+    let Version { major, minor, .. } = *version;
+    if let Some(why) = refusal(major, minor, &version.abiflags) {
+        return Detected::Unsupported(why);
+    }
+    let unsupported = |why: &str| {
+        Detected::Unsupported(format!(
+            "CPython {major}.{minor} in {base} is not supported: {why}"
+        ))
+    };
+    if version.alpha {
+        return unsupported("an alpha release (its structures may differ from the release's)");
+    }
+    let s = &object.symbols;
+    if s.debug_build {
+        return unsupported("a debug build (its objects have another layout)");
+    }
+    let Some(mut layout) = layout::for_version(minor) else {
+        return unsupported("no layout for this version");
+    };
+    let Some(vaddr) = vaddr_of_offset(&object.segments, m.offset) else {
+        return unsupported("its mapping is in none of its segments");
+    };
+    let bias = m.start.wrapping_sub(vaddr);
+    let (Some(runtime), Some(code_type), Some(eval)) = (s.runtime, s.code_type, s.eval) else {
+        return unsupported("it lacks one of _PyRuntime, PyCode_Type and _PyEval_EvalFrameDefault");
+    };
+    if eval.size == 0 {
+        return unsupported("_PyEval_EvalFrameDefault has no size");
+    }
+    let runtime_at = runtime.value.wrapping_add(bias);
+    if minor >= 13 {
+        let mut table = [0u8; DEBUG_OFFSETS_SIZE];
+        if let Err(e) = mem.read(runtime_at, &mut table) {
+            return match unreadable(&e) {
+                Detected::Unsupported(why) => unsupported(&why),
+                other => other,
+            };
+        }
+        layout = match layout::from_debug_offsets(layout, &table) {
+            Ok(l) => l,
+            Err(why) => return unsupported(&why),
+        };
+    }
+    // The runtime fields read must lie inside `_PyRuntime`.
+    let runtime_end = [layout.runtime_autotss, layout.runtime_interpreters_head]
+        .iter()
+        .map(|&o| u64::from(o) + 8)
+        .max()
+        .unwrap_or(0);
+    if runtime.size != 0 && runtime_end > runtime.size {
+        return unsupported("_PyRuntime is smaller than its layout says");
+    }
+    let tstate_slot = match tstate_slot(&layout, runtime_at, maps, mem) {
+        Ok(slot) => slot,
+        Err(Detected::Unsupported(why)) => return unsupported(&why),
+        Err(other) => return other,
+    };
+    let range =
+        |s: Sym| s.value.wrapping_add(bias)..s.value.wrapping_add(bias).wrapping_add(s.size);
+    let cold = cold_part(&s.eval_parts).map_or(0..0, range);
+    Detected::Python(Process {
+        layout: Arc::new(layout),
+        runtime: runtime_at,
+        code_type: code_type.value.wrapping_add(bias),
+        eval: [range(eval), cold],
+        tstate_slot,
+    })
+}
+
+/// What a failed read of the process's memory means: it may be gone or
+/// not set up yet (try later), unless flare may not read it at all.
+fn unreadable(e: &io::Error) -> Detected {
+    if e.kind() == io::ErrorKind::PermissionDenied {
+        Detected::Unsupported(format!("its memory cannot be read ({e})"))
+    } else {
+        Detected::NotReady
+    }
+}
+
+/// The eval loop's outlined part BPF is given: the one there is, else the
+/// span of them all when they lie close together, else the largest.
+fn cold_part(parts: &[Sym]) -> Option<Sym> {
+    const CLOSE: u64 = 64 << 10;
+    let start = parts.iter().map(|p| p.value).min()?;
+    let end = parts.iter().map(|p| p.value.saturating_add(p.size)).max()?;
+    if end - start <= CLOSE {
+        return Some(Sym {
+            value: start,
+            size: end - start,
+        });
+    }
+    parts.iter().copied().max_by_key(|p| p.size)
+}
+
+/// Where glibc 2.36 (and the versions around it) has `struct pthread`'s
+/// `specific_1stblock` (x86-64): tried before any other.
+const GLIBC_SPECIFIC: u64 = 0x310;
+/// Where else it is looked for.
+const SPECIFIC_SCAN: Range<u64> = 0x100..0x1000;
+/// glibc's first block of thread-specific slots (`PTHREAD_KEY_2NDLEVEL_SIZE`).
+const FIRST_BLOCK_KEYS: u32 = 32;
+/// Thread states walked at most.
+const MAX_THREADS: usize = 64;
+
+/// A thread state and its thread's `pthread_t` (0: not bound to one).
+#[derive(Clone, Copy, Debug)]
+struct Thread {
+    tstate: u64,
+    id: u64,
+}
+
+/// The offset from a thread's pointer (fs base) of its `PyThreadState *`:
+/// glibc's `specific_1stblock[key].data` for the key of `autoTSSkey`,
+/// learnt from the live threads.
+fn tstate_slot(
+    layout: &Layout,
+    runtime: u64,
+    maps: &[ExecMapping],
+    mem: &dyn Memory,
+) -> Result<u64, Detected> {
+    let read_u32 = |a: u64| mem.read_u32(a).map_err(|e| unreadable(&e));
+    let read_u64 = |a: u64| mem.read_u64(a).map_err(|e| unreadable(&e));
+    let field = |at: u64, off: u16| at.wrapping_add(u64::from(off));
+    let tss = field(runtime, layout.runtime_autotss);
+    if read_u32(tss)? != 1 {
+        return Err(Detected::NotReady);
+    }
+    let key = read_u32(tss.wrapping_add(4))?;
+    if key >= FIRST_BLOCK_KEYS {
+        return Err(Detected::Unsupported(format!(
+            "its thread-state key {key} is past glibc's first {FIRST_BLOCK_KEYS} thread-specific slots"
+        )));
+    }
+    let interp = read_u64(field(runtime, layout.runtime_interpreters_head))?;
+    if interp == 0 {
+        return Err(Detected::NotReady);
+    }
+    let mut threads: Vec<Thread> = Vec::new();
+    let mut at = read_u64(field(interp, layout.interp_threads_head))?;
+    while at != 0 && threads.len() < MAX_THREADS && !threads.iter().any(|t| t.tstate == at) {
+        let id = read_u64(field(at, layout.tstate_thread_id))?;
+        threads.push(Thread { tstate: at, id });
+        at = read_u64(field(at, layout.tstate_next))?;
+    }
+    if threads.iter().all(|t| t.id == 0) {
+        return Err(Detected::NotReady);
+    }
+    // specific_1stblock[key].data: 16-byte entries, `data` after `seq`.
+    let rel = 16 * u64::from(key) + 8;
+    let check = |off: u64| slot_holds(layout, &threads, off + rel, mem);
+    if check(GLIBC_SPECIFIC) {
+        return Ok(GLIBC_SPECIFIC + rel);
+    }
+    let mut tried = vec![GLIBC_SPECIFIC];
+    for t in threads.iter().filter(|t| t.id != 0) {
+        let first = t.id.wrapping_add(SPECIFIC_SCAN.start + rel);
+        let words = read_words(mem, first, (SPECIFIC_SCAN.end - SPECIFIC_SCAN.start) / 8);
+        for (i, w) in words.iter().enumerate() {
+            let off = SPECIFIC_SCAN.start + 8 * i as u64;
+            if *w != Some(t.tstate) || tried.contains(&off) {
+                continue;
+            }
+            tried.push(off);
+            if check(off) {
+                return Ok(off + rel);
+            }
+        }
+    }
+    let musl = maps.iter().any(|m| match &m.backing {
+        Backing::File(p) => {
+            let base = p.rsplit('/').next().unwrap_or(p);
+            base.starts_with("ld-musl") || base.starts_with("libc.musl")
+        }
+        _ => false,
+    });
+    if musl {
+        return Err(Detected::Unsupported(
+            "musl libc (flare finds thread states in glibc's thread-specific data)".into(),
+        ));
+    }
+    // Threads starting or ending while they were read: try later.
+    Err(Detected::NotReady)
+}
+
+/// Whether `slot` from each thread's pointer holds its thread state: at
+/// least one does, and for none of the others does it hold anything but
+/// nothing (a thread gone: glibc clears its slots) or another thread state
+/// of the same thread (one made for it that it has not taken up yet, or
+/// its state in another interpreter).
+fn slot_holds(layout: &Layout, threads: &[Thread], slot: u64, mem: &dyn Memory) -> bool {
+    let mut matched = 0;
+    for t in threads.iter().filter(|t| t.id != 0) {
+        let v = match mem.read_u64(t.id.wrapping_add(slot)) {
+            Ok(v) => v,
+            Err(_) => continue,
+        };
+        if v == t.tstate {
+            matched += 1;
+            continue;
+        }
+        if v == 0 {
+            continue;
+        }
+        let same_thread = threads.iter().any(|o| o.tstate == v && o.id == t.id)
+            || mem
+                .read_u64(v.wrapping_add(u64::from(layout.tstate_thread_id)))
+                .is_ok_and(|id| id == t.id);
+        if !same_thread {
+            return false;
+        }
+    }
+    matched > 0
+}
+
+/// `n` words from `addr`, each `None` where memory could not be read
+/// (read a page at a time: a thread's `struct pthread` ends its stack's
+/// mapping, and what follows may be a guard page).
+fn read_words(mem: &dyn Memory, addr: u64, n: u64) -> Vec<Option<u64>> {
+    const PAGE: u64 = 4096;
+    let len = n * 8;
+    let mut bytes = vec![0u8; len as usize];
+    let mut good = vec![false; len as usize];
+    let mut at = 0u64;
+    while at < len {
+        let here = addr.wrapping_add(at);
+        let chunk = (PAGE - here % PAGE).min(len - at);
+        let range = at as usize..(at + chunk) as usize;
+        if mem.read(here, &mut bytes[range.clone()]).is_ok() {
+            good[range].fill(true);
+        }
+        at += chunk;
+    }
+    (0..n as usize)
+        .map(|i| {
+            let r = i * 8..i * 8 + 8;
+            if !good[r.clone()].iter().all(|&g| g) {
+                return None;
+            }
+            <[u8; 8]>::try_from(&bytes[r]).ok().map(u64::from_ne_bytes)
+        })
+        .collect()
+}
+
+/// Opens the file mapped at `m` in process `pid` as the unwinder's loader
+/// finds it (the run's descriptor, `map_files`, the process's root), but
+/// never leaving the process's root for the host's and only a regular
+/// file, without blocking.
+fn open_mapped(pid: u32, m: &ExecMapping) -> Option<File> {
+    let root = format!("/proc/{pid}/root");
+    m.open_paths(pid).into_iter().find_map(|p| {
+        let file = match p.strip_prefix(&root) {
+            // The path as the process sees it, resolved in its root.
+            Ok(inside) => {
+                let inside = Path::new("/").join(inside);
+                crate::untrusted::open(&inside, crate::untrusted::Resolve::InRoot(Path::new(&root)))
+                    .ok()?
+                    .0
+            }
+            // A descriptor's or a mapping's magic link: the very file.
+            Err(_) => OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
+                .open(&p)
+                .ok()?,
+        };
+        file.metadata().ok()?.is_file().then_some(file)
+    })
+}
+
+/// Headers and tables read of a file at most.
+const MAX_HEADERS: u64 = 4 << 20;
+const MAX_TABLE: u64 = 64 << 20;
+
+const SHT_SYMTAB: u32 = 2;
+const SHT_DYNSYM: u32 = 11;
+const PT_LOAD: u32 = 1;
+const PF_X: u32 = 1;
+const EM_X86_64: u16 = 62;
+
+fn u16_at(d: &[u8], at: usize) -> Option<u16> {
+    Some(u16::from_le_bytes(
+        d.get(at..at.checked_add(2)?)?.try_into().ok()?,
+    ))
+}
+
+fn u32_at(d: &[u8], at: usize) -> Option<u32> {
+    Some(u32::from_le_bytes(
+        d.get(at..at.checked_add(4)?)?.try_into().ok()?,
+    ))
+}
+
+fn u64_at(d: &[u8], at: usize) -> Option<u64> {
+    Some(u64::from_le_bytes(
+        d.get(at..at.checked_add(8)?)?.try_into().ok()?,
+    ))
+}
+
+/// `len` bytes of `file` from `offset`: `None` past `max`, past the end
+/// of the file or on an error.
+fn read_at(file: &File, size: u64, offset: u64, len: u64, max: u64) -> Option<Vec<u8>> {
+    if len > max || offset.checked_add(len)? > size {
+        return None;
+    }
+    let mut buf = vec![0u8; usize::try_from(len).ok()?];
+    file.read_exact_at(&mut buf, offset).ok()?;
+    Some(buf)
+}
+
+/// Reads what detection needs of the ELF file `file`: its load segments,
+/// the symbols of [`Symbols`] from `.dynsym` (and `.symtab` if `full` or
+/// the object defines `_PyRuntime`), and `Py_Version`'s value. `None`
+/// unless a 64-bit little-endian x86-64 executable or shared object.
+pub(crate) fn read_object(file: &File, full: bool) -> Option<Object> {
+    let size = file.metadata().ok()?.len();
+    let h = read_at(file, size, 0, 64, 64)?;
+    if h.get(..4)? != b"\x7fELF" || h[4] != 2 || h[5] != 1 || u16_at(&h, 18)? != EM_X86_64 {
+        return None;
+    }
+    if !matches!(u16_at(&h, 16)?, 2 | 3) {
+        return None;
+    }
+    let mut object = Object::default();
+    let phoff = u64_at(&h, 32)?;
+    let phentsize = u64::from(u16_at(&h, 54)?);
+    let phnum = u64::from(u16_at(&h, 56)?);
+    if phentsize >= 56 {
+        let ph = read_at(file, size, phoff, phentsize * phnum, MAX_HEADERS)?;
+        for p in ph.chunks_exact(phentsize as usize) {
+            if u32_at(p, 0)? == PT_LOAD {
+                object.segments.push(Segment {
+                    offset: u64_at(p, 8)?,
+                    vaddr: u64_at(p, 16)?,
+                    filesz: u64_at(p, 32)?,
+                    executable: u32_at(p, 4)? & PF_X != 0,
+                });
+            }
+        }
+    }
+    let shoff = u64_at(&h, 40)?;
+    let shentsize = u64::from(u16_at(&h, 58)?);
+    let shnum = u64::from(u16_at(&h, 60)?);
+    if shoff == 0 || shentsize < 64 {
+        // No sections: no symbols either, nothing more to read.
+        object.full = true;
+    } else {
+        let sh = read_at(file, size, shoff, shentsize * shnum, MAX_HEADERS).unwrap_or_default();
+        let sections: Vec<&[u8]> = sh.chunks_exact(shentsize as usize).collect();
+        // A symbol table and the string table it links to.
+        let table = |kind: u32| -> Option<(Vec<u8>, Vec<u8>)> {
+            let s = sections.iter().find(|s| u32_at(s, 4) == Some(kind))?;
+            let strings = sections.get(usize::try_from(u32_at(s, 40)?).ok()?)?;
+            let syms = read_at(file, size, u64_at(s, 24)?, u64_at(s, 32)?, MAX_TABLE)?;
+            let strs = read_at(
+                file,
+                size,
+                u64_at(strings, 24)?,
+                u64_at(strings, 32)?,
+                MAX_TABLE,
+            )?;
+            Some((syms, strs))
+        };
+        if let Some((syms, strs)) = table(SHT_DYNSYM) {
+            scan_symbols(&syms, &strs, &mut object.symbols);
+        }
+        object.full = full || object.symbols.runtime.is_some();
+        if object.full {
+            if let Some((syms, strs)) = table(SHT_SYMTAB) {
+                scan_symbols(&syms, &strs, &mut object.symbols);
+            }
+        }
+    }
+    object.version_hex = object
+        .symbols
+        .py_version
+        .and_then(|v| file_offset(&object.segments, v.value))
+        .and_then(|at| read_at(file, size, at, 8, 8))
+        .and_then(|b| u64_at(&b, 0))
+        .and_then(|v| u32::try_from(v).ok());
+    Some(object)
+}
+
+/// The file offset of virtual address `vaddr`, in a load segment's file
+/// bytes.
+fn file_offset(segments: &[Segment], vaddr: u64) -> Option<u64> {
+    segments.iter().find_map(|s| {
+        let rel = vaddr.checked_sub(s.vaddr)?;
+        (rel < s.filesz)
+            .then(|| s.offset.checked_add(rel))
+            .flatten()
+    })
+}
+
+/// Whether the string at the start of `at` is `name`.
+fn named(at: &[u8], name: &[u8]) -> bool {
+    at.starts_with(name) && at.get(name.len()) == Some(&0)
+}
+
+/// Records in `out` the symbols of [`Symbols`] among ELF64 symbol entries
+/// `syms` whose names are in `strs`; what is already there stays.
+pub(crate) fn scan_symbols(syms: &[u8], strs: &[u8], out: &mut Symbols) {
+    const EVAL: &[u8] = b"_PyEval_EvalFrameDefault";
+    for e in syms.chunks_exact(24) {
+        let (Some(name), Some(shndx), Some(value), Some(size)) =
+            (u32_at(e, 0), u16_at(e, 6), u64_at(e, 8), u64_at(e, 16))
+        else {
+            continue;
+        };
+        let Some(at) = usize::try_from(name).ok().and_then(|n| strs.get(n..)) else {
+            continue;
+        };
+        let Some(&first) = at.first() else { continue };
+        if first != b'_' && first != b'P' {
+            continue;
+        }
+        let sym = Sym { value, size };
+        if shndx == 0 {
+            if named(at, b"Py_BytesMain") || named(at, b"Py_Main") {
+                out.calls_main = true;
+            }
+            continue;
+        }
+        let slot = if named(at, b"_PyRuntime") {
+            &mut out.runtime
+        } else if named(at, b"PyCode_Type") {
+            &mut out.code_type
+        } else if named(at, EVAL) {
+            &mut out.eval
+        } else if named(at, b"Py_Version") {
+            &mut out.py_version
+        } else if named(at, b"_Py_NegativeRefcount") {
+            out.debug_build = true;
+            continue;
+        } else {
+            // `_PyEval_EvalFrameDefault.cold`, `.part.0`, `.cold.1`.
+            if let Some(suffix) = at.strip_prefix(EVAL).and_then(|s| s.strip_prefix(b".")) {
+                let part = suffix.starts_with(b"cold") || suffix.starts_with(b"part");
+                if part && size != 0 && !out.eval_parts.contains(&sym) {
+                    out.eval_parts.push(sym);
+                }
+            }
+            continue;
+        };
+        slot.get_or_insert(sym);
+    }
+}
+
+#[cfg(test)]
+#[path = "detect_tests.rs"]
+mod tests;
