@@ -17,6 +17,8 @@ pub mod detect;
 pub mod layout;
 pub mod memory;
 pub mod namer;
+#[cfg(test)]
+mod tests;
 pub mod tracker;
 
 use std::collections::HashMap;
