@@ -79,6 +79,10 @@ fn check(python: &Path) {
     for (name, spent) in &own {
         let ours = with(name) as f64 / total as f64 * 100.0;
         let theirs = spent / cpu * 100.0;
+        eprintln!(
+            "{}: {name}: {ours:.1} % of {total} samples, {theirs:.1} % by its own clock",
+            python.display()
+        );
         assert!(
             (ours - theirs).abs() <= 3.0,
             "{name}: {ours:.1} % of flare's samples, {theirs:.1} % by the program's clock: {}",

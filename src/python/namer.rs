@@ -84,7 +84,26 @@ impl Namer for PythonNamer {
                 file: clean_name(&code.filename).into(),
                 line: code.line(frame.ids[1]),
             })),
-            ..Frame::named(clean_name(&code.name), FrameKind::Interpreted)
+            ..Frame::named(display_name(&code), FrameKind::Interpreted)
         }])
     }
+}
+
+/// How a Python function is shown: `render_page (app/views.py:11)`, its
+/// qualified name, the last two parts of its file and the line it is
+/// defined on — one name per function, as native frames have, whatever
+/// line a sample was on (that line is the frame's source line, which
+/// pprof keeps); py-spy's `name (file:line)` shape, which flamegraph.pl
+/// and every folded reader take as one frame.
+fn display_name(code: &CodeInfo) -> String {
+    let file = clean_name(&code.filename);
+    let short = match file.rmatch_indices('/').nth(1) {
+        Some((i, _)) => &file[i + 1..],
+        None => &file[..],
+    };
+    format!(
+        "{} ({short}:{})",
+        clean_name(&code.name),
+        code.firstlineno
+    )
 }
