@@ -101,9 +101,5 @@ fn display_name(code: &CodeInfo) -> String {
         Some((i, _)) => &file[i + 1..],
         None => &file[..],
     };
-    format!(
-        "{} ({short}:{})",
-        clean_name(&code.name),
-        code.firstlineno
-    )
+    format!("{} ({short}:{})", clean_name(&code.name), code.firstlineno)
 }
