@@ -11,8 +11,9 @@ if [ "${1:-}" = "--test" ]; then
     # libc6-dbg: libc's debug file, whose local functions the symbol
     # tests expect to see named.
     # python3.11: Debian's own CPython, whose Python frames the tests
-    # read (pyenv's builds are tested too where present).
-    packages+=(golang-go chromium chromium-driver libc6-dbg python3.11)
+    # read (pyenv's builds are tested too where present), and its
+    # libpython for a C program that embeds it.
+    packages+=(golang-go chromium chromium-driver libc6-dbg python3.11 libpython3.11-dev)
 fi
 # scripts/vmtest boots other kernels in QEMU with a busybox initramfs.
 if [ "${1:-}" = "--vm" ]; then

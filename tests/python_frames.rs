@@ -159,6 +159,43 @@ fn cpython_3_13() {
     check_pyenv(13);
 }
 
+/// A C program embedding Debian's shared libpython3.11 (found by the
+/// library, not the executable's name).
+#[test]
+fn embedded_libpython() {
+    if !require_bpf() {
+        return;
+    }
+    let config = Path::new("/usr/bin/python3.11-config");
+    if !config.exists() {
+        if std::env::var("FLARE_REQUIRE_BPF").as_deref() == Ok("1") {
+            panic!(
+                "{} is missing: scripts/deps.sh --test installs libpython3.11-dev",
+                config.display()
+            );
+        }
+        eprintln!("skipping: libpython3.11-dev is not installed");
+        return;
+    }
+    let flags = std::process::Command::new(config)
+        .args(["--cflags", "--embed", "--ldflags"])
+        .output()
+        .expect("python3.11-config");
+    let flags = String::from_utf8_lossy(&flags.stdout).into_owned();
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads/embedpy.c");
+    let exe = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("embedpy");
+    let status = std::process::Command::new("cc")
+        .arg("-O2")
+        .arg(&src)
+        .arg("-o")
+        .arg(&exe)
+        .args(flags.split_whitespace())
+        .status()
+        .expect("cc");
+    assert!(status.success(), "building embedpy");
+    check(&exe);
+}
+
 /// Debian's own python3.11: libpython linked in, stripped (its dynamic
 /// symbols are what detection has).
 #[test]

@@ -156,7 +156,7 @@ pub struct UnwindArgs {
     pub mode: flare::unwind::Mode,
     /// Python frames in Python processes' stacks (CPython 3.8-3.13, no
     /// flag on the target; needs --unwind auto or dwarf): on or off
-    #[arg(long = "python", value_name = "ON|OFF", default_value = "on", value_parser = on_off)]
+    #[arg(long = "python", value_name = "ON|OFF", default_value = "on", value_parser = on_off, action = clap::ArgAction::Set)]
     pub python: bool,
 }
 

@@ -143,6 +143,12 @@ pub trait Collector {
         Vec::new()
     }
 
+    /// False while no process the collector met runs a runtime its
+    /// namers name: a one-shot run then skips its reads to learn names.
+    fn has_runtime_frames(&self) -> bool {
+        true
+    }
+
     /// Hands over the pipeline's record of processes' mappings, which the
     /// collector's unwinder reads instead of `/proc/PID/maps` (the same
     /// facts, kept up to date from the kernel's records at no cost per

@@ -120,8 +120,10 @@ fn wait(stop: &Receiver<()>, deadline: Option<Instant>) -> bool {
 }
 
 /// How often a one-shot run whose collector has runtime frames reads it
-/// while collecting, so that they are named while their processes live.
-const LEARN_EVERY: Duration = Duration::from_secs(1);
+/// while collecting, so that they are named while their processes live:
+/// what a process runs in its last quarter second before it exits stays
+/// unnamed.
+const LEARN_EVERY: Duration = Duration::from_millis(250);
 
 /// [`wait`], reading `collector` (without clearing) every
 /// [`LEARN_EVERY`] and handing what it read to `symbolizer` to learn its
@@ -145,6 +147,9 @@ fn wait_learning(
             Err(RecvTimeoutError::Disconnected) => return wait(stop, deadline),
             Err(RecvTimeoutError::Timeout) if last => return false,
             Err(RecvTimeoutError::Timeout) => {}
+        }
+        if !collector.has_runtime_frames() {
+            continue;
         }
         if let Ok(read) = collector.collect(false) {
             symbolizer.learn(read.samples);

@@ -168,6 +168,11 @@ pub(crate) fn namers(unwinder: Option<&Unwinder>) -> crate::collect::Namers {
     unwinder.map(Unwinder::namers).unwrap_or_default()
 }
 
+/// True once the unwinder met a process with runtime frames.
+pub(crate) fn has_runtime_frames(unwinder: Option<&Unwinder>) -> bool {
+    unwinder.is_some_and(Unwinder::has_runtime_frames)
+}
+
 /// Opens CPU-clock events sampling the threads `plan` watches and
 /// attaches `prog` (tool `name`'s) to each; dropping the links detaches
 /// and closes them. All threads: one event per CPU (every online one, or

@@ -334,6 +334,10 @@ impl Collector for Session<'_> {
         start::namers(self.unwinder.as_ref())
     }
 
+    fn has_runtime_frames(&self) -> bool {
+        start::has_runtime_frames(self.unwinder.as_ref())
+    }
+
     fn meta(&self) -> Meta {
         let mut meta = Meta::new(Kind::Wall, "cpu-clock + sched_switch");
         meta.target = target_words(&self.config.target);

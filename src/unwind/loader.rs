@@ -425,6 +425,14 @@ impl Unwinder {
         }
     }
 
+    /// True once a process with runtime frames (a Python process) was
+    /// found.
+    pub fn has_runtime_frames(&self) -> bool {
+        self.python
+            .as_ref()
+            .is_some_and(|r| r.lock().map_or(true, |r| !r.is_empty()))
+    }
+
     /// Stops the thread; returns what it built.
     pub fn finish(mut self) -> Stats {
         self.stop_thread()

@@ -194,6 +194,20 @@ impl Flare {
     pub fn stop(self) -> (String, String) {
         self.stop_with(SIGINT)
     }
+
+    /// Waits for flare to end by itself (its duration); returns stdout
+    /// and stderr, failing the test if it exits unsuccessfully.
+    pub fn stop_at_end(self) -> (String, String) {
+        let out = self.child.wait_with_output().expect("waiting for flare");
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(
+            out.status.success(),
+            "flare failed ({}): {stderr}",
+            out.status
+        );
+        (stdout, stderr)
+    }
 }
 
 pub const SIGINT: i32 = 2;

@@ -26,7 +26,12 @@ def render_page(n):
     parts = []
     for i in range(n):
         parts.append(str(i))
-    return len("".join(parts))
+    size = len("".join(parts))
+    # Freed here, in this frame: left to the return, the list's 1000
+    # strings would be freed after the frame is popped (3.11+), which is
+    # the caller's time for a profiler and this function's by its clock.
+    del parts
+    return size
 
 
 def handle():

@@ -244,6 +244,10 @@ impl Collector for Session<'_> {
         start::namers(self.unwinder.as_ref())
     }
 
+    fn has_runtime_frames(&self) -> bool {
+        start::has_runtime_frames(self.unwinder.as_ref())
+    }
+
     fn meta(&self) -> Meta {
         let (kind, event) = match self.config.tool {
             Tool::OffCpu => (Kind::OffCpu, "sched_switch"),

@@ -347,6 +347,10 @@ impl Collector for Session<'_> {
         start::namers(self.unwinder.as_ref())
     }
 
+    fn has_runtime_frames(&self) -> bool {
+        start::has_runtime_frames(self.unwinder.as_ref())
+    }
+
     fn meta(&self) -> Meta {
         let mut meta = Meta::new(Kind::Count, &self.pattern.text);
         meta.target = match self.config.pid {

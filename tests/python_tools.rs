@@ -1,0 +1,293 @@
+//! Python frames in every tool, not only profile: off-CPU time of
+//! `time.sleep` under its Python caller (offcputime), exact counts of a
+//! syscall reached from two Python functions (stackcount), each thread
+//! its own Python stack with native code under its Python caller, a
+//! process that exits before the end still named, a process in its own
+//! mount namespace, a C program embedding libpython, a CPython flare does
+//! not know (native frames, one warning) and `--python off`.
+//!
+//! The workloads are tests/workloads/pytools.py under Debian's python3.11
+//! (installed by scripts/deps.sh --test), or pyenv's 3.12 for the
+//! version flare does not know the test's counterpart.
+
+mod common;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use common::bpf::{require_bpf, serial};
+use common::session::{parse_folded, Flare, Workload};
+
+const PYTHON: &str = "/usr/bin/python3.11";
+
+fn script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads/pytools.py")
+}
+
+/// Debian's python3.11, required where BPF tests are.
+fn python() -> Option<&'static Path> {
+    let p = Path::new(PYTHON);
+    if p.exists() {
+        return Some(p);
+    }
+    if std::env::var("FLARE_REQUIRE_BPF").as_deref() == Ok("1") {
+        panic!("{PYTHON} is missing: scripts/deps.sh --test installs it");
+    }
+    eprintln!("skipping: {PYTHON} is not installed");
+    None
+}
+
+/// The Python frame's function, or None for a native frame.
+fn python_function(frame: &str) -> Option<&str> {
+    let (name, rest) = frame.split_once(" (")?;
+    rest.contains(".py:").then_some(name)
+}
+
+/// The Python functions of a stack, root first.
+fn chain(frames: &[String]) -> Vec<&str> {
+    frames.iter().filter_map(|f| python_function(f)).collect()
+}
+
+/// Starts pytools.py in `mode` under `python` (wrapped by `wrapper`).
+fn start(wrapper: &[&str], python: &Path, mode: &str, seconds: &str) -> Workload {
+    let mut args = wrapper.to_vec();
+    args.push(python.to_str().unwrap());
+    let (w, rest) = args.split_first().unwrap();
+    let exe = Path::new(w);
+    let mut tail: Vec<&str> = rest.to_vec();
+    let s = script();
+    tail.extend([s.to_str().unwrap(), mode, seconds]);
+    Workload::start_exe(&[], exe, &tail)
+}
+
+/// Runs flare `args` (`-p PID` appended) around one run of `w`; returns
+/// the folded stacks (root first) and stderr.
+fn around(w: &mut Workload, args: &[&str]) -> (Vec<(Vec<String>, u64)>, String) {
+    let pid = w.pid.to_string();
+    let mut all: Vec<&str> = args.to_vec();
+    all.extend(["-p", &pid]);
+    let flare = Flare::start(&all, 1);
+    w.go();
+    w.wait_done();
+    let (out, err) = flare.stop();
+    (parse_folded(&out), err)
+}
+
+#[test]
+fn offcputime_puts_sleep_under_its_python_caller() {
+    if !require_bpf() {
+        return;
+    }
+    let Some(py) = python() else { return };
+    let _g = serial();
+    let mut w = start(&[], py, "sleep", "0");
+    let (stacks, err) = around(&mut w, &["offcputime", "-U", "-f"]);
+    let dump = format!("{err}\n{stacks:#?}");
+    let napping: Vec<&(Vec<String>, u64)> = stacks
+        .iter()
+        .filter(|(f, _)| chain(f) == ["<module>", "main", "napper"])
+        .collect();
+    let us: u64 = napping.iter().map(|(_, n)| n).sum();
+    // 50 sleeps of 20 ms: 1 s, and a little more for the timer slack.
+    assert!(
+        (900_000..=1_500_000).contains(&us),
+        "{us} us off the CPU under napper: {dump}"
+    );
+    // The sleep's native frames are below (leaf side of) napper.
+    for (frames, _) in &napping {
+        let at = frames
+            .iter()
+            .position(|f| f.starts_with("napper ("))
+            .unwrap();
+        assert!(
+            frames[at + 1..].iter().any(|f| f.contains("sleep")),
+            "no sleep below napper: {frames:?}"
+        );
+    }
+}
+
+#[test]
+fn stackcount_counts_a_syscall_under_each_python_caller_exactly() {
+    if !require_bpf() {
+        return;
+    }
+    let Some(py) = python() else { return };
+    let _g = serial();
+    let mut w = start(&[], py, "calls", "0");
+    let (stacks, err) = around(
+        &mut w,
+        &["stackcount", "-U", "-f", "t:syscalls:sys_enter_getppid"],
+    );
+    let mut by: HashMap<Vec<String>, u64> = HashMap::new();
+    for (frames, n) in &stacks {
+        let c = chain(frames).iter().map(|s| s.to_string()).collect();
+        *by.entry(c).or_default() += n;
+    }
+    let get = |f: &str| by.get(&vec!["<module>".into(), "main".into(), f.to_string()]);
+    assert_eq!(get("left"), Some(&300), "{err}\n{by:#?}");
+    assert_eq!(get("right"), Some(&200), "{err}\n{by:#?}");
+}
+
+/// Profiles the threads workload (under `wrapper`) and checks that each
+/// thread has its own Python stack, with native code under hasher.
+fn threads(wrapper: &[&str], py: &Path) {
+    let mut w = start(wrapper, py, "threads", "2");
+    let (stacks, err) = around(&mut w, &["profile", "-U", "-F", "499", "-f"]);
+    let dump = format!("{err}\n{stacks:#?}");
+    let count = |f: &str| -> u64 {
+        stacks
+            .iter()
+            .filter(|(s, _)| chain(s).last() == Some(&f))
+            .map(|(_, n)| n)
+            .sum()
+    };
+    let (alpha, hasher) = (count("alpha"), count("hasher"));
+    assert!(
+        alpha >= 100 && hasher >= 100,
+        "alpha {alpha}, hasher {hasher}: {dump}"
+    );
+    for (frames, _) in &stacks {
+        let c = chain(frames);
+        if c.contains(&"alpha") || c.contains(&"hasher") {
+            assert_eq!(
+                c[..4],
+                [
+                    "Thread._bootstrap",
+                    "Thread._bootstrap_inner",
+                    "Thread.run",
+                    "worker"
+                ],
+                "the thread's root: {frames:?}"
+            );
+            assert_eq!(c.len(), 5, "then one function: {frames:?}");
+        }
+    }
+    // sha256 runs in native code called by hasher: hasher is not the leaf.
+    let native_under: u64 = stacks
+        .iter()
+        .filter(|(s, _)| chain(s).last() == Some(&"hasher"))
+        .filter(|(s, _)| !s.last().is_some_and(|l| l.starts_with("hasher (")))
+        .map(|(_, n)| n)
+        .sum();
+    assert!(
+        native_under * 10 >= hasher * 8,
+        "{native_under} of {hasher} hasher samples in native code: {dump}"
+    );
+}
+
+#[test]
+fn each_thread_has_its_own_python_stack() {
+    if !require_bpf() {
+        return;
+    }
+    let Some(py) = python() else { return };
+    let _g = serial();
+    threads(&[], py);
+}
+
+#[test]
+fn a_process_in_its_own_mount_namespace() {
+    if !require_bpf() {
+        return;
+    }
+    let Some(py) = python() else { return };
+    let _g = serial();
+    threads(&["unshare", "-m", "--propagation", "private"], py);
+}
+
+#[test]
+fn a_process_that_exits_before_the_end_is_named() {
+    if !require_bpf() {
+        return;
+    }
+    let Some(py) = python() else { return };
+    let _g = serial();
+    let mut w = start(&[], py, "exit", "2");
+    let pid = w.pid.to_string();
+    let flare = Flare::start(&["profile", "-U", "-F", "499", "-f", "-p", &pid, "4"], 1);
+    w.go();
+    w.wait_done();
+    let (out, err) = flare.stop_at_end();
+    let stacks = parse_folded(&out);
+    let named: u64 = stacks
+        .iter()
+        .filter(|(f, _)| chain(f) == ["<module>", "main", "burn", "alpha"])
+        .map(|(_, n)| n)
+        .sum();
+    let total: u64 = stacks.iter().map(|(_, n)| n).sum();
+    assert!(total >= 300, "{total} samples: {err}\n{out}");
+    assert!(
+        named * 100 >= total * 80,
+        "{named} of {total} samples named after the exit: {err}\n{out}"
+    );
+}
+
+#[test]
+fn python_off_keeps_the_native_stacks() {
+    if !require_bpf() {
+        return;
+    }
+    let Some(py) = python() else { return };
+    let _g = serial();
+    let mut w = start(&[], py, "calls", "0");
+    let (stacks, err) = around(
+        &mut w,
+        &[
+            "stackcount",
+            "-U",
+            "-f",
+            "--python",
+            "off",
+            "t:syscalls:sys_enter_getppid",
+        ],
+    );
+    let total: u64 = stacks.iter().map(|(_, n)| n).sum();
+    assert!(total >= 500, "{err}\n{stacks:#?}");
+    assert!(
+        stacks.iter().all(|(f, _)| chain(f).is_empty()),
+        "no Python frames: {stacks:#?}"
+    );
+    assert!(
+        stacks
+            .iter()
+            .all(|(f, _)| f.iter().any(|x| x.starts_with("_PyEval_EvalFrameDefault"))),
+        "the eval loop stays: {stacks:#?}"
+    );
+}
+
+/// pyenv's CPython 3.7, which flare does not walk.
+fn pyenv_37() -> Option<PathBuf> {
+    let dir = std::fs::read_dir("/root/.pyenv/versions").ok()?;
+    dir.filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().starts_with("3.7."))
+        .map(|e| e.path().join("bin/python3.7"))
+        .find(|p| p.exists())
+}
+
+#[test]
+fn a_cpython_flare_does_not_know_is_walked_natively_with_one_warning() {
+    if !require_bpf() {
+        return;
+    }
+    let Some(py) = pyenv_37() else {
+        eprintln!("skipping: pyenv's CPython 3.7 is not installed");
+        return;
+    };
+    let _g = serial();
+    let mut w = start(&[], &py, "calls", "0");
+    let (stacks, err) = around(
+        &mut w,
+        &["stackcount", "-U", "-f", "t:syscalls:sys_enter_getppid"],
+    );
+    assert_eq!(
+        err.matches("CPython 3.7 is not supported").count(),
+        1,
+        "{err}"
+    );
+    let total: u64 = stacks.iter().map(|(_, n)| n).sum();
+    assert!(total >= 500, "{err}\n{stacks:#?}");
+    assert!(
+        stacks.iter().all(|(f, _)| chain(f).is_empty()),
+        "{stacks:#?}"
+    );
+}
