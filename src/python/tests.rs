@@ -313,7 +313,20 @@ fn check(version: &str, minor: u8) {
         };
         let named = namer.name(pid, &frame).unwrap();
         assert_eq!(named.len(), 1);
-        assert_eq!(&*named[0].name, name);
+        // `name (dir/file.py:DEFLINE)`: the file's last two parts.
+        let file = std::path::Path::new(&info.filename);
+        let short = format!(
+            "{}/{}",
+            file.parent()
+                .and_then(|d| d.file_name())
+                .unwrap()
+                .to_string_lossy(),
+            file.file_name().unwrap().to_string_lossy()
+        );
+        assert_eq!(
+            &*named[0].name,
+            format!("{name} ({short}:{})", info.firstlineno)
+        );
         assert_eq!(named[0].kind, FrameKind::Interpreted);
         let source = named[0].source.as_ref().unwrap();
         assert_eq!(&*source.file, info.filename);
