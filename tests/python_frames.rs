@@ -182,7 +182,7 @@ fn embedded_libpython() {
         .output()
         .expect("python3.11-config");
     let flags = String::from_utf8_lossy(&flags.stdout).into_owned();
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads/embedpy.c");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads/embed/embedpy.c");
     let exe = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("embedpy");
     let status = std::process::Command::new("cc")
         .arg("-O2")

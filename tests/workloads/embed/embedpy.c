@@ -1,6 +1,8 @@
 /* A C program embedding libpython: runs the Python script argv[1] with
  * sys.argv = argv[1..], as `python3 SCRIPT ARGS` would, through the
- * shared libpython3.11 it links (Debian's libpython3.11-dev). */
+ * shared libpython3.11 it links (Debian's libpython3.11-dev). Built by
+ * tests/python_frames.rs; not beside the other workloads, which
+ * scripts/vmtest builds for guests that have no Python.h. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdio.h>
