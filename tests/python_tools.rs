@@ -73,6 +73,21 @@ fn around(w: &mut Workload, args: &[&str]) -> (Vec<(Vec<String>, u64)>, String) 
     (parse_folded(&out), err)
 }
 
+/// The stacks of `flare stackcount -U -f EXTRA t:syscalls:sys_enter_getppid`
+/// around the `calls` workload under `py`, and flare's stderr.
+fn getppid_stacks(py: &Path, extra: &[&str]) -> (Vec<(Vec<String>, u64)>, String) {
+    let mut w = start(&[], py, "calls", "0");
+    let mut args = vec!["stackcount", "-U", "-f"];
+    args.extend(extra);
+    args.push("t:syscalls:sys_enter_getppid");
+    around(&mut w, &args)
+}
+
+/// The events or samples of all `stacks`.
+fn total(stacks: &[(Vec<String>, u64)]) -> u64 {
+    stacks.iter().map(|(_, n)| n).sum()
+}
+
 #[test]
 fn offcputime_puts_sleep_under_its_python_caller() {
     if !require_bpf() {
@@ -113,11 +128,7 @@ fn stackcount_counts_a_syscall_under_each_python_caller_exactly() {
     }
     let Some(py) = python() else { return };
     let _g = serial();
-    let mut w = start(&[], py, "calls", "0");
-    let (stacks, err) = around(
-        &mut w,
-        &["stackcount", "-U", "-f", "t:syscalls:sys_enter_getppid"],
-    );
+    let (stacks, err) = getppid_stacks(py, &[]);
     let mut by: HashMap<Vec<String>, u64> = HashMap::new();
     for (frames, n) in &stacks {
         let c = chain(frames).iter().map(|s| s.to_string()).collect();
@@ -214,7 +225,7 @@ fn a_process_that_exits_before_the_end_is_named() {
         .filter(|(f, _)| chain(f) == ["<module>", "main", "burn", "alpha"])
         .map(|(_, n)| n)
         .sum();
-    let total: u64 = stacks.iter().map(|(_, n)| n).sum();
+    let total = total(&stacks);
     assert!(total >= 300, "{total} samples: {err}\n{out}");
     assert!(
         named * 100 >= total * 80,
@@ -229,20 +240,8 @@ fn python_off_keeps_the_native_stacks() {
     }
     let Some(py) = python() else { return };
     let _g = serial();
-    let mut w = start(&[], py, "calls", "0");
-    let (stacks, err) = around(
-        &mut w,
-        &[
-            "stackcount",
-            "-U",
-            "-f",
-            "--python",
-            "off",
-            "t:syscalls:sys_enter_getppid",
-        ],
-    );
-    let total: u64 = stacks.iter().map(|(_, n)| n).sum();
-    assert!(total >= 500, "{err}\n{stacks:#?}");
+    let (stacks, err) = getppid_stacks(py, &["--python", "off"]);
+    assert!(total(&stacks) >= 500, "{err}\n{stacks:#?}");
     assert!(
         stacks.iter().all(|(f, _)| chain(f).is_empty()),
         "no Python frames: {stacks:#?}"
@@ -274,18 +273,13 @@ fn a_cpython_flare_does_not_know_is_walked_natively_with_one_warning() {
         return;
     };
     let _g = serial();
-    let mut w = start(&[], &py, "calls", "0");
-    let (stacks, err) = around(
-        &mut w,
-        &["stackcount", "-U", "-f", "t:syscalls:sys_enter_getppid"],
-    );
+    let (stacks, err) = getppid_stacks(&py, &[]);
     assert_eq!(
         err.matches("CPython 3.7 is not supported").count(),
         1,
         "{err}"
     );
-    let total: u64 = stacks.iter().map(|(_, n)| n).sum();
-    assert!(total >= 500, "{err}\n{stacks:#?}");
+    assert!(total(&stacks) >= 500, "{err}\n{stacks:#?}");
     assert!(
         stacks.iter().all(|(f, _)| chain(f).is_empty()),
         "{stacks:#?}"

@@ -73,7 +73,6 @@ impl Tracker {
                 );
             }
             Detected::Unsupported(why) => {
-                self.pending.remove(&pid);
                 if self.said.insert(why.clone()) {
                     crate::notes::note(format!(
                         "WARNING: {why}; its processes' stacks show the interpreter's native frames."

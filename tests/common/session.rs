@@ -180,15 +180,7 @@ impl Flare {
     pub fn stop_with(self, signal: i32) -> (String, String) {
         // SAFETY: kill has no memory-safety preconditions.
         unsafe { kill(self.child.id() as i32, signal) };
-        let out = self.child.wait_with_output().expect("waiting for flare");
-        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-        assert!(
-            out.status.success(),
-            "flare failed ({}): {stderr}",
-            out.status
-        );
-        (stdout, stderr)
+        self.stop_at_end()
     }
 
     pub fn stop(self) -> (String, String) {
