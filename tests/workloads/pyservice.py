@@ -8,6 +8,7 @@ around each call), "cpu S" (the thread's CPU over the whole run), then
 waits for stdin to close. Works on CPython 3.8 and later.
 """
 
+import random
 import sys
 import threading
 import time
@@ -34,11 +35,17 @@ def render_page(n):
     return size
 
 
+# Work sizes vary from call to call (a fixed sequence): a loop of
+# constant period beside a sampling period near a multiple of it would
+# alias, and the samples would favour one function by luck of phase.
+SIZES = random.Random(1)
+
+
 def handle():
     t0 = time.thread_time()
-    parse_request(3000)
+    parse_request(SIZES.randrange(1500, 4500))
     t1 = time.thread_time()
-    render_page(1000)
+    render_page(SIZES.randrange(500, 1500))
     t2 = time.thread_time()
     SPENT["parse_request"] += t1 - t0
     SPENT["render_page"] += t2 - t1
