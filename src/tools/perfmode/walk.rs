@@ -133,9 +133,16 @@ fn row_step(s: &mut State, stack: &StackCopy<'_>, r: &Row) -> bool {
         return false;
     };
     let bp = match r.rbp() {
-        RBP_SAVED => match stack.read(cfa.wrapping_add_signed(i64::from(r.rbp_off) * 8)) {
-            Some(v) => v,
-            None => return false,
+        // A slot below sp was popped already (an epilogue: compilers say
+        // where rbp was saved until the function returns, not that the
+        // pop restored it): rbp holds the caller's value. The copy starts
+        // at sp; BPF reads the popped slot, which holds the same.
+        RBP_SAVED => match cfa.wrapping_add_signed(i64::from(r.rbp_off) * 8) {
+            slot if slot < sp => bp,
+            slot => match stack.read(slot) {
+                Some(v) => v,
+                None => return false,
+            },
         },
         RBP_UNKNOWN => 0,
         _ => bp,

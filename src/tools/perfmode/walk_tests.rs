@@ -180,3 +180,27 @@ fn a_signal_frame_resumes_at_the_interrupted_code() {
     assert_eq!(w.pcs, vec![0x7008, 0x1010, 0x2050, 0x3050, 0x4010]);
     assert!(w.complete);
 }
+
+#[test]
+fn an_epilogue_past_its_rbp_pop_keeps_rbp() {
+    // An epilogue at 0x8000 has popped rbp (restoring main's frame
+    // pointer) but not yet its last register: CFA = rsp + 16, and the
+    // row still says rbp was saved at CFA - 32, below sp, where the copy
+    // does not reach. rbp already holds the caller's value: the walk goes
+    // on with it, to main (rbp frame) and _start.
+    let data = image(
+        &[
+            (8, 0x3050),  // the epilogue's return address, into main
+            (16, 0),      // main's saved rbp (none)
+            (24, 0x4010), // main's return address, into _start
+        ],
+        64,
+    );
+    let stack = StackCopy { sp: S, data: &data };
+    let w = walk(Mode::Dwarf, regs(0x8000, S + 16), &stack, 64, |a| match a {
+        0x8000..=0x80ff => Some(row(CFA_RSP, 16, RBP_SAVED, -4)),
+        _ => rows(a),
+    });
+    assert_eq!(w.pcs, vec![0x8000, 0x3050, 0x4010]);
+    assert!(w.complete);
+}
