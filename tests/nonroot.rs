@@ -415,3 +415,98 @@ fn an_own_process_is_profiled_by_pid_with_all_its_threads() {
         "func_a has {share:.1} % of both workers' samples, expected 50"
     );
 }
+
+/// Python frames without root: Debian's python3.11 (started by flare as
+/// nobody) runs tests/workloads/pyservice.py, which measures each leaf's
+/// share with its own thread clock; flare reads the frames from user
+/// space after each sample. The chain, and each leaf within 3 points of
+/// the program's own figures.
+#[test]
+fn python_frames_without_root() {
+    if !can_run_as_nobody() {
+        return;
+    }
+    let python = Path::new("/usr/bin/python3.11");
+    if !python.exists() {
+        if std::env::var("FLARE_REQUIRE_BPF").as_deref() == Ok("1") {
+            panic!("/usr/bin/python3.11 is missing: .ci/run installs python3");
+        }
+        eprintln!("skipping: /usr/bin/python3.11 is not installed");
+        return;
+    }
+    let _g = serial();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads/pyservice.py");
+    let sb = Sandbox::new(&[("pyservice.py", &script)]);
+    let out = sb.run(
+        &[
+            "profile",
+            "-F",
+            "997",
+            "-f",
+            "--",
+            "/usr/bin/python3.11",
+            "pyservice.py",
+            "4",
+        ],
+        &sb.path("cache"),
+        "go\n",
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "stderr: {err}");
+    let field = |prefix: &str| -> Vec<(String, f64)> {
+        stdout
+            .lines()
+            .filter_map(|l| {
+                let mut f = l.strip_prefix(prefix)?.split_whitespace();
+                let name = if prefix == "cpu " {
+                    String::new()
+                } else {
+                    f.next()?.to_string()
+                };
+                Some((name, f.next()?.parse().ok()?))
+            })
+            .collect()
+    };
+    let own = field("share ");
+    let cpu = field("cpu ")
+        .first()
+        .map(|c| c.1)
+        .expect("the workload's cpu line");
+    assert_eq!(own.len(), 2, "the workload's figures: {stdout}");
+    let stacks = stacks_of(&out.stdout, "python3.11");
+    let total: u64 = stacks.iter().map(|(_, n)| n).sum();
+    assert!(total >= 1000, "{total} samples:\n{stdout}\n{err}");
+    // `name (dir/file.py:LINE)`: the Python function, or None.
+    let function = |f: &str| -> Option<String> {
+        let (name, rest) = f.split_once(" (")?;
+        rest.contains(".py:").then(|| name.to_string())
+    };
+    let with = |name: &str| -> u64 {
+        stacks
+            .iter()
+            .filter(|(f, _)| f.iter().any(|x| function(x).as_deref() == Some(name)))
+            .map(|(_, n)| n)
+            .sum()
+    };
+    for (name, spent) in &own {
+        let ours = 100.0 * with(name) as f64 / total as f64;
+        let theirs = 100.0 * spent / cpu;
+        assert!(
+            (ours - theirs).abs() <= 3.0,
+            "{name}: {ours:.1} % of flare's samples, {theirs:.1} % by the program's clock:\n{stdout}"
+        );
+    }
+    let chained: u64 = stacks
+        .iter()
+        .filter(|(f, _)| {
+            let py: Vec<String> = f.iter().filter_map(|x| function(x)).collect();
+            py == ["<module>", "main", "serve", "handle", "parse_request"]
+        })
+        .map(|(_, n)| n)
+        .sum();
+    assert!(
+        chained * 100 >= with("parse_request") * 95,
+        "{chained} samples with the whole chain:\n{stdout}"
+    );
+}

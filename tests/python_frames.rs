@@ -9,6 +9,13 @@
 //! points), 3 points is nearly 4 spreads: a failure is a real error, not
 //! bad luck in which instants were sampled.
 //!
+//! The same runs in perf-event mode (flare without BPF, as without root;
+//! the test knob FLARE_TEST_PERF_EVENTS=1 forces it) check the frames read
+//! from user space after each sample: the same shares and chain, and no
+//! native frame under the innermost Python frame (one sampled in a
+//! function the thread has left by the time its frames are read must not
+//! show under the next).
+//!
 //! A version that is installed must pass under FLARE_REQUIRE_BPF=1; one
 //! that is not is skipped (said on stderr).
 
@@ -48,12 +55,23 @@ fn python_function(frame: &str) -> Option<&str> {
     rest.contains(".py:").then_some(name)
 }
 
+/// Where flare reads the Python frames.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Mode {
+    Bpf,
+    PerfEvents,
+}
+
 /// Profiles pyservice.py under `python` and checks the chain and shares.
-fn check(python: &Path) {
+fn check(python: &Path, mode: Mode) {
     let _guard = serial();
     let mut w = Workload::start_exe(&[], python, &[script().to_str().unwrap(), "4"]);
     let pid = w.pid.to_string();
-    let flare = Flare::start(&["profile", "-U", "-F", "997", "-p", &pid, "-f"], 1);
+    let env: &[(&str, &str)] = match mode {
+        Mode::Bpf => &[],
+        Mode::PerfEvents => &[("FLARE_TEST_PERF_EVENTS", "1")],
+    };
+    let flare = Flare::start_with_env(&["profile", "-U", "-F", "997", "-p", &pid, "-f"], 1, env);
     w.go();
     let cpu = w.wait_done();
     let (folded, stderr) = flare.stop();
@@ -70,7 +88,10 @@ fn check(python: &Path) {
 
     let stacks = parse_folded(&folded);
     let total: u64 = stacks.iter().map(|(_, n)| n).sum();
-    let ctx = || format!("{}:\n{stderr}\n{folded}", python.display());
+    let ctx = || format!("{} ({mode:?}):\n{stderr}\n{folded}", python.display());
+    if mode == Mode::PerfEvents {
+        assert!(stderr.contains("sampling with perf events"), "{}", ctx());
+    }
     assert!(total >= 300, "{total} samples from {}", ctx());
     let with = |name: &str| -> u64 {
         stacks
@@ -83,7 +104,7 @@ fn check(python: &Path) {
         let ours = with(name) as f64 / total as f64 * 100.0;
         let theirs = spent / cpu * 100.0;
         eprintln!(
-            "{}: {name}: {ours:.1} % of {total} samples, {theirs:.1} % by its own clock",
+            "{} ({mode:?}): {name}: {ours:.1} % of {total} samples, {theirs:.1} % by its own clock",
             python.display()
         );
         assert!(
@@ -119,47 +140,61 @@ fn check(python: &Path) {
         "{eval} of {total} samples keep an eval-loop frame: {}",
         ctx()
     );
+    if mode == Mode::PerfEvents {
+        // Read after the sample: nothing native under the Python leaf.
+        let under: Vec<&(Vec<String>, u64)> = stacks
+            .iter()
+            .filter(|(f, _)| {
+                let last_py = f.iter().rposition(|x| python_function(x).is_some());
+                last_py.is_some_and(|i| i + 1 < f.len())
+            })
+            .collect();
+        assert!(
+            under.is_empty(),
+            "native frames under the innermost Python frame: {under:?}"
+        );
+    }
 }
 
 /// Checks pyenv's 3.`minor`, or says it is not there.
-fn check_pyenv(minor: u32) {
+fn check_pyenv(minor: u32, mode: Mode) {
     if !require_bpf() {
         return;
     }
     match pyenv(minor) {
-        Some(p) => check(&p),
+        Some(p) => check(&p, mode),
         None => eprintln!("skipping: pyenv's CPython 3.{minor} is not installed"),
     }
 }
 
 #[test]
 fn cpython_3_8() {
-    check_pyenv(8);
+    check_pyenv(8, Mode::Bpf);
 }
 
 #[test]
 fn cpython_3_9() {
-    check_pyenv(9);
+    check_pyenv(9, Mode::Bpf);
 }
 
 #[test]
 fn cpython_3_10() {
-    check_pyenv(10);
+    check_pyenv(10, Mode::Bpf);
 }
 
 #[test]
 fn cpython_3_11() {
-    check_pyenv(11);
+    check_pyenv(11, Mode::Bpf);
 }
 
 #[test]
 fn cpython_3_12() {
-    check_pyenv(12);
+    check_pyenv(12, Mode::Bpf);
 }
 
 #[test]
 fn cpython_3_13() {
-    check_pyenv(13);
+    check_pyenv(13, Mode::Bpf);
 }
 
 /// A C program embedding Debian's shared libpython3.11 (found by the
@@ -196,22 +231,61 @@ fn embedded_libpython() {
         .status()
         .expect("cc");
     assert!(status.success(), "building embedpy");
-    check(&exe);
+    check(&exe, Mode::Bpf);
 }
 
 /// Debian's own python3.11: libpython linked in, stripped (its dynamic
 /// symbols are what detection has).
 #[test]
 fn debian_python3() {
+    check_debian(Mode::Bpf);
+}
+
+fn check_debian(mode: Mode) {
     if !require_bpf() {
         return;
     }
     let p = Path::new("/usr/bin/python3.11");
     if p.exists() {
-        check(p);
+        check(p, mode);
     } else if std::env::var("FLARE_REQUIRE_BPF").as_deref() == Ok("1") {
         panic!("/usr/bin/python3.11 is missing: .ci/run installs python3");
     } else {
         eprintln!("skipping: /usr/bin/python3.11 is not installed");
     }
+}
+
+#[test]
+fn perf_events_cpython_3_8() {
+    check_pyenv(8, Mode::PerfEvents);
+}
+
+#[test]
+fn perf_events_cpython_3_9() {
+    check_pyenv(9, Mode::PerfEvents);
+}
+
+#[test]
+fn perf_events_cpython_3_10() {
+    check_pyenv(10, Mode::PerfEvents);
+}
+
+#[test]
+fn perf_events_cpython_3_11() {
+    check_pyenv(11, Mode::PerfEvents);
+}
+
+#[test]
+fn perf_events_cpython_3_12() {
+    check_pyenv(12, Mode::PerfEvents);
+}
+
+#[test]
+fn perf_events_cpython_3_13() {
+    check_pyenv(13, Mode::PerfEvents);
+}
+
+#[test]
+fn perf_events_debian_python3() {
+    check_debian(Mode::PerfEvents);
 }

@@ -409,10 +409,33 @@ const FIRST_BLOCK_KEYS: u32 = 32;
 const MAX_THREADS: usize = 64;
 
 /// A thread state and its thread's `pthread_t` (0: not bound to one).
-#[derive(Clone, Copy, Debug)]
-struct Thread {
-    tstate: u64,
-    id: u64,
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Thread {
+    pub tstate: u64,
+    pub id: u64,
+}
+
+/// The thread states of the first interpreter of the CPython whose
+/// `_PyRuntime` is at `runtime` (at most [`MAX_THREADS`]); `None` while
+/// it has no interpreter yet.
+pub(crate) fn thread_states(
+    layout: &Layout,
+    runtime: u64,
+    mem: &dyn Memory,
+) -> io::Result<Option<Vec<Thread>>> {
+    let field = |at: u64, off: u16| at.wrapping_add(u64::from(off));
+    let interp = mem.read_u64(field(runtime, layout.runtime_interpreters_head))?;
+    if interp == 0 {
+        return Ok(None);
+    }
+    let mut threads: Vec<Thread> = Vec::new();
+    let mut at = mem.read_u64(field(interp, layout.interp_threads_head))?;
+    while at != 0 && threads.len() < MAX_THREADS && !threads.iter().any(|t| t.tstate == at) {
+        let id = mem.read_u64(field(at, layout.tstate_thread_id))?;
+        threads.push(Thread { tstate: at, id });
+        at = mem.read_u64(field(at, layout.tstate_next))?;
+    }
+    Ok(Some(threads))
 }
 
 /// The offset from a thread's pointer (fs base) of its `PyThreadState *`:
@@ -425,7 +448,6 @@ fn tstate_slot(
     mem: &dyn Memory,
 ) -> Result<u64, Detected> {
     let read_u32 = |a: u64| mem.read_u32(a).map_err(|e| unreadable(&e));
-    let read_u64 = |a: u64| mem.read_u64(a).map_err(|e| unreadable(&e));
     let field = |at: u64, off: u16| at.wrapping_add(u64::from(off));
     let tss = field(runtime, layout.runtime_autotss);
     if read_u32(tss)? != 1 {
@@ -437,17 +459,11 @@ fn tstate_slot(
             "its thread-state key {key} is past glibc's first {FIRST_BLOCK_KEYS} thread-specific slots"
         )));
     }
-    let interp = read_u64(field(runtime, layout.runtime_interpreters_head))?;
-    if interp == 0 {
-        return Err(Detected::NotReady);
-    }
-    let mut threads: Vec<Thread> = Vec::new();
-    let mut at = read_u64(field(interp, layout.interp_threads_head))?;
-    while at != 0 && threads.len() < MAX_THREADS && !threads.iter().any(|t| t.tstate == at) {
-        let id = read_u64(field(at, layout.tstate_thread_id))?;
-        threads.push(Thread { tstate: at, id });
-        at = read_u64(field(at, layout.tstate_next))?;
-    }
+    let threads = match thread_states(layout, runtime, mem) {
+        Ok(Some(t)) => t,
+        Ok(None) => return Err(Detected::NotReady),
+        Err(e) => return Err(unreadable(&e)),
+    };
     if threads.iter().all(|t| t.id == 0) {
         return Err(Detected::NotReady);
     }

@@ -20,6 +20,7 @@ pub mod namer;
 #[cfg(test)]
 mod tests;
 pub mod tracker;
+pub mod walk;
 
 use std::collections::HashMap;
 use std::ops::Range;
@@ -46,6 +47,29 @@ pub struct Process {
 /// The Python processes known, by process id: filled by the unwinder's
 /// loader, read by the namer.
 pub type Registry = Arc<Mutex<HashMap<u32, Arc<Process>>>>;
+
+/// The namers of a run whose Python processes are in `registry`.
+pub fn namers(registry: &Registry) -> crate::collect::Namers {
+    vec![(
+        crate::collect::Runtime::Python,
+        Box::new(namer::PythonNamer::new(registry.clone())),
+    )]
+}
+
+/// True once `registry` holds a process (a poisoned lock counts as one).
+pub fn any_process(registry: &Registry) -> bool {
+    registry.lock().map_or(true, |r| !r.is_empty())
+}
+
+/// Says once per run and reason (`said`) that a CPython is walked
+/// natively, and why.
+pub fn note_unsupported(said: &mut std::collections::HashSet<String>, why: String) {
+    if said.insert(why.clone()) {
+        crate::notes::note(format!(
+            "WARNING: {why}; its processes' stacks show the interpreter's native frames."
+        ));
+    }
+}
 
 /// The validity cookie of a code object, from fields BPF reads beside its
 /// address (bpf/python.h computes the same): a code object freed and

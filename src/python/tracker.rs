@@ -73,11 +73,7 @@ impl Tracker {
                 );
             }
             Detected::Unsupported(why) => {
-                if self.said.insert(why.clone()) {
-                    crate::notes::note(format!(
-                        "WARNING: {why}; its processes' stacks show the interpreter's native frames."
-                    ));
-                }
+                super::note_unsupported(&mut self.said, why);
                 self.forget(pid);
             }
             Detected::NotPython => self.forget(pid),

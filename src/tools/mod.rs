@@ -86,7 +86,11 @@ fn object_storage() -> &'static mut MaybeUninit<OpenObject> {
 /// what they need.
 pub fn start(config: ToolConfig) -> Result<Box<dyn Collector>> {
     Ok(match config {
-        ToolConfig::Profile(c) if !crate::bpf::probe::bpf_allowed() => {
+        // Test knob: perf-event mode where BPF could be loaded too.
+        ToolConfig::Profile(c)
+            if std::env::var_os("FLARE_TEST_PERF_EVENTS").is_some()
+                || !crate::bpf::probe::bpf_allowed() =>
+        {
             Box::new(perfmode::Session::start(c)?)
         }
         ToolConfig::Profile(c) => Box::new(profile::Session::start(c, object_storage())?),

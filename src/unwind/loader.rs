@@ -416,21 +416,16 @@ impl Unwinder {
 
     /// The namers of the runtime frames this unwinder's stacks hold.
     pub fn namers(&self) -> crate::collect::Namers {
-        match &self.python {
-            Some(r) => vec![(
-                crate::collect::Runtime::Python,
-                Box::new(crate::python::namer::PythonNamer::new(r.clone())),
-            )],
-            None => Vec::new(),
-        }
+        self.python
+            .as_ref()
+            .map(crate::python::namers)
+            .unwrap_or_default()
     }
 
     /// True once a process with runtime frames (a Python process) was
     /// found.
     pub fn has_runtime_frames(&self) -> bool {
-        self.python
-            .as_ref()
-            .is_some_and(|r| r.lock().map_or(true, |r| !r.is_empty()))
+        self.python.as_ref().is_some_and(crate::python::any_process)
     }
 
     /// Stops the thread; returns what it built.

@@ -43,6 +43,8 @@ pub struct Plan<'a> {
     pub cpus: &'a [u32],
     /// Enabled when the (held) target calls exec: a launched command.
     pub on_exec: bool,
+    /// Every sample wakes the reader (Python frames are read then).
+    pub wake_each: bool,
 }
 
 /// The open events: one ring buffer per CPU, and the events redirected
@@ -84,6 +86,10 @@ fn attr(plan: &Plan<'_>, build_id: bool) -> sys::perf_event_attr {
         a.set_enable_on_exec(1);
     }
     track_mappings(&mut a, build_id);
+    if plan.wake_each {
+        a.set_watermark(0);
+        a.__bindgen_anon_2.wakeup_events = 1;
+    }
     a
 }
 

@@ -17,6 +17,7 @@
 //! buffers as they fill ([`Reader`]).
 
 mod events;
+mod python;
 mod sample;
 mod tables;
 pub mod walk;
@@ -28,6 +29,7 @@ use std::thread::JoinHandle;
 
 use libbpf_rs::libbpf_sys as sys;
 
+use self::python::PerfPython;
 use self::sample::{Layout, Sample};
 use self::tables::Tables;
 use crate::collect::Target;
@@ -36,6 +38,7 @@ use crate::error::{Error, Result};
 use crate::procmaps::perf::{self as records, Record, Ring};
 use crate::procmaps::{procfs, Mappings};
 use crate::profile::{Lost, Meta};
+use crate::python::Registry;
 use crate::system;
 use crate::tools::profile::Config;
 use crate::unwind::cache::DiskCache;
@@ -65,6 +68,8 @@ pub fn paranoid() -> i32 {
 /// A running perf-event-mode profiler.
 pub struct Session {
     config: Config,
+    /// The Python processes found (`--python on`), for the namer.
+    python: Option<Registry>,
     reader: Arc<Reader>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
@@ -109,6 +114,8 @@ struct State {
     comms: HashMap<u32, Arc<str>>,
     tables: Tables,
     lost: Lost,
+    /// Python frames (`--python on`, user stacks).
+    python: Option<PerfPython>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -167,8 +174,7 @@ impl Reader {
 }
 
 impl State {
-    fn intern(&mut self, pcs: Vec<u64>) -> Arc<[RawFrame]> {
-        let frames: Vec<RawFrame> = pcs.into_iter().map(RawFrame::Addr).collect();
+    fn intern(&mut self, frames: Vec<RawFrame>) -> Arc<[RawFrame]> {
         if let Some(s) = self.stacks.get(frames.as_slice()) {
             return s.clone();
         }
@@ -206,14 +212,19 @@ impl State {
                 Some(w.pcs)
             }
         };
+        let start = match self.user {
+            true => mappings.process_start(s.pid, s.time),
+            false => 0,
+        };
+        let user = user.map(|pcs| match &mut self.python {
+            Some(py) if !pcs.is_empty() => py.frames(s.pid, start, s.tid, s.time, pcs, mappings),
+            _ => addrs(pcs),
+        });
         let user = user.map(|u| self.intern(u));
-        let kernel = self.kernel.then(|| self.intern(s.kernel.clone()));
+        let kernel = self.kernel.then(|| self.intern(addrs(s.kernel.clone())));
         let key = Key {
             pid: s.pid,
-            start: match self.user {
-                true => mappings.process_start(s.pid, s.time),
-                false => 0,
-            },
+            start,
             tid: if self.per_thread { s.tid } else { 0 },
             comm: self.comm(s.pid, s.tid),
             user,
@@ -227,6 +238,10 @@ impl State {
             self.counts.insert(key, 1);
         }
     }
+}
+
+fn addrs(pcs: Vec<u64>) -> Vec<RawFrame> {
+    pcs.into_iter().map(RawFrame::Addr).collect()
 }
 
 /// The error for an event the kernel refused on thread `tid` of `pid`.
@@ -313,6 +328,9 @@ impl Session {
             callchain: kernel || (user && mode == Mode::Fp),
             user_stack: user && mode != Mode::Fp,
         };
+        // Python frames are read when the sample arrives: every sample
+        // wakes the reader (x86-64's layouts only).
+        let python = user && config.python && cfg!(target_arch = "x86_64");
         let mappings = Mappings::fed();
         if !launched {
             let pids: Vec<u32> = threads.iter().map(|&(p, _)| p).collect();
@@ -330,10 +348,13 @@ impl Session {
                 inherit,
                 cpus: &cpus,
                 on_exec: launched,
+                wake_each: python,
             },
             &|tid, _| refused(pid_of.get(&tid).copied().unwrap_or(tid), paranoid),
         )?;
         let fds: Vec<i32> = events.rings.iter().map(Ring::fd).collect();
+        let python = python.then(PerfPython::new);
+        let registry = python.as_ref().map(PerfPython::registry);
         let reader = Arc::new(Reader {
             rings: Mutex::new(events.rings),
             _redirected: events.redirected,
@@ -349,6 +370,7 @@ impl Session {
                 comms: HashMap::new(),
                 tables: Tables::new(DiskCache::from_env()),
                 lost: Lost::default(),
+                python,
             }),
             mappings,
         });
@@ -371,6 +393,7 @@ impl Session {
         };
         Ok(Session {
             config,
+            python: registry,
             reader,
             stop,
             thread: Some(thread),
@@ -432,6 +455,17 @@ impl Collector for Session {
 
     fn mappings(&self) -> Option<Mappings> {
         Some(self.reader.mappings.clone())
+    }
+
+    fn namers(&self) -> crate::collect::Namers {
+        self.python
+            .as_ref()
+            .map(crate::python::namers)
+            .unwrap_or_default()
+    }
+
+    fn has_runtime_frames(&self) -> bool {
+        self.python.as_ref().is_some_and(crate::python::any_process)
     }
 
     fn collect(&mut self, clear: bool) -> Result<Collection> {

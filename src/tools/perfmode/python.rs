@@ -1,0 +1,181 @@
+//! Python frames in perf-event mode, where no BPF program reads them at
+//! the sample's moment: each sample's thread has its Python frames read
+//! from user space as soon as the sample arrives (every sample of a run
+//! with Python frames wakes the reader), and put in place of the native
+//! stack's eval-loop frames when both agree ([`crate::python::walk`]).
+//! The processes found feed the same [`Registry`] the namer reads, so
+//! naming, caching and writers are as with BPF.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::collect::RawFrame;
+use crate::procmaps::Mappings;
+use crate::python::detect::{Detected, Detector};
+use crate::python::memory::ProcessMemory;
+use crate::python::tracker::RETRY_GAP;
+use crate::python::walk::{splice, Threads};
+use crate::python::Registry;
+
+/// Samples older than this when read keep their native frames: the
+/// thread's frames now say little of what it ran then, and a backlog of
+/// samples read at once would all get the same frames.
+const MAX_LAG_NS: u64 = 5_000_000;
+
+/// How long a CPython whose threads cannot be told apart is tried again.
+const GIVE_UP: Duration = Duration::from_secs(5);
+
+/// What a process is to the Python reader.
+enum Entry {
+    Python(Threads),
+    /// Not ready yet (interpreter starting): tried again after
+    /// [`RETRY_GAP`], until `until`.
+    Retry {
+        at: Instant,
+        until: Option<Instant>,
+    },
+    /// Native frames only.
+    Native,
+}
+
+/// What the reader did, summed over the run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// User stacks of Python threads.
+    pub stacks: u64,
+    /// Stacks with Python frames put in.
+    pub spliced: u64,
+    /// Stacks left native: the thread had moved to another eval call
+    /// when its frames were read.
+    pub moved: u64,
+    /// Stacks left native: read more than [`MAX_LAG_NS`] after the sample.
+    pub late: u64,
+}
+
+/// The perf-event collector's Python side.
+pub struct PerfPython {
+    registry: Registry,
+    detector: Detector,
+    /// By (process id, start).
+    procs: HashMap<(u32, u64), Entry>,
+    said: HashSet<String>,
+    pub stats: Stats,
+}
+
+impl PerfPython {
+    pub fn new() -> Self {
+        PerfPython {
+            registry: Arc::new(Mutex::new(HashMap::new())),
+            detector: Detector::new(),
+            procs: HashMap::new(),
+            said: HashSet::new(),
+            stats: Stats::default(),
+        }
+    }
+
+    /// The processes found, for the namer.
+    pub fn registry(&self) -> Registry {
+        self.registry.clone()
+    }
+
+    /// The user stack `pcs` (leaf first) of a sample of thread `tid` of
+    /// process `pid` (started at `start`) taken at `time` (monotonic
+    /// nanoseconds), with Python frames in place when the process runs
+    /// CPython.
+    pub fn frames(
+        &mut self,
+        pid: u32,
+        start: u64,
+        tid: u32,
+        time: u64,
+        pcs: Vec<u64>,
+        mappings: &Mappings,
+    ) -> Vec<RawFrame> {
+        let native = |pcs: Vec<u64>| pcs.into_iter().map(RawFrame::Addr).collect();
+        let due = match self.procs.get(&(pid, start)) {
+            None => true,
+            Some(Entry::Retry { at, .. }) => at.elapsed() >= RETRY_GAP,
+            Some(_) => false,
+        };
+        if due {
+            self.look(pid, start, mappings);
+        }
+        let Some(Entry::Python(threads)) = self.procs.get_mut(&(pid, start)) else {
+            return native(pcs);
+        };
+        let mem = ProcessMemory { pid };
+        let Some(calls) = threads.eval_calls(tid, &mem) else {
+            return native(pcs);
+        };
+        self.stats.stacks += 1;
+        if crate::procmaps::now().saturating_sub(time) > MAX_LAG_NS {
+            self.stats.late += 1;
+            return native(pcs);
+        }
+        match splice(&pcs, &threads.process.eval, &calls, false) {
+            Some(frames) => {
+                self.stats.spliced += 1;
+                frames
+            }
+            None => {
+                self.stats.moved += 1;
+                native(pcs)
+            }
+        }
+    }
+
+    /// Looks for CPython in process `pid`.
+    fn look(&mut self, pid: u32, start: u64, mappings: &Mappings) {
+        let Some(maps) = crate::unwind::procs::tracked_mappings(mappings, pid) else {
+            self.procs.insert((pid, start), Entry::Native);
+            return;
+        };
+        let mem = ProcessMemory { pid };
+        let retry_until = |procs: &HashMap<(u32, u64), Entry>| match procs.get(&(pid, start)) {
+            Some(Entry::Retry { until, .. }) => *until,
+            _ => None,
+        };
+        let entry = match self.detector.detect(pid, &maps, &mem) {
+            Detected::Python(p) => {
+                let p = Arc::new(p);
+                let tids = crate::system::threads(pid).unwrap_or_default();
+                match Threads::new(p.clone(), pid, &tids, &mem) {
+                    Some(t) => {
+                        if let Ok(mut r) = self.registry.lock() {
+                            r.insert(pid, p);
+                        }
+                        Entry::Python(t)
+                    }
+                    None => {
+                        let until =
+                            retry_until(&self.procs).unwrap_or_else(|| Instant::now() + GIVE_UP);
+                        if until <= Instant::now() {
+                            self.say("CPython: its threads' ids could not be found in glibc's thread structures".into());
+                            Entry::Native
+                        } else {
+                            Entry::Retry {
+                                at: Instant::now(),
+                                until: Some(until),
+                            }
+                        }
+                    }
+                }
+            }
+            Detected::NotReady => Entry::Retry {
+                at: Instant::now(),
+                until: None,
+            },
+            Detected::Unsupported(why) => {
+                self.say(why);
+                Entry::Native
+            }
+            Detected::NotPython => Entry::Native,
+        };
+        self.procs.insert((pid, start), entry);
+    }
+
+    fn say(&mut self, why: String) {
+        crate::python::note_unsupported(&mut self.said, why);
+    }
+}
