@@ -133,12 +133,18 @@ pub fn release_free_memory() {
 
 /// Caps the C allocator's per-thread heaps: the agent's threads (sampling,
 /// symbolizing, one sender per destination) would each get a heap of their
-/// own, and free memory strands in each.
+/// own, and free memory strands in each. And fixes the size from which
+/// allocations are mapped of their own: left to glibc, freeing a large
+/// mapped block (libbpf reading the kernel's BTF, some 5 MiB, at each
+/// renewal) raises that size to the block's, and the next such blocks
+/// come from the heap, where what is freed stays resident.
 pub fn limit_heaps() {
     #[cfg(target_env = "gnu")]
     // SAFETY: mallopt has no preconditions; M_ARENA_MAX only bounds how
-    // many heaps later allocations may create.
+    // many heaps later allocations may create, M_MMAP_THRESHOLD only
+    // chooses how large blocks are obtained.
     unsafe {
         libc::mallopt(libc::M_ARENA_MAX, 2);
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 256 * 1024);
     }
 }
