@@ -34,6 +34,8 @@ import sys
 import tempfile
 import time
 
+from benchlib import perf_fds
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FLARE = os.environ.get("FLARE", os.path.join(ROOT, "target", "release", "flare"))
 NCPU = os.cpu_count() or 1
@@ -44,20 +46,6 @@ def build(name, tmp):
     subprocess.run(["gcc", "-O1", "-g", "-fno-omit-frame-pointer", "-pthread", "-o", out,
                     os.path.join(ROOT, "bench", "workloads", name + ".c")], check=True)
     return out
-
-
-def perf_fds(pid):
-    try:
-        n = 0
-        for fd in os.listdir(f"/proc/{pid}/fd"):
-            try:
-                if "perf_event" in os.readlink(f"/proc/{pid}/fd/{fd}"):
-                    n += 1
-            except OSError:
-                pass
-        return n
-    except OSError:
-        return 0
 
 
 def start_profiler(cmd, events, timeout=60.0):

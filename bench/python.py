@@ -62,6 +62,8 @@ import sys
 import tempfile
 import time
 
+from benchlib import perf_fds
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FLARE = os.environ.get("FLARE", os.path.join(ROOT, "target", "release", "flare"))
 WORKLOAD = os.path.join(ROOT, "tests", "workloads", "pyservice.py")
@@ -95,20 +97,6 @@ def find_py_spy(args):
             last = err.decode(errors="replace").strip().splitlines()[-1:] or [str(e)]
             return None, f"py-spy: skipped, pip could not install it (no network?): {last[0]}"
     return exe, None
-
-
-def perf_fds(pid):
-    n = 0
-    try:
-        for fd in os.listdir(f"/proc/{pid}/fd"):
-            try:
-                if "perf_event" in os.readlink(f"/proc/{pid}/fd/{fd}"):
-                    n += 1
-            except OSError:
-                pass
-    except OSError:
-        pass
-    return n
 
 
 def cpu_ns(pid):

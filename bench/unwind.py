@@ -27,26 +27,14 @@ import sys
 import tempfile
 import time
 
+from benchlib import perf_fds
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FLARE = os.path.join(ROOT, "target", "release", "flare")
 TABLES = os.path.join(ROOT, "target", "release", "examples", "unwind_tables")
 NCPU = os.cpu_count() or 1
 DEPTH = 12
 HZ = "997"
-
-
-def perf_fds(pid):
-    n = 0
-    try:
-        for fd in os.listdir(f"/proc/{pid}/fd"):
-            try:
-                if "perf_event" in os.readlink(f"/proc/{pid}/fd/{fd}"):
-                    n += 1
-            except OSError:
-                pass
-    except OSError:
-        pass
-    return n
 
 
 def start(cmd, events, out):
