@@ -49,12 +49,15 @@ impl Threads {
     /// when no offset gives every thread state's thread a distinct id of
     /// `tids` (the process's threads) and its main thread the process id.
     pub fn new(process: Arc<Process>, pid: u32, tids: &[u32], mem: &dyn Memory) -> Option<Self> {
-        let threads = thread_states(&process.layout, process.runtime, mem).ok()??;
-        let bound: Vec<u64> = threads.iter().map(|t| t.id).filter(|&id| id != 0).collect();
+        let threads: Vec<Thread> = thread_states(&process.layout, process.runtime, mem)
+            .ok()??
+            .into_iter()
+            .filter(|t| t.id != 0)
+            .collect();
         let fits = |off: u64| -> bool {
             let mut seen: Vec<u32> = Vec::new();
-            for &id in &bound {
-                match mem.read_u32(id.wrapping_add(off)) {
+            for t in &threads {
+                match mem.read_u32(t.id.wrapping_add(off)) {
                     Ok(tid) if tids.contains(&tid) && !seen.contains(&tid) => seen.push(tid),
                     _ => return false,
                 }
@@ -69,17 +72,22 @@ impl Threads {
             tid_offset,
             known: HashMap::new(),
         };
-        t.rewalk(mem);
+        t.index(threads, mem);
         Some(t)
     }
 
     /// Walks the thread states again.
     fn rewalk(&mut self, mem: &dyn Memory) {
+        let threads = thread_states(&self.process.layout, self.process.runtime, mem)
+            .ok()
+            .flatten()
+            .unwrap_or_default();
+        self.index(threads, mem);
+    }
+
+    /// Knows `threads` (and no others) by their thread ids.
+    fn index(&mut self, threads: Vec<Thread>, mem: &dyn Memory) {
         self.known.clear();
-        let Ok(Some(threads)) = thread_states(&self.process.layout, self.process.runtime, mem)
-        else {
-            return;
-        };
         for t in threads.into_iter().filter(|t| t.id != 0) {
             if let Ok(tid) = mem.read_u32(t.id.wrapping_add(self.tid_offset)) {
                 self.known.insert(tid, t);
@@ -213,12 +221,14 @@ pub fn splice(
     }
     let mut calls = calls.iter();
     let mut out = Vec::with_capacity(native.len());
+    let mut python = false;
     for &pc in native {
         match in_eval(pc).then(|| calls.next()).flatten() {
             Some(call) if !call.is_empty() => {
-                if !keep_leaf && !out.iter().any(|f| matches!(f, RawFrame::Runtime(_))) {
+                if !keep_leaf && !python {
                     out.clear();
                 }
+                python = true;
                 out.extend(call.iter().map(|f| RawFrame::Runtime(Box::new(*f))));
             }
             _ => out.push(RawFrame::Addr(pc)),

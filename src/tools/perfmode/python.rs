@@ -39,20 +39,6 @@ enum Entry {
     Native,
 }
 
-/// What the reader did, summed over the run.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Stats {
-    /// User stacks of Python threads.
-    pub stacks: u64,
-    /// Stacks with Python frames put in.
-    pub spliced: u64,
-    /// Stacks left native: the thread had moved to another eval call
-    /// when its frames were read.
-    pub moved: u64,
-    /// Stacks left native: read more than [`MAX_LAG_NS`] after the sample.
-    pub late: u64,
-}
-
 /// The perf-event collector's Python side.
 pub struct PerfPython {
     registry: Registry,
@@ -60,7 +46,6 @@ pub struct PerfPython {
     /// By (process id, start).
     procs: HashMap<(u32, u64), Entry>,
     said: HashSet<String>,
-    pub stats: Stats,
 }
 
 impl PerfPython {
@@ -70,7 +55,6 @@ impl PerfPython {
             detector: Detector::new(),
             procs: HashMap::new(),
             said: HashSet::new(),
-            stats: Stats::default(),
         }
     }
 
@@ -104,25 +88,17 @@ impl PerfPython {
         let Some(Entry::Python(threads)) = self.procs.get_mut(&(pid, start)) else {
             return native(pcs);
         };
-        let mem = ProcessMemory { pid };
-        let Some(calls) = threads.eval_calls(tid, &mem) else {
-            return native(pcs);
-        };
-        self.stats.stacks += 1;
+        // Late: not worth reading.
         if crate::procmaps::now().saturating_sub(time) > MAX_LAG_NS {
-            self.stats.late += 1;
             return native(pcs);
         }
-        match splice(&pcs, &threads.process.eval, &calls, false) {
-            Some(frames) => {
-                self.stats.spliced += 1;
-                frames
-            }
-            None => {
-                self.stats.moved += 1;
-                native(pcs)
-            }
-        }
+        let mem = ProcessMemory { pid };
+        // Stacks that disagree keep their native frames (the thread moved
+        // to another eval call before its frames were read).
+        threads
+            .eval_calls(tid, &mem)
+            .and_then(|calls| splice(&pcs, &threads.process.eval, &calls, false))
+            .unwrap_or_else(|| native(pcs))
     }
 
     /// Looks for CPython in process `pid`.
