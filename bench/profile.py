@@ -34,7 +34,7 @@ import sys
 import tempfile
 import time
 
-from benchlib import perf_fds
+from benchlib import perf_fds, sampling_prog_stats
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FLARE = os.environ.get("FLARE", os.path.join(ROOT, "target", "release", "flare"))
@@ -155,20 +155,7 @@ def bpf_cost(workload, profilers):
             except (RuntimeError, OSError):
                 continue
             time.sleep(3)
-            run_ns = runs = 0
-            try:
-                for fd in os.listdir(f"/proc/{p.pid}/fdinfo"):
-                    try:
-                        with open(f"/proc/{p.pid}/fdinfo/{fd}") as f:
-                            info = dict(l.split(":", 1) for l in f.read().splitlines() if ":" in l)
-                    except OSError:
-                        continue
-                    # 7: BPF_PROG_TYPE_PERF_EVENT, the sampling program.
-                    if info.get("prog_type", "").strip() == "7":
-                        run_ns += int(info.get("run_time_ns", "0"))
-                        runs += int(info.get("run_cnt", "0"))
-            except OSError:
-                pass
+            run_ns, runs = sampling_prog_stats(p.pid)
             stop(p)
             if runs:
                 costs[name] = run_ns / runs / 1000

@@ -28,7 +28,7 @@ CPython 3.12 unless --python says otherwise. Three parts:
 2. In-kernel time per sample (kernel.bpf_stats_enabled set for the
    measurement, restored after): flare -p at 997 Hz with and without
    `--python off` on the same workload, run_time_ns / run_cnt of its
-   perf_event program from `bpftool prog show`. Where flare rejects
+   perf_event program from /proc/PID/fdinfo. Where flare rejects
    `--python off`, the native-only runs take the workload out of flare's
    py_procs map instead (bpftool map delete), which is what the flag
    does in the kernel: the map stays empty.
@@ -62,7 +62,7 @@ import sys
 import tempfile
 import time
 
-from benchlib import perf_fds
+from benchlib import perf_fds, sampling_prog_stats
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FLARE = os.environ.get("FLARE", os.path.join(ROOT, "target", "release", "flare"))
@@ -375,28 +375,6 @@ def part_overhead(args, py_spy, tmp):
             print(f"   (failed: {n})")
 
 
-def bpftool_stats(pid):
-    """run_time_ns, run_cnt of the perf_event programs `pid` holds (their
-    ids from /proc/PID/fdinfo: Debian's bpftool does not list owners)."""
-    ids = set()
-    for fd in os.listdir(f"/proc/{pid}/fdinfo"):
-        try:
-            with open(f"/proc/{pid}/fdinfo/{fd}") as f:
-                info = dict(l.split(":", 1) for l in f.read().splitlines() if ":" in l)
-        except OSError:
-            continue
-        # 7: BPF_PROG_TYPE_PERF_EVENT, the sampling program.
-        if info.get("prog_type", "").strip() == "7" and "prog_id" in info:
-            ids.add(int(info["prog_id"]))
-    out = subprocess.run(["bpftool", "-j", "prog", "show"], capture_output=True, text=True).stdout
-    ns = cnt = 0
-    for prog in json.loads(out or "[]"):
-        if prog.get("id") in ids:
-            ns += prog.get("run_time_ns", 0)
-            cnt += prog.get("run_cnt", 0)
-    return ns, cnt
-
-
 def drop_python(flare_pid, pid):
     """Deletes `pid` from the py_procs map flare `flare_pid` holds: its
     samples walk native frames only, as with --python off (which leaves
@@ -464,7 +442,7 @@ def part_in_kernel(args, tmp):
                             raise RuntimeError("could not delete the workload from py_procs")
                     w.go()
                     w.result()
-                    ns, cnt = bpftool_stats(prof.p.pid)
+                    ns, cnt = sampling_prog_stats(prof.p.pid)
                     prof.stop()
                     prof = None
                     leaked[mode] += python_frames(out) if mode == off else 0
