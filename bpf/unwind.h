@@ -20,6 +20,7 @@
 #include "unwind_types.h"
 #include "stacks.h"
 #include "python.h"
+#include "java.h"
 
 const volatile __u32 unwind_mode = UNWIND_MODE_FP;
 
@@ -96,6 +97,7 @@ struct unwind_walk {
 	bool complete;
 	bool native_done;	/* the native walk ended; Python frames remain */
 	struct py_walk py;
+	struct java_walk java;
 };
 
 /* A process is reported at most this often: soon enough that a process
@@ -273,6 +275,20 @@ static __always_inline long unwind_native_step(struct unwind_walk *w, struct fla
 
 	if (!pc || n >= FLARE_MAX_STACK_DEPTH)
 		return 1;
+	if (java_in_cache(&w->java, pc)) {
+		struct java_regs r = {
+			.pc = pc, .sp = w->sp, .bp = w->bp, .return_address = w->return_address,
+		};
+		long ret = java_step(&w->java, &r, out, &w->n, &w->hash);
+
+		if (ret >= 0) {
+			w->pc = r.pc;
+			w->sp = r.sp;
+			w->bp = r.bp;
+			w->return_address = r.return_address;
+			return ret;
+		}
+	}
 	lookup = w->return_address ? pc - 1 : pc;
 	if (w->py.frame && py_in_eval(&w->py, lookup)) {
 		w->py.pending = true;
@@ -405,6 +421,7 @@ static __always_inline __s64 flare_unwind_user(__u32 pid)
 		unwind_report(pid, UNWIND_EVENT_PROC, w.pc);
 	}
 	py_start(&w.py, pid);
+	java_start(&w.java, pid, BPF_CORE_READ(regs, r13));
 	bpf_loop(FLARE_MAX_STACK_DEPTH, unwind_step, &w, 0);
 	__sync_fetch_and_add(&unwind_stats.stacks, 1);
 	if (w.complete)

@@ -13,7 +13,8 @@ if [ "${1:-}" = "--test" ]; then
     # python3.11: Debian's own CPython, whose Python frames the tests
     # read (pyenv's builds are tested too where present), and its
     # libpython for a C program that embeds it.
-    packages+=(golang-go chromium chromium-driver libc6-dbg python3.11 libpython3.11-dev)
+    # default-jdk-headless: OpenJDK 17, whose Java frames the tests read.
+    packages+=(golang-go chromium chromium-driver libc6-dbg python3.11 libpython3.11-dev default-jdk-headless)
 fi
 # scripts/vmtest boots other kernels in QEMU with a busybox initramfs.
 if [ "${1:-}" = "--vm" ]; then

@@ -22,6 +22,7 @@ pub mod collect;
 pub mod defaults;
 pub mod error;
 pub mod export;
+pub mod java;
 pub mod launch;
 pub mod live;
 pub mod notes;

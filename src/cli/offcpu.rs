@@ -236,7 +236,7 @@ impl CommonArgs {
         };
         c.duration = self.duration.duration();
         c.unwind = self.unwind.mode;
-        c.python = self.unwind.python;
+        c.runtimes = self.unwind.runtimes();
         c.blocked_storage_size = self.blocked_storage_size;
         c.include_self = self.include_self;
     }

@@ -116,7 +116,7 @@ impl ProfileArgs {
             per_thread: false,
             duration: self.duration.duration(),
             unwind: self.unwind.mode,
-            python: self.unwind.python,
+            runtimes: self.unwind.runtimes(),
             include_self: self.include_self,
             follow_children: false,
         }

@@ -144,7 +144,7 @@ impl StackcountArgs {
             stacks: self.stacks(),
             stack_storage_size: self.stack_storage.stack_storage_size,
             unwind: self.unwind.mode,
-            python: self.unwind.python,
+            runtimes: self.unwind.runtimes(),
             offsets: self.offset,
             include_self: self.include_self,
             command: None,

@@ -87,7 +87,7 @@ impl WallclockArgs {
             duration: self.duration.duration(),
             include_self: self.include_self,
             unwind: self.unwind.mode,
-            python: self.unwind.python,
+            runtimes: self.unwind.runtimes(),
             ..Config::default()
         }
     }

@@ -567,7 +567,7 @@ fn read_words(mem: &dyn Memory, addr: u64, n: u64) -> Vec<Option<u64>> {
 /// finds it (the run's descriptor, `map_files`, the process's root), but
 /// never leaving the process's root for the host's and only a regular
 /// file, without blocking.
-fn open_mapped(pid: u32, m: &ExecMapping) -> Option<File> {
+pub(crate) fn open_mapped(pid: u32, m: &ExecMapping) -> Option<File> {
     let root = format!("/proc/{pid}/root");
     m.open_paths(pid).into_iter().find_map(|p| {
         let file = match p.strip_prefix(&root) {
@@ -594,7 +594,7 @@ const MAX_HEADERS: u64 = 4 << 20;
 const MAX_TABLE: u64 = 64 << 20;
 
 const SHT_SYMTAB: u32 = 2;
-const SHT_DYNSYM: u32 = 11;
+pub(crate) const SHT_DYNSYM: u32 = 11;
 const PT_LOAD: u32 = 1;
 const PF_X: u32 = 1;
 const EM_X86_64: u16 = 62;
@@ -628,65 +628,129 @@ fn read_at(file: &File, size: u64, offset: u64, len: u64, max: u64) -> Option<Ve
     Some(buf)
 }
 
+/// An ELF file's headers as runtime detection reads them: its load
+/// segments and section headers, read in bounded pieces.
+pub(crate) struct ElfHeaders<'f> {
+    file: &'f File,
+    size: u64,
+    pub segments: Vec<Segment>,
+    sections: Vec<Vec<u8>>,
+}
+
+impl<'f> ElfHeaders<'f> {
+    /// `None` unless `file` is a 64-bit little-endian x86-64 executable or
+    /// shared object.
+    pub(crate) fn read(file: &'f File) -> Option<ElfHeaders<'f>> {
+        let size = file.metadata().ok()?.len();
+        let h = read_at(file, size, 0, 64, 64)?;
+        if h.get(..4)? != b"\x7fELF" || h[4] != 2 || h[5] != 1 || u16_at(&h, 18)? != EM_X86_64 {
+            return None;
+        }
+        if !matches!(u16_at(&h, 16)?, 2 | 3) {
+            return None;
+        }
+        let mut segments = Vec::new();
+        let phoff = u64_at(&h, 32)?;
+        let phentsize = u64::from(u16_at(&h, 54)?);
+        let phnum = u64::from(u16_at(&h, 56)?);
+        if phentsize >= 56 {
+            let ph = read_at(file, size, phoff, phentsize * phnum, MAX_HEADERS)?;
+            for p in ph.chunks_exact(phentsize as usize) {
+                if u32_at(p, 0)? == PT_LOAD {
+                    segments.push(Segment {
+                        offset: u64_at(p, 8)?,
+                        vaddr: u64_at(p, 16)?,
+                        filesz: u64_at(p, 32)?,
+                        executable: u32_at(p, 4)? & PF_X != 0,
+                    });
+                }
+            }
+        }
+        let shoff = u64_at(&h, 40)?;
+        let shentsize = u64::from(u16_at(&h, 58)?);
+        let shnum = u64::from(u16_at(&h, 60)?);
+        let sections = if shoff == 0 || shentsize < 64 {
+            Vec::new()
+        } else {
+            read_at(file, size, shoff, shentsize * shnum, MAX_HEADERS)
+                .unwrap_or_default()
+                .chunks_exact(shentsize as usize)
+                .map(<[u8]>::to_vec)
+                .collect()
+        };
+        Some(ElfHeaders {
+            file,
+            size,
+            segments,
+            sections,
+        })
+    }
+
+    /// True when the file has section headers (else no symbols either).
+    pub(crate) fn has_sections(&self) -> bool {
+        !self.sections.is_empty()
+    }
+
+    /// A symbol table (`SHT_DYNSYM`, `SHT_SYMTAB`) and the string table
+    /// it links to.
+    pub(crate) fn symbol_table(&self, kind: u32) -> Option<(Vec<u8>, Vec<u8>)> {
+        let s = self.sections.iter().find(|s| u32_at(s, 4) == Some(kind))?;
+        let strings = self.sections.get(usize::try_from(u32_at(s, 40)?).ok()?)?;
+        let (file, size) = (self.file, self.size);
+        let syms = read_at(file, size, u64_at(s, 24)?, u64_at(s, 32)?, MAX_TABLE)?;
+        let strs = read_at(
+            file,
+            size,
+            u64_at(strings, 24)?,
+            u64_at(strings, 32)?,
+            MAX_TABLE,
+        )?;
+        Some((syms, strs))
+    }
+
+    /// Eight bytes at virtual address `vaddr` of the file.
+    fn u64_at_vaddr(&self, vaddr: u64) -> Option<u64> {
+        let at = file_offset(&self.segments, vaddr)?;
+        u64_at(&read_at(self.file, self.size, at, 8, 8)?, 0)
+    }
+}
+
+/// Calls `f` with the name, value and size of each defined symbol of
+/// ELF64 symbol entries `syms` whose names are in `strs`.
+pub(crate) fn each_symbol(syms: &[u8], strs: &[u8], mut f: impl FnMut(&[u8], u64, u64)) {
+    for e in syms.chunks_exact(24) {
+        let (Some(name), Some(shndx), Some(value), Some(size)) =
+            (u32_at(e, 0), u16_at(e, 6), u64_at(e, 8), u64_at(e, 16))
+        else {
+            continue;
+        };
+        let Some(at) = usize::try_from(name).ok().and_then(|n| strs.get(n..)) else {
+            continue;
+        };
+        if shndx != 0 {
+            let end = at.iter().position(|&b| b == 0).unwrap_or(at.len());
+            f(&at[..end], value, size);
+        }
+    }
+}
+
 /// Reads what detection needs of the ELF file `file`: its load segments,
 /// the symbols of [`Symbols`] from `.dynsym` (and `.symtab` if `full` or
 /// the object defines `_PyRuntime`), and `Py_Version`'s value. `None`
 /// unless a 64-bit little-endian x86-64 executable or shared object.
 pub(crate) fn read_object(file: &File, full: bool) -> Option<Object> {
-    let size = file.metadata().ok()?.len();
-    let h = read_at(file, size, 0, 64, 64)?;
-    if h.get(..4)? != b"\x7fELF" || h[4] != 2 || h[5] != 1 || u16_at(&h, 18)? != EM_X86_64 {
-        return None;
-    }
-    if !matches!(u16_at(&h, 16)?, 2 | 3) {
-        return None;
-    }
+    let elf = ElfHeaders::read(file)?;
     let mut object = Object::default();
-    let phoff = u64_at(&h, 32)?;
-    let phentsize = u64::from(u16_at(&h, 54)?);
-    let phnum = u64::from(u16_at(&h, 56)?);
-    if phentsize >= 56 {
-        let ph = read_at(file, size, phoff, phentsize * phnum, MAX_HEADERS)?;
-        for p in ph.chunks_exact(phentsize as usize) {
-            if u32_at(p, 0)? == PT_LOAD {
-                object.segments.push(Segment {
-                    offset: u64_at(p, 8)?,
-                    vaddr: u64_at(p, 16)?,
-                    filesz: u64_at(p, 32)?,
-                    executable: u32_at(p, 4)? & PF_X != 0,
-                });
-            }
-        }
-    }
-    let shoff = u64_at(&h, 40)?;
-    let shentsize = u64::from(u16_at(&h, 58)?);
-    let shnum = u64::from(u16_at(&h, 60)?);
-    if shoff == 0 || shentsize < 64 {
+    if !elf.has_sections() {
         // No sections: no symbols either, nothing more to read.
         object.full = true;
     } else {
-        let sh = read_at(file, size, shoff, shentsize * shnum, MAX_HEADERS).unwrap_or_default();
-        let sections: Vec<&[u8]> = sh.chunks_exact(shentsize as usize).collect();
-        // A symbol table and the string table it links to.
-        let table = |kind: u32| -> Option<(Vec<u8>, Vec<u8>)> {
-            let s = sections.iter().find(|s| u32_at(s, 4) == Some(kind))?;
-            let strings = sections.get(usize::try_from(u32_at(s, 40)?).ok()?)?;
-            let syms = read_at(file, size, u64_at(s, 24)?, u64_at(s, 32)?, MAX_TABLE)?;
-            let strs = read_at(
-                file,
-                size,
-                u64_at(strings, 24)?,
-                u64_at(strings, 32)?,
-                MAX_TABLE,
-            )?;
-            Some((syms, strs))
-        };
-        if let Some((syms, strs)) = table(SHT_DYNSYM) {
+        if let Some((syms, strs)) = elf.symbol_table(SHT_DYNSYM) {
             scan_symbols(&syms, &strs, &mut object.symbols);
         }
         object.full = full || object.symbols.runtime.is_some();
         if object.full {
-            if let Some((syms, strs)) = table(SHT_SYMTAB) {
+            if let Some((syms, strs)) = elf.symbol_table(SHT_SYMTAB) {
                 scan_symbols(&syms, &strs, &mut object.symbols);
             }
         }
@@ -694,10 +758,9 @@ pub(crate) fn read_object(file: &File, full: bool) -> Option<Object> {
     object.version_hex = object
         .symbols
         .py_version
-        .and_then(|v| file_offset(&object.segments, v.value))
-        .and_then(|at| read_at(file, size, at, 8, 8))
-        .and_then(|b| u64_at(&b, 0))
+        .and_then(|v| elf.u64_at_vaddr(v.value))
         .and_then(|v| u32::try_from(v).ok());
+    object.segments = elf.segments;
     Some(object)
 }
 

@@ -19,12 +19,10 @@ pub mod memory;
 pub mod namer;
 #[cfg(test)]
 mod tests;
-pub mod tracker;
 pub mod walk;
 
-use std::collections::HashMap;
 use std::ops::Range;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 pub use layout::{FrameModel, Layout};
 
@@ -46,7 +44,7 @@ pub struct Process {
 
 /// The Python processes known, by process id: filled by the unwinder's
 /// loader, read by the namer.
-pub type Registry = Arc<Mutex<HashMap<u32, Arc<Process>>>>;
+pub type Registry = crate::unwind::runtimes::Registry<Process>;
 
 /// The namers of a run whose Python processes are in `registry`.
 pub fn namers(registry: &Registry) -> crate::collect::Namers {

@@ -42,8 +42,8 @@ pub struct Config {
     pub duration: Option<Duration>,
     /// How user stacks are walked.
     pub unwind: unwind::Mode,
-    /// Python frames in Python processes' stacks (--python).
-    pub python: bool,
+    /// Runtime frames (--python, --java) in the user stacks of processes running them.
+    pub runtimes: crate::unwind::Runtimes,
     /// Profile flare's own process too (`--include-self`).
     pub include_self: bool,
     /// With [`Target::Pids`] of one launched command (`-- CMD`): the
@@ -66,7 +66,7 @@ impl Default for Config {
             per_thread: false,
             duration: None,
             unwind: unwind::Mode::default(),
-            python: true,
+            runtimes: crate::unwind::Runtimes::default(),
             include_self: false,
             follow_children: false,
         }
@@ -171,7 +171,7 @@ fn plan(c: &Config) -> Plan<'_> {
         stacks: c.stacks,
         include_self: c.include_self,
         unwind: c.unwind,
-        python: c.python,
+        runtimes: c.runtimes,
         hash_storage_size: c.hash_storage_size,
         stack_storage_size: c.stack_storage_size,
         uprobes: None,

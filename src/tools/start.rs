@@ -62,8 +62,8 @@ pub(crate) struct Plan<'a> {
     pub stacks: Stacks,
     pub include_self: bool,
     pub unwind: Mode,
-    /// Python frames in the user stacks of Python processes (--python).
-    pub python: bool,
+    /// Runtime frames (--python, --java) in the user stacks of processes running them.
+    pub runtimes: crate::unwind::Runtimes,
     pub hash_storage_size: u32,
     pub stack_storage_size: u32,
     /// The binary of user probes (stackcount's): with no process watched,
@@ -140,7 +140,7 @@ impl Plan<'_> {
             (Watch::All, Some(binary)) => (unwind::procs::pids_mapping(binary), false),
             (Watch::All, None) => (Vec::new(), true),
         };
-        unwind::start(mode, skel.unwind_maps(), S::NAME, &pids, all, self.python)
+        unwind::start(mode, skel.unwind_maps(), S::NAME, &pids, all, self.runtimes)
     }
 
     /// What symbolization may load while collecting: the kernel's symbols

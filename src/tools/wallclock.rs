@@ -96,8 +96,8 @@ pub struct Config {
     pub follow_children: bool,
     /// How user stacks are walked.
     pub unwind: unwind::Mode,
-    /// Python frames in Python processes' stacks (--python).
-    pub python: bool,
+    /// Runtime frames (--python, --java) in the user stacks of processes running them.
+    pub runtimes: crate::unwind::Runtimes,
 }
 
 impl Default for Config {
@@ -115,7 +115,7 @@ impl Default for Config {
             include_self: false,
             follow_children: false,
             unwind: unwind::Mode::default(),
-            python: true,
+            runtimes: crate::unwind::Runtimes::default(),
         }
     }
 }
@@ -177,7 +177,7 @@ fn plan(c: &Config) -> Plan<'_> {
         stacks: c.stacks,
         include_self: c.include_self,
         unwind: c.unwind,
-        python: c.python,
+        runtimes: c.runtimes,
         hash_storage_size: c.hash_storage_size,
         stack_storage_size: c.stack_storage_size,
         uprobes: None,

@@ -25,8 +25,9 @@ use super::cache::DiskCache;
 use super::elf::vaddr_of_offset;
 use super::objects::{Object, Objects, Stats};
 use super::procs::{exec_mappings, tracked_mappings, Backing, ExecMapping};
+use super::runtimes::Tracker;
+use super::Runtimes;
 use crate::procmaps::Mappings;
-use crate::python::Registry;
 
 /// Mirrors unwind_types.h.
 const NO_TABLE: u32 = u32::MAX;
@@ -43,6 +44,8 @@ pub struct Maps {
     reported: MapHandle,
     /// The Python processes BPF walks (python.h).
     python: MapHandle,
+    /// The JVMs BPF walks (java.h).
+    java: MapHandle,
 }
 
 impl Maps {
@@ -53,6 +56,7 @@ impl Maps {
         events: &Map,
         reported: &Map,
         python: &Map,
+        java: &Map,
     ) -> libbpf_rs::Result<Maps> {
         Ok(Maps {
             procs: MapHandle::try_from(procs)?,
@@ -61,6 +65,7 @@ impl Maps {
             events: MapHandle::try_from(events)?,
             reported: MapHandle::try_from(reported)?,
             python: MapHandle::try_from(python)?,
+            java: MapHandle::try_from(java)?,
         })
     }
 }
@@ -179,8 +184,10 @@ pub struct Loader {
     /// instead of `/proc/PID/maps`, which costs the kernel 50-200 us a
     /// process (a fork storm's worth of it showed in its wall time).
     tracked: Arc<OnceLock<Mappings>>,
-    /// Finds the Python processes among those loaded (unless off).
-    python: Option<crate::python::tracker::Tracker>,
+    /// Finds the Python processes and JVMs among those loaded (each
+    /// unless off).
+    python: Option<Tracker<crate::python::detect::Detector>>,
+    java: Option<Tracker<crate::java::detect::Detector>>,
 }
 
 fn exe_id(pid: u32) -> (u64, u64) {
@@ -188,21 +195,33 @@ fn exe_id(pid: u32) -> (u64, u64) {
 }
 
 impl Loader {
-    /// A loader of `maps`; with `python`, it also finds the Python
-    /// processes among those it loads and lists them there.
-    pub fn new(maps: Maps, cache: DiskCache, python: Option<Registry>) -> std::io::Result<Loader> {
+    /// A loader of `maps`; with a runtime's registry, it also finds the
+    /// processes running that runtime among those it loads and lists
+    /// them there.
+    pub fn new(maps: Maps, cache: DiskCache, registries: &Registries) -> std::io::Result<Loader> {
         let cap = maps.mappings.max_entries();
         let tables = MapHandle::try_from(&maps.tables).map_err(std::io::Error::other)?;
         let objects = Objects::new(tables, cache);
-        let python = match python {
-            Some(registry) => {
-                let map = MapHandle::try_from(&maps.python).map_err(std::io::Error::other)?;
-                Some(crate::python::tracker::Tracker::new(map, registry))
-            }
+        let handle = |m: &MapHandle| MapHandle::try_from(m).map_err(std::io::Error::other);
+        let python = match &registries.python {
+            Some(r) => Some(Tracker::new(
+                handle(&maps.python)?,
+                r.clone(),
+                Default::default(),
+            )),
+            None => None,
+        };
+        let java = match &registries.java {
+            Some(r) => Some(Tracker::new(
+                handle(&maps.java)?,
+                r.clone(),
+                Default::default(),
+            )),
             None => None,
         };
         Ok(Loader {
             python,
+            java,
             maps,
             objects,
             slices: Slices::new(cap),
@@ -283,6 +302,9 @@ impl Loader {
         if let Some(python) = &mut self.python {
             python.load(pid, &maps);
         }
+        if let Some(java) = &mut self.java {
+            java.load(pid, &maps);
+        }
         let loaded = Loaded {
             slice,
             exe: exe_id(pid),
@@ -354,6 +376,9 @@ impl Loader {
                 if let Some(python) = &mut self.python {
                     python.forget(pid);
                 }
+                if let Some(java) = &mut self.java {
+                    java.forget(pid);
+                }
                 if let Some(l) = self.procs.remove(&pid) {
                     self.retired.push(l.slice);
                 }
@@ -368,10 +393,46 @@ impl Loader {
 /// at most this often (as unwind.h reports it at most every 20 ms).
 const RELOAD_GAP: Duration = Duration::from_millis(20);
 
+/// The registries of the runtimes whose frames are read (each `None`
+/// when off).
+#[derive(Clone, Default)]
+pub struct Registries {
+    pub python: Option<crate::python::Registry>,
+    pub java: Option<crate::java::Registry>,
+}
+
+impl Registries {
+    pub fn new(runtimes: Runtimes) -> Registries {
+        Registries {
+            python: runtimes.python.then(Default::default),
+            java: runtimes.java.then(Default::default),
+        }
+    }
+
+    /// The namers of the runtime frames these registries' processes have.
+    pub fn namers(&self) -> crate::collect::Namers {
+        let mut namers = self
+            .python
+            .as_ref()
+            .map(crate::python::namers)
+            .unwrap_or_default();
+        if let Some(java) = &self.java {
+            namers.extend(crate::java::namer::namers(java));
+        }
+        namers
+    }
+
+    /// True once a process with runtime frames was found.
+    pub fn any_process(&self) -> bool {
+        self.python.as_ref().is_some_and(crate::python::any_process)
+            || self.java.as_ref().is_some_and(crate::java::any_process)
+    }
+}
+
 /// The loader at work on a thread of its own, until dropped.
 pub struct Unwinder {
     stop: Arc<AtomicBool>,
-    python: Option<Registry>,
+    registries: Registries,
     tracked: Arc<OnceLock<Mappings>>,
     thread: Option<JoinHandle<Stats>>,
 }
@@ -380,16 +441,16 @@ impl Unwinder {
     /// Loads `preload` (the targets) now, then serves BPF's reports on a
     /// thread; with `scan_all`, that thread first loads every process
     /// running (between reports), so that short-lived bursts of known
-    /// processes do not wait for a report. With `python`, Python
-    /// processes get their Python frames (bpf/python.h).
+    /// processes do not wait for a report. Processes running the
+    /// `runtimes` get their frames (bpf/python.h, bpf/java.h).
     pub fn start(
         maps: Maps,
         preload: &[u32],
         scan_all: bool,
-        python: bool,
+        runtimes: Runtimes,
     ) -> std::io::Result<Unwinder> {
-        let registry = python.then(Registry::default);
-        let mut loader = Loader::new(maps, DiskCache::from_env(), registry.clone())?;
+        let registries = Registries::new(runtimes);
+        let mut loader = Loader::new(maps, DiskCache::from_env(), &registries)?;
         for &pid in preload {
             loader.load(pid);
         }
@@ -402,7 +463,7 @@ impl Unwinder {
             .spawn(move || serve(loader, flag, scan_all))?;
         Ok(Unwinder {
             stop,
-            python: registry,
+            registries,
             tracked,
             thread: Some(thread),
         })
@@ -416,16 +477,12 @@ impl Unwinder {
 
     /// The namers of the runtime frames this unwinder's stacks hold.
     pub fn namers(&self) -> crate::collect::Namers {
-        self.python
-            .as_ref()
-            .map(crate::python::namers)
-            .unwrap_or_default()
+        self.registries.namers()
     }
 
-    /// True once a process with runtime frames (a Python process) was
-    /// found.
+    /// True once a process with runtime frames (Python, Java) was found.
     pub fn has_runtime_frames(&self) -> bool {
-        self.python.as_ref().is_some_and(crate::python::any_process)
+        self.registries.any_process()
     }
 
     /// Stops the thread; returns what it built.
@@ -500,6 +557,9 @@ fn serve(mut loader: Loader, stop: Arc<AtomicBool>, scan_all: bool) -> Stats {
         handle(&mut loader);
         if let Some(python) = &mut loader.python {
             python.retry();
+        }
+        if let Some(java) = &mut loader.java {
+            java.retry();
         }
         if last_tick.elapsed() > Duration::from_secs(1) {
             loader.tick();

@@ -14,6 +14,7 @@ pub mod elf;
 pub mod loader;
 pub mod objects;
 pub mod procs;
+pub mod runtimes;
 mod spares;
 pub mod table;
 
@@ -129,18 +130,34 @@ pub fn start(
     prog: &'static str,
     pids: &[u32],
     all: bool,
-    python: bool,
+    runtimes: Runtimes,
 ) -> crate::Result<Option<Unwinder>> {
     if mode == Mode::Fp {
         return Ok(None);
     }
     let maps = maps.map_err(|source| crate::Error::Load { prog, source })?;
-    Unwinder::start(maps, pids, all, python)
+    Unwinder::start(maps, pids, all, runtimes)
         .map(Some)
         .map_err(|source| crate::Error::Io {
             what: "starting the unwinder thread".into(),
             source,
         })
+}
+
+/// The runtimes whose frames the walk reads (--python, --java).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Runtimes {
+    pub python: bool,
+    pub java: bool,
+}
+
+impl Default for Runtimes {
+    fn default() -> Self {
+        Runtimes {
+            python: true,
+            java: true,
+        }
+    }
 }
 
 /// The unwinder's maps of a tool's object, before load.
@@ -151,6 +168,7 @@ pub struct OpenMaps<'a, 'obj> {
     pub reported: &'a mut OpenMapMut<'obj>,
     pub events: &'a mut OpenMapMut<'obj>,
     pub python: &'a mut OpenMapMut<'obj>,
+    pub java: &'a mut OpenMapMut<'obj>,
 }
 
 /// Sizes the unwinder's maps for `mode`: with frame pointers, one entry
@@ -164,6 +182,7 @@ pub fn size_maps(mode: Mode, m: OpenMaps<'_, '_>) -> libbpf_rs::Result<()> {
     m.tables.set_max_entries(1)?;
     m.reported.set_max_entries(1)?;
     m.python.set_max_entries(1)?;
+    m.java.set_max_entries(1)?;
     // SAFETY: sysconf has no preconditions.
     let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as u32;
     m.events.set_max_entries(page)
@@ -182,6 +201,7 @@ macro_rules! unwind_size_maps {
                 reported: &mut $maps.unwind_reported,
                 events: &mut $maps.unwind_events,
                 python: &mut $maps.py_procs,
+                java: &mut $maps.java_procs,
             },
         )
     };
@@ -198,6 +218,7 @@ macro_rules! unwind_maps {
             &$maps.unwind_events,
             &$maps.unwind_reported,
             &$maps.py_procs,
+            &$maps.java_procs,
         )
     };
 }

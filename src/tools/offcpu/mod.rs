@@ -106,8 +106,8 @@ pub struct Config {
     pub duration: Option<Duration>,
     /// How user stacks are walked.
     pub unwind: crate::unwind::Mode,
-    /// Python frames in Python processes' stacks (--python).
-    pub python: bool,
+    /// Runtime frames (--python, --java) in the user stacks of processes running them.
+    pub runtimes: crate::unwind::Runtimes,
     /// Trace flare's own threads too (`--include-self`).
     pub include_self: bool,
     /// With [`Threads::Pids`] of one launched command (`-- CMD`): the
@@ -139,7 +139,7 @@ impl Config {
             attach: Attach::Auto,
             duration: None,
             unwind: crate::unwind::Mode::default(),
-            python: true,
+            runtimes: crate::unwind::Runtimes::default(),
             include_self: false,
             follow_children: false,
             offsets: false,

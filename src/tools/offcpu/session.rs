@@ -86,7 +86,7 @@ fn plan(c: &Config) -> Plan<'_> {
         stacks: c.stacks,
         include_self: c.include_self,
         unwind: c.unwind,
-        python: c.python,
+        runtimes: c.runtimes,
         hash_storage_size: c.hash_storage_size,
         stack_storage_size: c.stack_storage_size,
         uprobes: None,

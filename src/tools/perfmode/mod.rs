@@ -330,7 +330,7 @@ impl Session {
         };
         // Python frames are read when the sample arrives: every sample
         // wakes the reader (x86-64's layouts only).
-        let python = user && config.python && cfg!(target_arch = "x86_64");
+        let python = user && config.runtimes.python && cfg!(target_arch = "x86_64");
         let mappings = Mappings::fed();
         if !launched {
             let pids: Vec<u32> = threads.iter().map(|&(p, _)| p).collect();

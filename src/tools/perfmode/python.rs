@@ -14,9 +14,9 @@ use crate::collect::RawFrame;
 use crate::procmaps::Mappings;
 use crate::python::detect::{Detected, Detector};
 use crate::python::memory::ProcessMemory;
-use crate::python::tracker::RETRY_GAP;
 use crate::python::walk::{splice, Threads};
 use crate::python::Registry;
+use crate::unwind::runtimes::RETRY_GAP;
 
 /// Samples older than this when read keep their native frames: the
 /// thread's frames now say little of what it ran then, and a backlog of

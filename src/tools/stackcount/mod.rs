@@ -58,8 +58,8 @@ pub struct Config {
     pub hash_storage_size: u32,
     /// How user stacks are walked.
     pub unwind: unwind::Mode,
-    /// Python frames in Python processes' stacks (--python).
-    pub python: bool,
+    /// Runtime frames (--python, --java) in the user stacks of processes running them.
+    pub runtimes: crate::unwind::Runtimes,
     /// `-s`: frame names with the offset into their function.
     pub offsets: bool,
     /// Count flare's own process too (`--include-self`).
@@ -86,7 +86,7 @@ impl Default for Config {
             stack_storage_size: crate::defaults::STACK_STORAGE_SIZE,
             hash_storage_size: crate::defaults::HASH_STORAGE_SIZE,
             unwind: unwind::Mode::default(),
-            python: true,
+            runtimes: crate::unwind::Runtimes::default(),
             offsets: false,
             include_self: false,
             command: None,
@@ -251,7 +251,7 @@ fn plan(c: &Config) -> Plan<'_> {
         stacks: c.stacks,
         include_self: c.include_self,
         unwind: c.unwind,
-        python: c.python,
+        runtimes: c.runtimes,
         hash_storage_size: c.hash_storage_size,
         stack_storage_size: c.stack_storage_size,
         uprobes: None,

@@ -1,0 +1,312 @@
+//! Finding a HotSpot JVM in a process: a mapped `libjvm.so` that exports
+//! the Serviceability Agent tables, its [`Layout`] read from them, and the
+//! code heaps BPF looks code blobs up in.
+//!
+//! As for Python (src/python/detect.rs), the file is another user's: it is
+//! opened through the paths the process maps it by and read in bounded
+//! pieces; and the memory is the process's: the heaps read from it are
+//! checked to lie in the code cache, their segment sizes to be sane.
+//! What a libjvm says (its symbols, the layout, with its statics' addresses
+//! relative to the library) is kept per file (device, inode).
+
+use std::collections::HashMap;
+use std::io;
+use std::sync::Arc;
+
+use super::layout::{self, Layout};
+use super::vmstructs::VmStructs;
+use super::{Heap, Process, MAX_HEAPS};
+use crate::python::detect::{each_symbol, open_mapped, ElfHeaders, SHT_DYNSYM};
+use crate::python::memory::Memory;
+use crate::unwind::elf::vaddr_of_offset;
+use crate::unwind::procs::{Backing, ExecMapping};
+
+/// What a process runs, as far as Java goes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Detected {
+    NotJava,
+    Java(Process),
+    /// A JVM not started far enough yet (no tables, no code cache): try
+    /// later.
+    NotReady,
+    /// A JVM flare cannot walk, and why (one text per libjvm).
+    Unsupported(String),
+}
+
+/// Files kept at most; past it, one is forgotten per new one.
+const MAX_OBJECTS: usize = 256;
+
+/// What one libjvm file says.
+#[derive(Debug, Default)]
+struct Object {
+    /// `gHotSpot*` symbols: name, virtual address.
+    symbols: HashMap<String, u64>,
+    segments: Vec<crate::unwind::elf::Segment>,
+    /// The layout once read from a process, its statics relative to the
+    /// library's load bias (the same for every process of the file).
+    layout: Option<Result<Layout, String>>,
+}
+
+/// Finds JVMs in processes.
+#[derive(Debug, Default)]
+pub struct Detector {
+    objects: HashMap<(u64, u64), Object>,
+}
+
+/// True for a path naming HotSpot's library.
+pub fn is_libjvm(path: &str) -> bool {
+    path.rsplit('/').next() == Some("libjvm.so")
+}
+
+impl Detector {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Finds the JVM process `pid` runs, from its executable mappings
+    /// `maps` and its memory `mem`.
+    pub fn detect(&mut self, pid: u32, maps: &[ExecMapping], mem: &dyn Memory) -> Detected {
+        let Some(m) = maps
+            .iter()
+            .find(|m| matches!(&m.backing, Backing::File(p) if is_libjvm(p)))
+        else {
+            return Detected::NotJava;
+        };
+        let key = m.dev_ino;
+        if !self.objects.contains_key(&key) {
+            let Some(object) = read_object(pid, m) else {
+                // Gone, or not an ELF file flare reads.
+                return Detected::NotJava;
+            };
+            if self.objects.len() >= MAX_OBJECTS {
+                if let Some(old) = self.objects.keys().next().copied() {
+                    self.objects.remove(&old);
+                }
+            }
+            self.objects.insert(key, object);
+        }
+        let Some(object) = self.objects.get_mut(&key) else {
+            return Detected::NotJava;
+        };
+        let Some(vaddr) = vaddr_of_offset(&object.segments, m.offset) else {
+            return Detected::Unsupported(
+                "a libjvm.so mapped outside its segments is not supported".into(),
+            );
+        };
+        let bias = m.start.wrapping_sub(vaddr);
+        if object.layout.is_none() {
+            let symbols = &object.symbols;
+            let at = |name: &str| symbols.get(name).map(|v| v.wrapping_add(bias));
+            if !symbols.contains_key("gHotSpotVMStructs") {
+                object.layout = Some(Err(
+                    "its libjvm.so exports no gHotSpotVMStructs (not HotSpot?)".into(),
+                ));
+            } else {
+                let mut vm = match VmStructs::read(mem, &at) {
+                    Ok(vm) => vm,
+                    Err(e) => return unreadable(&e),
+                };
+                // Test knob: a JVM whose tables lack a member (a layout
+                // flare does not know).
+                if let Ok(lacks) = std::env::var("FLARE_TEST_JAVA_LAYOUT_LACKS") {
+                    if let Some((ty, field)) = lacks.split_once("::") {
+                        vm.fields.remove(&(ty.to_string(), field.to_string()));
+                    }
+                }
+                let major = vm
+                    .address("Abstract_VM_Version", "_vm_major_version")
+                    .and_then(|a| mem.read_u32(a).ok())
+                    .unwrap_or(0);
+                object.layout = Some(layout::from_vmstructs(&vm, major).map(|mut l| {
+                    for a in [
+                        &mut l.code_cache_heaps,
+                        &mut l.code_cache_low,
+                        &mut l.code_cache_high,
+                    ] {
+                        *a = a.wrapping_sub(bias);
+                    }
+                    l
+                }));
+                if let Some(Err(why)) = &object.layout {
+                    let why = if major != 0 {
+                        format!("Java {major}: {why}")
+                    } else {
+                        why.clone()
+                    };
+                    object.layout = Some(Err(why));
+                }
+            }
+        }
+        let mut layout = match &object.layout {
+            Some(Ok(l)) => l.clone(),
+            Some(Err(why)) => {
+                return Detected::Unsupported(format!("HotSpot is not supported: {why}"))
+            }
+            None => return Detected::NotReady,
+        };
+        for a in [
+            &mut layout.code_cache_heaps,
+            &mut layout.code_cache_low,
+            &mut layout.code_cache_high,
+        ] {
+            *a = a.wrapping_add(bias);
+        }
+        match heaps(&layout, mem) {
+            Ok(Some((heaps, cache))) => Detected::Java(Process {
+                layout: Arc::new(layout),
+                heaps,
+                cache,
+            }),
+            Ok(None) => Detected::NotReady,
+            Err(e) => unreadable(&e),
+        }
+    }
+}
+
+/// A failed read: the process may be gone or starting (try later), unless
+/// flare may not read it at all.
+fn unreadable(e: &io::Error) -> Detected {
+    match e.kind() {
+        io::ErrorKind::PermissionDenied => {
+            Detected::Unsupported(format!("its memory cannot be read ({e})"))
+        }
+        // A table pointer still null: the JVM is starting.
+        _ => Detected::NotReady,
+    }
+}
+
+/// The `gHotSpot*` symbols and load segments of the libjvm mapped at `m`.
+fn read_object(pid: u32, m: &ExecMapping) -> Option<Object> {
+    let file = open_mapped(pid, m)?;
+    let elf = ElfHeaders::read(&file)?;
+    let mut symbols = HashMap::new();
+    if let Some((syms, strs)) = elf.symbol_table(SHT_DYNSYM) {
+        each_symbol(&syms, &strs, |name, value, _| {
+            if name.starts_with(b"gHotSpotVM") {
+                // Versioned names (`gHotSpotVMStructs@@SUNWprivate_1.1`)
+                // are in .dynsym without the version.
+                symbols.insert(String::from_utf8_lossy(name).into_owned(), value);
+            }
+        });
+    }
+    Some(Object {
+        symbols,
+        segments: elf.segments,
+        layout: None,
+    })
+}
+
+/// Smallest and largest segment of a code heap (JDK: 32 to 1024 bytes;
+/// BPF hops back through the segment map with it).
+const SEGMENT_BITS: std::ops::RangeInclusive<u32> = 4..=12;
+
+/// The code heaps and the code cache's bounds, or `None` while the code
+/// cache is not set up.
+fn heaps(l: &Layout, mem: &dyn Memory) -> io::Result<Option<(Vec<Heap>, std::ops::Range<u64>)>> {
+    let array = mem.read_u64(l.code_cache_heaps)?;
+    let low = mem.read_u64(l.code_cache_low)?;
+    let high = mem.read_u64(l.code_cache_high)?;
+    if array == 0 || low == 0 || high <= low {
+        return Ok(None);
+    }
+    let len = mem.read_u32(array + u64::from(l.growable_len))? as usize;
+    let data = mem.read_u64(array + u64::from(l.growable_data))?;
+    if len == 0 || len > MAX_HEAPS || data == 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("{len} code heaps"),
+        ));
+    }
+    let mut out = Vec::with_capacity(len);
+    for i in 0..len as u64 {
+        let heap = mem.read_u64(data + i * 8)?;
+        let memory = heap + u64::from(l.heap_memory);
+        let start = mem.read_u64(memory + u64::from(l.space_low))?;
+        let end = mem.read_u64(memory + u64::from(l.space_high))?;
+        let segmap = mem.read_u64(heap + u64::from(l.heap_segmap) + u64::from(l.space_low))?;
+        let log2 = mem.read_u32(heap + u64::from(l.heap_log2_segment))?;
+        if start < low || end > high || start >= end || segmap == 0 || !SEGMENT_BITS.contains(&log2)
+        {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("a code heap at {start:#x}..{end:#x} outside the code cache"),
+            ));
+        }
+        out.push(Heap {
+            range: start..end,
+            segmap,
+            log2_segment: log2 as u8,
+        });
+    }
+    Ok(Some((out, low..high)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::java::vmstructs::Field;
+
+    /// The tables of a real JDK, as src/java/*-vmstructs.txt keep them
+    /// (`F type field typestring offset`, `S type field type address`,
+    /// `T type super size`, `C name value`).
+    pub(crate) fn parse_dump(text: &str) -> VmStructs {
+        let mut vm = VmStructs::default();
+        for line in text.lines() {
+            let parts: Vec<&str> = line.split(' ').collect();
+            let last = parts.last().copied().unwrap_or("");
+            let number = |s: &str| -> i64 {
+                match s.strip_prefix("0x") {
+                    Some(h) => i64::from_str_radix(h, 16).unwrap_or(0),
+                    None => s.parse().unwrap_or(0),
+                }
+            };
+            match parts.first().copied() {
+                Some("F") if parts.len() >= 5 => {
+                    vm.fields.insert(
+                        (parts[1].into(), parts[2].into()),
+                        Field::Offset(number(last) as u64),
+                    );
+                }
+                Some("S") if parts.len() >= 5 => {
+                    vm.fields.insert(
+                        (parts[1].into(), parts[2].into()),
+                        Field::Address(number(last) as u64),
+                    );
+                }
+                Some("T") if parts.len() >= 4 => {
+                    vm.sizes.insert(parts[1].into(), number(last) as u64);
+                }
+                Some("C") if parts.len() >= 3 => {
+                    vm.constants.insert(parts[1].into(), number(last));
+                }
+                _ => {}
+            }
+        }
+        vm
+    }
+
+    #[test]
+    fn jdk17_has_the_layout_and_jdk25_is_refused_by_name() {
+        let vm = parse_dump(include_str!("jdk17-vmstructs.txt"));
+        let l = layout::from_vmstructs(&vm, 17).expect("JDK 17");
+        assert_eq!(
+            (l.blob_name, l.blob_code_begin, l.blob_frame_size),
+            (96, 32, 28)
+        );
+        assert_eq!((l.nm_method, l.nm_compile_id, l.heap_block), (112, 304, 16));
+        assert_eq!((l.interp_method, l.interp_bcp), (-3, -8));
+        assert_eq!(l.unsigned5_excess, 0);
+        let vm = parse_dump(include_str!("jdk25-vmstructs.txt"));
+        let why = layout::from_vmstructs(&vm, 25).unwrap_err();
+        assert!(why.contains("CodeBlob::_code_begin"), "{why}");
+    }
+
+    #[test]
+    fn libjvm_is_named_by_its_file_name() {
+        assert!(is_libjvm(
+            "/usr/lib/jvm/java-17-openjdk-amd64/lib/server/libjvm.so"
+        ));
+        assert!(!is_libjvm("/usr/lib/libjvm.so.1"));
+        assert!(!is_libjvm("/opt/notlibjvm.so"));
+    }
+}

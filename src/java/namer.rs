@@ -1,0 +1,229 @@
+//! Naming Java frames: BPF recorded, for each Java frame, a method and a
+//! bytecode index (interpreted), or a code blob and a pc offset in it
+//! (compiled, native wrapper, stub), with a cookie that changes when that
+//! memory is reused. [`JavaNamer`] reads the JVM's metadata in the live
+//! process (the [`Registry`] says where it keeps what) and gives class,
+//! method, file and line, expanding what the JIT inlined — or nothing
+//! when what the identifiers point at no longer has the cookie BPF read.
+
+use std::collections::HashMap;
+use std::sync::{Arc, PoisonError};
+
+use super::method::{read_const_method, MethodInfo};
+use super::scopes::{read_nmethod, Nmethod, Scope};
+use super::vmstructs::string_at;
+use super::{FrameId, Kind, Layout, Process, Registry, NO_BCI};
+use crate::collect::{Namer, Namers, Runtime, RuntimeFrame};
+use crate::profile::{clean_name, Frame, FrameKind, SourceLine};
+use crate::python::memory::{Memory, ProcessMemory};
+
+/// Past this many methods (or nmethods) read, all are forgotten (a run
+/// without end stays flat; what is still sampled is read again).
+const MAX_CACHED: usize = 1 << 16;
+
+/// (process id, `Method*`, `ConstMethod*`).
+type MethodKey = (u32, u64, u64);
+/// (process id, nmethod, compile id).
+type NmethodKey = (u32, u64, u64);
+
+/// What was read in a process: kept with the process it was read in, as
+/// a process id reused by another process is another [`Process`].
+type Cached<T> = (Arc<Process>, Option<Arc<T>>);
+
+/// Names [`Runtime::Java`] frames of the processes in a [`Registry`].
+pub struct JavaNamer {
+    registry: Registry,
+    methods: HashMap<MethodKey, Cached<MethodInfo>>,
+    nmethods: HashMap<NmethodKey, Cached<Nmethod>>,
+}
+
+/// The namers of a run whose JVMs are in `registry`.
+pub fn namers(registry: &Registry) -> Namers {
+    vec![(Runtime::Java, Box::new(JavaNamer::new(registry.clone())))]
+}
+
+impl JavaNamer {
+    pub fn new(registry: Registry) -> Self {
+        JavaNamer {
+            registry,
+            methods: HashMap::new(),
+            nmethods: HashMap::new(),
+        }
+    }
+
+    /// Names `frame` of process `pid` (`process` in the registry), read
+    /// through `mem`.
+    fn name_in(
+        &mut self,
+        mem: &dyn Memory,
+        pid: u32,
+        process: &Arc<Process>,
+        frame: &RuntimeFrame,
+    ) -> Option<Vec<Frame>> {
+        let id = FrameId::decode(frame.ids)?;
+        let layout = &process.layout;
+        match id.kind {
+            Kind::Interpreted => {
+                let cm = self.const_method(mem, layout, id.pointer)?;
+                if cm != frame.cookie {
+                    return None;
+                }
+                let info = self.method(mem, pid, process, id.pointer, cm)?;
+                let bci = (id.offset != NO_BCI).then_some(id.offset as i32);
+                Some(vec![java_frame(&info, bci, FrameKind::Interpreted)])
+            }
+            Kind::Compiled | Kind::Native => {
+                let nm = self.nmethod(mem, pid, process, id.pointer, frame.cookie)?;
+                let own = |namer: &mut Self| {
+                    let cm = namer.const_method(mem, layout, nm.method)?;
+                    let info = namer.method(mem, pid, process, nm.method, cm)?;
+                    Some(vec![java_frame(&info, None, FrameKind::Jit)])
+                };
+                if id.kind == Kind::Native {
+                    return own(self);
+                }
+                // Scopes that cannot be read, or a method of them that
+                // cannot, leave the nmethod's own method, at no line.
+                match nm.scopes(mem, layout, id.offset, id.return_address) {
+                    Some(scopes) => self
+                        .inlined(mem, pid, process, &scopes)
+                        .or_else(|| own(self)),
+                    None => own(self),
+                }
+            }
+            Kind::Stub => stub(mem, layout, id.pointer, frame.cookie),
+        }
+    }
+
+    /// The frames of a compiled frame's scopes (outermost first).
+    fn inlined(
+        &mut self,
+        mem: &dyn Memory,
+        pid: u32,
+        process: &Arc<Process>,
+        scopes: &[Scope],
+    ) -> Option<Vec<Frame>> {
+        let mut out = Vec::with_capacity(scopes.len());
+        for (i, scope) in scopes.iter().enumerate() {
+            let cm = self.const_method(mem, &process.layout, scope.method)?;
+            let info = self.method(mem, pid, process, scope.method, cm)?;
+            out.push(Frame {
+                inlined: i > 0,
+                ..java_frame(&info, scope.bci, FrameKind::Jit)
+            });
+        }
+        Some(out)
+    }
+
+    /// The `ConstMethod*` of the method at `method` now.
+    fn const_method(&self, mem: &dyn Memory, layout: &Layout, method: u64) -> Option<u64> {
+        if method == 0 {
+            return None;
+        }
+        mem.read_u64(method.checked_add(u64::from(layout.method_const))?)
+            .ok()
+            .filter(|&cm| cm != 0)
+    }
+
+    /// The method at `method` whose `ConstMethod` is at `cm`, read once.
+    fn method(
+        &mut self,
+        mem: &dyn Memory,
+        pid: u32,
+        process: &Arc<Process>,
+        method: u64,
+        cm: u64,
+    ) -> Option<Arc<MethodInfo>> {
+        let key = (pid, method, cm);
+        if let Some((p, info)) = self.methods.get(&key) {
+            if Arc::ptr_eq(p, process) {
+                return info.clone();
+            }
+        }
+        let info = read_const_method(mem, &process.layout, cm).map(Arc::new);
+        if self.methods.len() >= MAX_CACHED {
+            self.methods.clear();
+        }
+        self.methods
+            .insert(key, (Arc::clone(process), info.clone()));
+        info
+    }
+
+    /// The nmethod at `nm`, if its compile id is still `cookie`; read once.
+    fn nmethod(
+        &mut self,
+        mem: &dyn Memory,
+        pid: u32,
+        process: &Arc<Process>,
+        nm: u64,
+        cookie: u64,
+    ) -> Option<Arc<Nmethod>> {
+        let key = (pid, nm, cookie);
+        if let Some((p, info)) = self.nmethods.get(&key) {
+            if Arc::ptr_eq(p, process) {
+                return info.clone();
+            }
+        }
+        let info = read_nmethod(mem, &process.layout, nm)
+            .filter(|n| u64::from(n.compile_id as u32) == cookie)
+            .map(Arc::new);
+        if self.nmethods.len() >= MAX_CACHED {
+            self.nmethods.clear();
+        }
+        self.nmethods
+            .insert(key, (Arc::clone(process), info.clone()));
+        info
+    }
+}
+
+impl Namer for JavaNamer {
+    fn name(&mut self, pid: u32, frame: &RuntimeFrame) -> Option<Vec<Frame>> {
+        if frame.runtime != Runtime::Java {
+            return None;
+        }
+        let process = self
+            .registry
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&pid)
+            .cloned()?;
+        self.name_in(&ProcessMemory { pid }, pid, &process, frame)
+    }
+}
+
+/// A method's frame: its name, and its source file and the line of `bci`
+/// (`None`: not known) where the class says.
+fn java_frame(info: &MethodInfo, bci: Option<i32>, kind: FrameKind) -> Frame {
+    Frame {
+        source: info.source_file.as_ref().map(|file| {
+            Box::new(SourceLine {
+                file: clean_name(file).into(),
+                line: bci.and_then(|b| info.line(b)),
+            })
+        }),
+        ..Frame::named(clean_name(&info.display_name()), kind)
+    }
+}
+
+/// A code blob that is no method (a stub, an adapter, the interpreter):
+/// its name, `[StubRoutines (1)]`, if its first 4 bytes are still the
+/// cookie BPF read.
+fn stub(mem: &dyn Memory, layout: &Layout, blob: u64, cookie: u64) -> Option<Vec<Frame>> {
+    let name_at = mem
+        .read_u64(blob.checked_add(u64::from(layout.blob_name))?)
+        .ok()?;
+    let mut head = [0u8; 4];
+    mem.read(name_at, &mut head).ok()?;
+    if name_at == 0 || u64::from(u32::from_le_bytes(head)) != cookie {
+        return None;
+    }
+    let name = string_at(mem, name_at).ok()??;
+    Some(vec![Frame::named(
+        format!("[{}]", clean_name(&name)),
+        FrameKind::Jit,
+    )])
+}
+
+#[cfg(test)]
+#[path = "names_tests.rs"]
+mod tests;

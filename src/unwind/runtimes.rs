@@ -1,0 +1,178 @@
+//! Keeps a runtime's BPF process map (`py_procs`, `java_procs`) in step
+//! with the processes the unwinder loads, and the registry its namer
+//! reads.
+//!
+//! The unwinder's loader hands over each process it loads (its executable
+//! mappings); [`Tracker::load`] asks the runtime's [`Detect`] whether the
+//! process runs it. A runtime not set up yet (a process just started) is
+//! tried again every [`RETRY_GAP`] for as long as it lives, so that `flare
+//! -- python3 app.py` gets Python frames from the first samples after
+//! start-up. A version flare cannot walk is said once on stderr and
+//! walked natively.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use libbpf_rs::{MapCore, MapFlags, MapHandle};
+
+use crate::unwind::procs::ExecMapping;
+
+/// How often a runtime not set up yet is looked at again.
+pub const RETRY_GAP: Duration = Duration::from_millis(100);
+
+/// What a process runs, as far as one runtime goes.
+pub enum Found<P> {
+    /// The runtime's process, ready to walk.
+    Yes(P),
+    /// Not this runtime.
+    No,
+    /// This runtime, not set up yet: try later.
+    NotReady,
+    /// This runtime, in a version flare cannot walk, and why.
+    Unsupported(String),
+}
+
+/// A runtime's detection, as the tracker uses it.
+pub trait Detect: Send {
+    type Process: Send + Sync;
+
+    fn detect(&mut self, pid: u32, maps: &[ExecMapping]) -> Found<Self::Process>;
+
+    /// The process as the runtime's BPF map holds it.
+    fn bpf_bytes(p: &Self::Process) -> Vec<u8>;
+
+    /// Says (once per reason) that a process's runtime is walked natively.
+    fn note_unsupported(said: &mut HashSet<String>, why: String);
+}
+
+/// A runtime's processes by process id: filled by the tracker, read by
+/// the runtime's namer.
+pub type Registry<P> = Arc<Mutex<HashMap<u32, Arc<P>>>>;
+
+/// A process that maps the runtime, which was not ready.
+struct Pending {
+    maps: Vec<ExecMapping>,
+    at: Instant,
+}
+
+/// The loader's side of one runtime.
+pub struct Tracker<D: Detect> {
+    map: MapHandle,
+    registry: Registry<D::Process>,
+    detector: D,
+    pending: HashMap<u32, Pending>,
+    said: HashSet<String>,
+}
+
+impl<D: Detect> Tracker<D> {
+    pub fn new(map: MapHandle, registry: Registry<D::Process>, detector: D) -> Tracker<D> {
+        Tracker {
+            map,
+            registry,
+            detector,
+            pending: HashMap::new(),
+            said: HashSet::new(),
+        }
+    }
+
+    /// Looks for the runtime in process `pid`, mapping `maps`.
+    pub fn load(&mut self, pid: u32, maps: &[ExecMapping]) {
+        match self.detector.detect(pid, maps) {
+            Found::Yes(p) => {
+                self.pending.remove(&pid);
+                let ok = self
+                    .map
+                    .update(&pid.to_ne_bytes(), &D::bpf_bytes(&p), MapFlags::ANY)
+                    .is_ok();
+                if ok {
+                    if let Ok(mut r) = self.registry.lock() {
+                        r.insert(pid, Arc::new(p));
+                    }
+                }
+            }
+            Found::NotReady => {
+                self.pending.insert(
+                    pid,
+                    Pending {
+                        maps: maps.to_vec(),
+                        at: Instant::now(),
+                    },
+                );
+            }
+            Found::Unsupported(why) => {
+                D::note_unsupported(&mut self.said, why);
+                self.forget(pid);
+            }
+            Found::No => self.forget(pid),
+        }
+    }
+
+    /// Looks again at the processes whose runtime was not ready.
+    pub fn retry(&mut self) {
+        let due: Vec<(u32, Vec<ExecMapping>)> = self
+            .pending
+            .iter()
+            .filter(|(_, p)| p.at.elapsed() >= RETRY_GAP)
+            .map(|(&pid, p)| (pid, p.maps.clone()))
+            .collect();
+        for (pid, maps) in due {
+            self.load(pid, &maps);
+        }
+    }
+
+    /// Drops process `pid` (it exited, or runs something else now).
+    pub fn forget(&mut self, pid: u32) {
+        self.pending.remove(&pid);
+        let known = self.registry.lock().map(|mut r| r.remove(&pid).is_some());
+        if known.unwrap_or(true) {
+            let _ = self.map.delete(&pid.to_ne_bytes());
+        }
+    }
+}
+
+impl Detect for crate::python::detect::Detector {
+    type Process = crate::python::Process;
+
+    fn detect(&mut self, pid: u32, maps: &[ExecMapping]) -> Found<Self::Process> {
+        use crate::python::detect::Detected;
+        let mem = crate::python::memory::ProcessMemory { pid };
+        match crate::python::detect::Detector::detect(self, pid, maps, &mem) {
+            Detected::Python(p) => Found::Yes(p),
+            Detected::NotPython => Found::No,
+            Detected::NotReady => Found::NotReady,
+            Detected::Unsupported(why) => Found::Unsupported(why),
+        }
+    }
+
+    fn bpf_bytes(p: &Self::Process) -> Vec<u8> {
+        p.bpf_bytes().to_vec()
+    }
+
+    fn note_unsupported(said: &mut HashSet<String>, why: String) {
+        crate::python::note_unsupported(said, why);
+    }
+}
+
+impl Detect for crate::java::detect::Detector {
+    type Process = crate::java::Process;
+
+    fn detect(&mut self, pid: u32, maps: &[ExecMapping]) -> Found<Self::Process> {
+        use crate::java::detect::Detected;
+        let mem = crate::python::memory::ProcessMemory { pid };
+        match crate::java::detect::Detector::detect(self, pid, maps, &mem) {
+            Detected::Java(p) => Found::Yes(p),
+            Detected::NotJava => Found::No,
+            Detected::NotReady => Found::NotReady,
+            Detected::Unsupported(why) => Found::Unsupported(why),
+        }
+    }
+
+    fn bpf_bytes(p: &Self::Process) -> Vec<u8> {
+        p.bpf_bytes().to_vec()
+    }
+
+    fn note_unsupported(said: &mut HashSet<String>, why: String) {
+        crate::java::note_unsupported(said, why);
+    }
+}
