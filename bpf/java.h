@@ -167,12 +167,6 @@ static __always_inline __u64 java_find_blob(struct java_proc *p, __u64 pc)
 	return low + (s.segment << shift) + p->heap_block;
 }
 
-/* True when the word at `addr` is an address in the code cache. */
-static __always_inline bool java_code_at(struct java_walk *j, __u64 word)
-{
-	return java_in_cache(j, word);
-}
-
 /*
  * The caller of a leaf compiled frame stopped in its epilogue, as a
  * stack adjustment: 8 (only the return address is left on the stack:
@@ -293,7 +287,7 @@ static __always_inline long java_step(struct java_walk *j, struct java_regs *r,
 			if (!java_read(words, sizeof(words), caller_sp - 8))
 				goto bad;
 			for (int i = 0; i < JAVA_RA_SLOTS; i++) {
-				if (java_code_at(j, words[i])) {
+				if (java_in_cache(j, words[i])) {
 					ra = words[i];
 					caller_sp += i * 8;
 					found = true;

@@ -18,7 +18,7 @@
 mod common;
 
 use std::io::Read;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
@@ -59,17 +59,8 @@ fn start(flags: &[&str], mode: &str, seconds: &str) -> Option<Workload> {
     let mut args: Vec<&str> = vec!["-cp", dir.to_str().expect("utf-8 path")];
     args.extend_from_slice(flags);
     args.extend_from_slice(&["Service", mode, seconds]);
-    Some(Workload::start_exe(&[], &which("java"), &args))
-}
-
-fn which(exe: &str) -> PathBuf {
-    std::env::var_os("PATH")
-        .and_then(|p| {
-            std::env::split_paths(&p)
-                .map(|d| d.join(exe))
-                .find(|p| p.exists())
-        })
-        .unwrap_or_else(|| PathBuf::from(exe))
+    // A bare name: the command is found on PATH.
+    Some(Workload::start_exe(&[], Path::new("java"), &args))
 }
 
 /// The method of a Java frame (`Service.handle` of `Service.handle()`).
@@ -80,14 +71,7 @@ fn method(frame: &str) -> Option<&str> {
 
 /// The program's own figures: (leaf, seconds) and the serve loop's CPU.
 fn own(w: &Workload, cpu: f64) -> Vec<(String, f64)> {
-    let own: Vec<(String, f64)> = w
-        .reports
-        .iter()
-        .filter_map(|l| {
-            let mut f = l.strip_prefix("share ")?.split_whitespace();
-            Some((f.next()?.to_string(), f.next()?.parse().ok()?))
-        })
-        .collect();
+    let own = w.shares();
     assert_eq!(own.len(), 2, "the workload's own figures: {:?}", w.reports);
     assert!(cpu > 1.0, "the workload ran {cpu} s");
     own

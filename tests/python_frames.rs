@@ -75,14 +75,7 @@ fn check(python: &Path, mode: Mode) {
     w.go();
     let cpu = w.wait_done();
     let (folded, stderr) = flare.stop();
-    let own: Vec<(String, f64)> = w
-        .reports
-        .iter()
-        .filter_map(|l| {
-            let mut f = l.strip_prefix("share ")?.split_whitespace();
-            Some((f.next()?.to_string(), f.next()?.parse().ok()?))
-        })
-        .collect();
+    let own = w.shares();
     drop(w);
     assert_eq!(own.len(), 2, "the workload's own figures: {own:?}");
 

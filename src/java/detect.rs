@@ -20,18 +20,12 @@ use crate::python::detect::{each_symbol, open_mapped, ElfHeaders, SHT_DYNSYM};
 use crate::python::memory::Memory;
 use crate::unwind::elf::vaddr_of_offset;
 use crate::unwind::procs::{Backing, ExecMapping};
+use crate::unwind::runtimes::Found;
 
-/// What a process runs, as far as Java goes.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Detected {
-    NotJava,
-    Java(Process),
-    /// A JVM not started far enough yet (no tables, no code cache): try
-    /// later.
-    NotReady,
-    /// A JVM flare cannot walk, and why (one text per libjvm).
-    Unsupported(String),
-}
+/// What a process runs, as far as Java goes: `NotReady` for a JVM not
+/// started far enough yet (no tables, no code cache); `Unsupported` says
+/// why (one text per libjvm).
+pub type Detected = Found<Process>;
 
 /// Files kept at most; past it, one is forgotten per new one.
 const MAX_OBJECTS: usize = 256;
@@ -43,7 +37,8 @@ struct Object {
     symbols: HashMap<String, u64>,
     segments: Vec<crate::unwind::elf::Segment>,
     /// The layout once read from a process, its statics relative to the
-    /// library's load bias (the same for every process of the file).
+    /// library's load bias (the same for every process of the file:
+    /// [`Layout::rebase`]).
     layout: Option<Result<Layout, String>>,
 }
 
@@ -70,13 +65,13 @@ impl Detector {
             .iter()
             .find(|m| matches!(&m.backing, Backing::File(p) if is_libjvm(p)))
         else {
-            return Detected::NotJava;
+            return Found::No;
         };
         let key = m.dev_ino;
         if !self.objects.contains_key(&key) {
             let Some(object) = read_object(pid, m) else {
                 // Gone, or not an ELF file flare reads.
-                return Detected::NotJava;
+                return Found::No;
             };
             if self.objects.len() >= MAX_OBJECTS {
                 if let Some(old) = self.objects.keys().next().copied() {
@@ -86,10 +81,10 @@ impl Detector {
             self.objects.insert(key, object);
         }
         let Some(object) = self.objects.get_mut(&key) else {
-            return Detected::NotJava;
+            return Found::No;
         };
         let Some(vaddr) = vaddr_of_offset(&object.segments, m.offset) else {
-            return Detected::Unsupported(
+            return Found::Unsupported(
                 "a libjvm.so mapped outside its segments is not supported".into(),
             );
         };
@@ -118,13 +113,7 @@ impl Detector {
                     .and_then(|a| mem.read_u32(a).ok())
                     .unwrap_or(0);
                 object.layout = Some(layout::from_vmstructs(&vm, major).map(|mut l| {
-                    for a in [
-                        &mut l.code_cache_heaps,
-                        &mut l.code_cache_low,
-                        &mut l.code_cache_high,
-                    ] {
-                        *a = a.wrapping_sub(bias);
-                    }
+                    l.rebase(bias.wrapping_neg());
                     l
                 }));
                 if let Some(Err(why)) = &object.layout {
@@ -140,24 +129,18 @@ impl Detector {
         let mut layout = match &object.layout {
             Some(Ok(l)) => l.clone(),
             Some(Err(why)) => {
-                return Detected::Unsupported(format!("HotSpot is not supported: {why}"))
+                return Found::Unsupported(format!("HotSpot is not supported: {why}"))
             }
-            None => return Detected::NotReady,
+            None => return Found::NotReady,
         };
-        for a in [
-            &mut layout.code_cache_heaps,
-            &mut layout.code_cache_low,
-            &mut layout.code_cache_high,
-        ] {
-            *a = a.wrapping_add(bias);
-        }
+        layout.rebase(bias);
         match heaps(&layout, mem) {
-            Ok(Some((heaps, cache))) => Detected::Java(Process {
+            Ok(Some((heaps, cache))) => Found::Yes(Process {
                 layout: Arc::new(layout),
                 heaps,
                 cache,
             }),
-            Ok(None) => Detected::NotReady,
+            Ok(None) => Found::NotReady,
             Err(e) => unreadable(&e),
         }
     }
@@ -168,10 +151,10 @@ impl Detector {
 fn unreadable(e: &io::Error) -> Detected {
     match e.kind() {
         io::ErrorKind::PermissionDenied => {
-            Detected::Unsupported(format!("its memory cannot be read ({e})"))
+            Found::Unsupported(format!("its memory cannot be read ({e})"))
         }
         // A table pointer still null: the JVM is starting.
-        _ => Detected::NotReady,
+        _ => Found::NotReady,
     }
 }
 
@@ -181,11 +164,11 @@ fn read_object(pid: u32, m: &ExecMapping) -> Option<Object> {
     let elf = ElfHeaders::read(&file)?;
     let mut symbols = HashMap::new();
     if let Some((syms, strs)) = elf.symbol_table(SHT_DYNSYM) {
-        each_symbol(&syms, &strs, |name, value, _| {
-            if name.starts_with(b"gHotSpotVM") {
+        each_symbol(&syms, &strs, |s| {
+            if s.defined && s.name.starts_with(b"gHotSpotVM") {
                 // Versioned names (`gHotSpotVMStructs@@SUNWprivate_1.1`)
                 // are in .dynsym without the version.
-                symbols.insert(String::from_utf8_lossy(name).into_owned(), value);
+                symbols.insert(String::from_utf8_lossy(s.name).into_owned(), s.value);
             }
         });
     }

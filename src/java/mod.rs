@@ -49,11 +49,6 @@ pub struct Process {
 /// loader, read by the namer.
 pub type Registry = crate::unwind::runtimes::Registry<Process>;
 
-/// True once `registry` holds a process (a poisoned lock counts as one).
-pub fn any_process(registry: &Registry) -> bool {
-    registry.lock().map_or(true, |r| !r.is_empty())
-}
-
 /// Says once per run and reason (`said`) that a JVM is walked natively,
 /// and why.
 pub fn note_unsupported(said: &mut std::collections::HashSet<String>, why: String) {

@@ -6,8 +6,7 @@
 //! method, file and line, expanding what the JIT inlined — or nothing
 //! when what the identifiers point at no longer has the cookie BPF read.
 
-use std::collections::HashMap;
-use std::sync::{Arc, PoisonError};
+use std::sync::Arc;
 
 use super::method::{read_const_method, MethodInfo};
 use super::scopes::{read_nmethod, Nmethod, Scope};
@@ -16,25 +15,15 @@ use super::{FrameId, Kind, Layout, Process, Registry, NO_BCI};
 use crate::collect::{Namer, Namers, Runtime, RuntimeFrame};
 use crate::profile::{clean_name, Frame, FrameKind, SourceLine};
 use crate::python::memory::{Memory, ProcessMemory};
-
-/// Past this many methods (or nmethods) read, all are forgotten (a run
-/// without end stays flat; what is still sampled is read again).
-const MAX_CACHED: usize = 1 << 16;
-
-/// (process id, `Method*`, `ConstMethod*`).
-type MethodKey = (u32, u64, u64);
-/// (process id, nmethod, compile id).
-type NmethodKey = (u32, u64, u64);
-
-/// What was read in a process: kept with the process it was read in, as
-/// a process id reused by another process is another [`Process`].
-type Cached<T> = (Arc<Process>, Option<Arc<T>>);
+use crate::unwind::runtimes::{lookup, ReadCache};
 
 /// Names [`Runtime::Java`] frames of the processes in a [`Registry`].
 pub struct JavaNamer {
     registry: Registry,
-    methods: HashMap<MethodKey, Cached<MethodInfo>>,
-    nmethods: HashMap<NmethodKey, Cached<Nmethod>>,
+    /// By (process id, `Method*`, `ConstMethod*`).
+    methods: ReadCache<Process, MethodInfo>,
+    /// By (process id, nmethod, compile id).
+    nmethods: ReadCache<Process, Nmethod>,
 }
 
 /// The namers of a run whose JVMs are in `registry`.
@@ -46,8 +35,8 @@ impl JavaNamer {
     pub fn new(registry: Registry) -> Self {
         JavaNamer {
             registry,
-            methods: HashMap::new(),
-            nmethods: HashMap::new(),
+            methods: ReadCache::default(),
+            nmethods: ReadCache::default(),
         }
     }
 
@@ -134,19 +123,9 @@ impl JavaNamer {
         method: u64,
         cm: u64,
     ) -> Option<Arc<MethodInfo>> {
-        let key = (pid, method, cm);
-        if let Some((p, info)) = self.methods.get(&key) {
-            if Arc::ptr_eq(p, process) {
-                return info.clone();
-            }
-        }
-        let info = read_const_method(mem, &process.layout, cm).map(Arc::new);
-        if self.methods.len() >= MAX_CACHED {
-            self.methods.clear();
-        }
-        self.methods
-            .insert(key, (Arc::clone(process), info.clone()));
-        info
+        self.methods.get_or_read((pid, method, cm), process, || {
+            read_const_method(mem, &process.layout, cm)
+        })
     }
 
     /// The nmethod at `nm`, if its compile id is still `cookie`; read once.
@@ -158,21 +137,10 @@ impl JavaNamer {
         nm: u64,
         cookie: u64,
     ) -> Option<Arc<Nmethod>> {
-        let key = (pid, nm, cookie);
-        if let Some((p, info)) = self.nmethods.get(&key) {
-            if Arc::ptr_eq(p, process) {
-                return info.clone();
-            }
-        }
-        let info = read_nmethod(mem, &process.layout, nm)
-            .filter(|n| u64::from(n.compile_id as u32) == cookie)
-            .map(Arc::new);
-        if self.nmethods.len() >= MAX_CACHED {
-            self.nmethods.clear();
-        }
-        self.nmethods
-            .insert(key, (Arc::clone(process), info.clone()));
-        info
+        self.nmethods.get_or_read((pid, nm, cookie), process, || {
+            read_nmethod(mem, &process.layout, nm)
+                .filter(|n| u64::from(n.compile_id as u32) == cookie)
+        })
     }
 }
 
@@ -181,12 +149,7 @@ impl Namer for JavaNamer {
         if frame.runtime != Runtime::Java {
             return None;
         }
-        let process = self
-            .registry
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(&pid)
-            .cloned()?;
+        let process = lookup(&self.registry, pid)?;
         self.name_in(&ProcessMemory { pid }, pid, &process, frame)
     }
 }

@@ -715,9 +715,20 @@ impl<'f> ElfHeaders<'f> {
     }
 }
 
-/// Calls `f` with the name, value and size of each defined symbol of
-/// ELF64 symbol entries `syms` whose names are in `strs`.
-pub(crate) fn each_symbol(syms: &[u8], strs: &[u8], mut f: impl FnMut(&[u8], u64, u64)) {
+/// A symbol of an ELF symbol table.
+pub(crate) struct ElfSymbol<'a> {
+    /// Its name, without the NUL that ends it.
+    pub name: &'a [u8],
+    /// Defined in this object (not an import).
+    pub defined: bool,
+    pub value: u64,
+    pub size: u64,
+}
+
+/// Calls `f` with each symbol of ELF64 symbol entries `syms` whose names
+/// are in `strs`; an entry or a name that does not fit (a name without
+/// its NUL) is skipped.
+pub(crate) fn each_symbol(syms: &[u8], strs: &[u8], mut f: impl FnMut(ElfSymbol<'_>)) {
     for e in syms.chunks_exact(24) {
         let (Some(name), Some(shndx), Some(value), Some(size)) =
             (u32_at(e, 0), u16_at(e, 6), u64_at(e, 8), u64_at(e, 16))
@@ -727,10 +738,15 @@ pub(crate) fn each_symbol(syms: &[u8], strs: &[u8], mut f: impl FnMut(&[u8], u64
         let Some(at) = usize::try_from(name).ok().and_then(|n| strs.get(n..)) else {
             continue;
         };
-        if shndx != 0 {
-            let end = at.iter().position(|&b| b == 0).unwrap_or(at.len());
-            f(&at[..end], value, size);
-        }
+        let Some(end) = at.iter().position(|&b| b == 0) else {
+            continue;
+        };
+        f(ElfSymbol {
+            name: &at[..end],
+            defined: shndx != 0,
+            value,
+            size,
+        });
     }
 }
 
@@ -775,58 +791,47 @@ fn file_offset(segments: &[Segment], vaddr: u64) -> Option<u64> {
     })
 }
 
-/// Whether the string at the start of `at` is `name`.
-fn named(at: &[u8], name: &[u8]) -> bool {
-    at.starts_with(name) && at.get(name.len()) == Some(&0)
-}
-
 /// Records in `out` the symbols of [`Symbols`] among ELF64 symbol entries
 /// `syms` whose names are in `strs`; what is already there stays.
 pub(crate) fn scan_symbols(syms: &[u8], strs: &[u8], out: &mut Symbols) {
     const EVAL: &[u8] = b"_PyEval_EvalFrameDefault";
-    for e in syms.chunks_exact(24) {
-        let (Some(name), Some(shndx), Some(value), Some(size)) =
-            (u32_at(e, 0), u16_at(e, 6), u64_at(e, 8), u64_at(e, 16))
-        else {
-            continue;
-        };
-        let Some(at) = usize::try_from(name).ok().and_then(|n| strs.get(n..)) else {
-            continue;
-        };
-        let Some(&first) = at.first() else { continue };
-        if first != b'_' && first != b'P' {
-            continue;
+    each_symbol(syms, strs, |s| {
+        let at = s.name;
+        if !at.starts_with(b"_") && !at.starts_with(b"P") {
+            return;
         }
-        let sym = Sym { value, size };
-        if shndx == 0 {
-            if named(at, b"Py_BytesMain") || named(at, b"Py_Main") {
+        let sym = Sym {
+            value: s.value,
+            size: s.size,
+        };
+        if !s.defined {
+            if at == b"Py_BytesMain" || at == b"Py_Main" {
                 out.calls_main = true;
             }
-            continue;
+            return;
         }
-        let slot = if named(at, b"_PyRuntime") {
-            &mut out.runtime
-        } else if named(at, b"PyCode_Type") {
-            &mut out.code_type
-        } else if named(at, EVAL) {
-            &mut out.eval
-        } else if named(at, b"Py_Version") {
-            &mut out.py_version
-        } else if named(at, b"_Py_NegativeRefcount") {
-            out.debug_build = true;
-            continue;
-        } else {
-            // `_PyEval_EvalFrameDefault.cold`, `.part.0`, `.cold.1`.
-            if let Some(suffix) = at.strip_prefix(EVAL).and_then(|s| s.strip_prefix(b".")) {
-                let part = suffix.starts_with(b"cold") || suffix.starts_with(b"part");
-                if part && size != 0 && !out.eval_parts.contains(&sym) {
-                    out.eval_parts.push(sym);
-                }
+        let slot = match at {
+            b"_PyRuntime" => &mut out.runtime,
+            b"PyCode_Type" => &mut out.code_type,
+            EVAL => &mut out.eval,
+            b"Py_Version" => &mut out.py_version,
+            b"_Py_NegativeRefcount" => {
+                out.debug_build = true;
+                return;
             }
-            continue;
+            _ => {
+                // `_PyEval_EvalFrameDefault.cold`, `.part.0`, `.cold.1`.
+                if let Some(suffix) = at.strip_prefix(EVAL).and_then(|s| s.strip_prefix(b".")) {
+                    let part = suffix.starts_with(b"cold") || suffix.starts_with(b"part");
+                    if part && sym.size != 0 && !out.eval_parts.contains(&sym) {
+                        out.eval_parts.push(sym);
+                    }
+                }
+                return;
+            }
         };
         slot.get_or_insert(sym);
-    }
+    });
 }
 
 #[cfg(test)]

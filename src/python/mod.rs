@@ -54,11 +54,6 @@ pub fn namers(registry: &Registry) -> crate::collect::Namers {
     )]
 }
 
-/// True once `registry` holds a process (a poisoned lock counts as one).
-pub fn any_process(registry: &Registry) -> bool {
-    registry.lock().map_or(true, |r| !r.is_empty())
-}
-
 /// Says once per run and reason (`said`) that a CPython is walked
 /// natively, and why.
 pub fn note_unsupported(said: &mut std::collections::HashSet<String>, why: String) {

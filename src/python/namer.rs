@@ -4,36 +4,28 @@
 //! for its version) and gives function, file and line — or nothing when
 //! the code object at that address is no longer the one BPF saw.
 
-use std::collections::HashMap;
-use std::sync::{Arc, PoisonError};
+use std::sync::Arc;
 
 use super::code::{read_code, CodeInfo};
 use super::memory::ProcessMemory;
 use super::{Process, Registry};
 use crate::collect::{Namer, Runtime, RuntimeFrame};
 use crate::profile::{clean_name, Frame, FrameKind, SourceLine};
-
-/// Past this many code objects read, all are forgotten (a run without end
-/// stays flat; what is still sampled is read again).
-const MAX_CODES: usize = 1 << 16;
-
-/// (process id, code object's address, cookie).
-type Key = (u32, u64, u64);
+use crate::unwind::runtimes::{lookup, ReadCache};
 
 /// Names [`Runtime::Python`] frames of the processes in a [`Registry`].
 pub struct PythonNamer {
     registry: Registry,
-    /// What each code object read gave (`None`: not a code object with
-    /// that cookie), with the process it was read in: a process id reused
-    /// by another process is another [`Process`] in the registry.
-    codes: HashMap<Key, (Arc<Process>, Option<Arc<CodeInfo>>)>,
+    /// What each code object read gave, by (process id, code object's
+    /// address, cookie): `None` for not a code object with that cookie.
+    codes: ReadCache<Process, CodeInfo>,
 }
 
 impl PythonNamer {
     pub fn new(registry: Registry) -> Self {
         PythonNamer {
             registry,
-            codes: HashMap::new(),
+            codes: ReadCache::default(),
         }
     }
 
@@ -45,25 +37,16 @@ impl PythonNamer {
         process: &Arc<Process>,
         frame: &RuntimeFrame,
     ) -> Option<Arc<CodeInfo>> {
-        let key = (pid, frame.ids[0], frame.cookie);
-        if let Some((p, info)) = self.codes.get(&key) {
-            if Arc::ptr_eq(p, process) {
-                return info.clone();
-            }
-        }
-        let info = read_code(
-            &ProcessMemory { pid },
-            &process.layout,
-            process.code_type,
-            frame.ids[0],
-        )
-        .filter(|c| c.cookie == frame.cookie)
-        .map(Arc::new);
-        if self.codes.len() >= MAX_CODES {
-            self.codes.clear();
-        }
-        self.codes.insert(key, (Arc::clone(process), info.clone()));
-        info
+        self.codes
+            .get_or_read((pid, frame.ids[0], frame.cookie), process, || {
+                read_code(
+                    &ProcessMemory { pid },
+                    &process.layout,
+                    process.code_type,
+                    frame.ids[0],
+                )
+                .filter(|c| c.cookie == frame.cookie)
+            })
     }
 }
 
@@ -72,12 +55,7 @@ impl Namer for PythonNamer {
         if frame.runtime != Runtime::Python {
             return None;
         }
-        let process = self
-            .registry
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(&pid)
-            .cloned()?;
+        let process = lookup(&self.registry, pid)?;
         let code = self.code(pid, &process, frame)?;
         Some(vec![Frame {
             source: Some(Box::new(SourceLine {

@@ -424,8 +424,8 @@ impl Registries {
 
     /// True once a process with runtime frames was found.
     pub fn any_process(&self) -> bool {
-        self.python.as_ref().is_some_and(crate::python::any_process)
-            || self.java.as_ref().is_some_and(crate::java::any_process)
+        use super::runtimes::any_process;
+        self.python.as_ref().is_some_and(any_process) || self.java.as_ref().is_some_and(any_process)
     }
 }
 

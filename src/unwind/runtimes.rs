@@ -50,6 +50,67 @@ pub trait Detect: Send {
 /// the runtime's namer.
 pub type Registry<P> = Arc<Mutex<HashMap<u32, Arc<P>>>>;
 
+/// True once `registry` holds a process (a poisoned lock counts as one).
+pub fn any_process<P>(registry: &Registry<P>) -> bool {
+    registry.lock().map_or(true, |r| !r.is_empty())
+}
+
+/// The registry's process `pid`, if known (a poisoned lock is read as
+/// it stands).
+pub fn lookup<P>(registry: &Registry<P>, pid: u32) -> Option<Arc<P>> {
+    registry
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .get(&pid)
+        .cloned()
+}
+
+/// What a namer read in its processes' memory, by (process id, address,
+/// cookie): each answer (`None`: not what BPF saw) is kept with the
+/// process it was read in, as a process id reused by another process is
+/// another process in the registry. Past [`ReadCache::MAX`] answers all
+/// are forgotten (a run without end stays flat; what is still sampled is
+/// read again).
+pub struct ReadCache<P, T> {
+    entries: HashMap<ReadKey, (Arc<P>, Option<Arc<T>>)>,
+}
+
+/// (process id, address, cookie).
+pub type ReadKey = (u32, u64, u64);
+
+impl<P, T> Default for ReadCache<P, T> {
+    fn default() -> Self {
+        ReadCache {
+            entries: HashMap::new(),
+        }
+    }
+}
+
+impl<P, T> ReadCache<P, T> {
+    pub const MAX: usize = 1 << 16;
+
+    /// The answer for `key` in `process`, read with `read` once.
+    pub fn get_or_read(
+        &mut self,
+        key: ReadKey,
+        process: &Arc<P>,
+        read: impl FnOnce() -> Option<T>,
+    ) -> Option<Arc<T>> {
+        if let Some((p, info)) = self.entries.get(&key) {
+            if Arc::ptr_eq(p, process) {
+                return info.clone();
+            }
+        }
+        let info = read().map(Arc::new);
+        if self.entries.len() >= Self::MAX {
+            self.entries.clear();
+        }
+        self.entries
+            .insert(key, (Arc::clone(process), info.clone()));
+        info
+    }
+}
+
 /// A process that maps the runtime, which was not ready.
 struct Pending {
     maps: Vec<ExecMapping>,
@@ -158,14 +219,8 @@ impl Detect for crate::java::detect::Detector {
     type Process = crate::java::Process;
 
     fn detect(&mut self, pid: u32, maps: &[ExecMapping]) -> Found<Self::Process> {
-        use crate::java::detect::Detected;
         let mem = crate::python::memory::ProcessMemory { pid };
-        match crate::java::detect::Detector::detect(self, pid, maps, &mem) {
-            Detected::Java(p) => Found::Yes(p),
-            Detected::NotJava => Found::No,
-            Detected::NotReady => Found::NotReady,
-            Detected::Unsupported(why) => Found::Unsupported(why),
-        }
+        crate::java::detect::Detector::detect(self, pid, maps, &mem)
     }
 
     fn bpf_bytes(p: &Self::Process) -> Vec<u8> {

@@ -86,6 +86,17 @@ impl Workload {
         Self::start_with(&[], name, args)
     }
 
+    /// The workload's own figures, its "share NAME SECONDS" reports.
+    pub fn shares(&self) -> Vec<(String, f64)> {
+        self.reports
+            .iter()
+            .filter_map(|l| {
+                let mut f = l.strip_prefix("share ")?.split_whitespace();
+                Some((f.next()?.to_string(), f.next()?.parse().ok()?))
+            })
+            .collect()
+    }
+
     /// Lets the workload start working.
     pub fn go(&mut self) {
         let stdin = self.stdin.as_mut().expect("stdin open");

@@ -465,7 +465,9 @@ impl Collector for Session {
     }
 
     fn has_runtime_frames(&self) -> bool {
-        self.python.as_ref().is_some_and(crate::python::any_process)
+        self.python
+            .as_ref()
+            .is_some_and(crate::unwind::runtimes::any_process)
     }
 
     fn collect(&mut self, clear: bool) -> Result<Collection> {
