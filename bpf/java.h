@@ -81,90 +81,138 @@ struct java_stats {
 
 struct java_stats java_stats = {};
 
-/* What the table walk carries for Java. */
-struct java_walk {
-	__u64 cache_low, cache_high;	/* 0, 0: not a JVM */
-	__u64 r13;			/* the leaf's, as sampled */
-	__u32 pid;
+/* Bytes of a code blob read at once: its header and, for an nmethod,
+ * the members BPF reads (JDK 17's compile id lies at 304). */
+#define JAVA_BLOB_READ		320
+/* Words of an interpreter frame read at once, from 10 below its frame
+ * pointer to the return address above it. */
+#define JAVA_FRAME_BELOW	10
+#define JAVA_FRAME_WORDS	(JAVA_FRAME_BELOW + 2)
+
+/*
+ * The Java walk's state and what it reads, one per CPU, not on the stack:
+ * the program that loops over the walk's step, the step and the callbacks
+ * it calls share the kernel's 512 bytes of stack, of which offcputime's
+ * programs leave the step 96. A read's destination is a stack slot, and
+ * so is every value live across a helper call (BPF keeps only four
+ * registers across one): the frame being stepped lives here instead.
+ */
+struct java_scratch {
+	struct java_proc proc;		/* the JVM being walked */
+	__u64 word;			/* one word read */
+	/* The frame being stepped, its blob and its caller's registers. */
+	__u64 pc, sp, bp, blob, code_begin, ptr, cookie, offset;
+	__u64 ra, caller_sp, caller_bp;
+	__s64 frame_size, complete;
+	__u32 first, kind;
+	bool return_address;		/* pc is a return address */
+	/* The segment map walk: the blob's heap, its segment. */
+	__u64 heap_low, segmap, segment, shift;
+	__u8 blob_bytes[JAVA_BLOB_READ];
+	__u64 frame[JAVA_FRAME_WORDS];
+	__u8 code[16];
 };
 
-/* The registers the walk steps. */
-struct java_regs {
-	__u64 pc, sp, bp;
-	bool return_address;
-};
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, struct java_scratch);
+	__uint(max_entries, 1);
+} java_scratch SEC(".maps");
+
+static __always_inline struct java_scratch *java_scratch_get(void)
+{
+	__u32 zero = 0;
+
+	return bpf_map_lookup_elem(&java_scratch, &zero);
+}
 
 static __always_inline bool java_read(void *dst, __u32 size, __u64 addr)
 {
 	return bpf_probe_read_user(dst, size, (void *)addr) == 0;
 }
 
-/* Starts the Java side of the walk of process `pid`. */
-static __always_inline void java_start(struct java_walk *j, __u32 pid, __u64 r13)
+/* Starts the Java side of the walk of process `pid`: true for a JVM. */
+static __always_inline bool java_start(__u32 pid)
 {
 	struct java_proc *p = bpf_map_lookup_elem(&java_procs, &pid);
+	struct java_scratch *js = java_scratch_get();
 
-	if (!p)
-		return;
+	if (!p || !js)
+		return false;
 	__sync_fetch_and_add(&java_stats.stacks, 1);
-	j->cache_low = p->cache_low;
-	j->cache_high = p->cache_high;
-	j->r13 = r13;
-	j->pid = pid;
+	js->proc = *p;
+	return true;
 }
 
-/* True when `pc` lies in the JVM's code cache. */
-static __always_inline bool java_in_cache(struct java_walk *j, __u64 pc)
+/* True when `pc` lies in the code cache of the JVM being walked. */
+static __always_inline bool java_in_cache(struct java_scratch *js, __u64 pc)
 {
-	return pc >= j->cache_low && pc < j->cache_high;
+	return pc >= js->proc.cache_low && pc < js->proc.cache_high;
 }
 
-/* A walk back through a segment map, one hop per bpf_loop step. */
-struct java_segmap_walk {
-	__u64 segmap;
-	__u64 segment;
-	int found;		/* 1: at a block's first segment; -1: none */
-};
-
-static long java_segmap_step(__u64 i, void *ctx)
+/* The code blob holding `pc`, or 0: back through its code heap's
+ * segment map, each byte the number of segments to step back (0 at a
+ * block's first segment, 0xff where no block is). A bounded loop, not
+ * bpf_loop, whose context would take stack. */
+static __always_inline __u64 java_find_blob(struct java_scratch *js, __u64 pc)
 {
-	struct java_segmap_walk *s = ctx;
-	__u8 tag = 0xff;
+	struct java_proc *p = &js->proc;
 
-	if (!java_read(&tag, 1, s->segmap + s->segment) || tag == 0xff || tag > s->segment) {
-		s->found = -1;
-		return 1;
-	}
-	if (!tag) {
-		s->found = 1;
-		return 1;
-	}
-	s->segment -= tag;
-	return 0;
-}
-
-/* The code blob holding `pc`, or 0. */
-static __always_inline __u64 java_find_blob(struct java_proc *p, __u64 pc)
-{
-	struct java_segmap_walk s = {};
-	__u64 low = 0;
-	__u8 shift = 0;
-
+	js->heap_low = 0;
 	for (int i = 0; i < JAVA_MAX_HEAPS; i++) {
 		if (pc >= p->heap_low[i] && pc < p->heap_high[i]) {
-			low = p->heap_low[i];
-			s.segmap = p->segmap[i];
-			shift = p->shift[i];
+			js->heap_low = p->heap_low[i];
+			js->segmap = p->segmap[i];
+			js->shift = p->shift[i];
 			break;
 		}
 	}
-	if (!low || shift > 16)
+	if (!js->heap_low || js->shift > 16)
 		return 0;
-	s.segment = (pc - low) >> shift;
-	bpf_loop(JAVA_SEGMAP_HOPS, java_segmap_step, &s, 0);
-	if (s.found != 1)
+	js->segment = (pc - js->heap_low) >> js->shift;
+#pragma clang loop unroll(disable)
+	for (int i = 0; i < JAVA_SEGMAP_HOPS; i++) {
+		__u8 tag;
+
+		if (!java_read(&js->word, 1, js->segmap + js->segment))
+			return 0;
+		tag = js->word;
+		if (!tag)
+			return js->heap_low + (js->segment << js->shift) + p->heap_block;
+		if (tag == 0xff || tag > js->segment)
+			return 0;
+		js->segment -= tag;
+	}
+	return 0;
+}
+
+/* Members of the blob read into `js`, at offsets the tables gave (0 past
+ * the bytes read). */
+static __always_inline __u64 java_blob_u64(struct java_scratch *js, __u16 off)
+{
+	if (off > JAVA_BLOB_READ - 8)
 		return 0;
-	return low + (s.segment << shift) + p->heap_block;
+	return *(__u64 *)(js->blob_bytes + off);
+}
+
+static __always_inline __s32 java_blob_s32(struct java_scratch *js, __u16 off)
+{
+	if (off > JAVA_BLOB_READ - 4)
+		return 0;
+	return *(__s32 *)(js->blob_bytes + off);
+}
+
+/* The word `slot` words from an interpreter frame's frame pointer, of
+ * those read into `js` (0 outside them). */
+static __always_inline __u64 java_frame_word(struct java_scratch *js, __s8 slot)
+{
+	/* Unsigned: a slot below the words read wraps past them. */
+	__u64 i = (__u64)(__s64)(JAVA_FRAME_BELOW + slot);
+
+	if (i >= JAVA_FRAME_WORDS)
+		return 0;
+	return js->frame[i];
 }
 
 /*
@@ -173,16 +221,16 @@ static __always_inline __u64 java_find_blob(struct java_proc *p, __u64 pc)
  * on `ret`, or past `pop rbp` before it), 16 (on `pop rbp`), or 0 (not
  * in an epilogue, as far as its bytes tell).
  */
-static __always_inline __u64 java_epilogue(__u64 pc)
+static __always_inline __u64 java_epilogue(struct java_scratch *js, __u64 pc)
 {
-	__u8 code[16];
+	__u8 *code = js->code;
 
-	if (!java_read(code, sizeof(code), pc - 1))
+	if (!java_read(code, sizeof(js->code), pc - 1))
 		return 0;
 	if (code[1] == 0xc3)		/* ret */
 		return 8;
 	/* A ret soon after: the tail of an epilogue (a return poll). */
-	for (int i = 2; i < sizeof(code); i++) {
+	for (int i = 2; i < sizeof(js->code); i++) {
 		if (code[i] != 0xc3)
 			continue;
 		if (code[1] == 0x5d)	/* pop rbp */
@@ -194,156 +242,149 @@ static __always_inline __u64 java_epilogue(__u64 pc)
 	return 0;
 }
 
-/*
- * Steps through the Java frame at `r->pc` (in the code cache): records it
- * after the `*n` words of `out` (hashing it into `*hash`) and sets `r` to
- * its caller's registers. Returns 0 when it did, 1 when the stack is full
- * or the frame's caller cannot be found (the walk ends), -1 when the pc
- * is in no code blob (the caller walks it natively).
- */
-static __always_inline long java_step(struct java_walk *j, struct java_regs *r,
-				      struct flare_stack *out, __u32 *n, __u64 *hash)
+/* The leaf's r13, where the interpreter keeps its bytecode pointer. */
+static __always_inline __u64 java_leaf_r13(void)
 {
-	struct java_proc *p = bpf_map_lookup_elem(&java_procs, &j->pid);
-	__u64 blob, name = 0, code_begin = 0, ptr, cookie, offset, len;
-	__u64 pc = r->pc, sp = r->sp, bp = r->bp, ra = 0, caller_sp, caller_bp = bp;
-	__s32 frame_size = 0, complete = 0;
-	__u32 kind, first = 0;
+#if defined(__TARGET_ARCH_x86)
+	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
 
-	if (!p)
-		return -1;
-	blob = java_find_blob(p, r->return_address ? pc - 1 : pc);
-	if (!blob) {
+	return regs ? BPF_CORE_READ(regs, r13) : 0;
+#else
+	return 0;
+#endif
+}
+
+/*
+ * Steps through the Java frame at `js->pc` (in the code cache of the JVM
+ * java_start copied; with `js->sp`, `js->bp` and `js->return_address`): sets
+ * the frame's identifiers (`ptr`, `kind`, `offset`, `cookie`) and its
+ * caller's registers (`ra`, `caller_sp`, `caller_bp`) in `js`. Returns
+ * false when the pc is in no code blob or the frame's caller cannot be
+ * found (the walk takes it as native). Everything lives in `js`, not in
+ * registers the helpers it calls would make it spill.
+ */
+static __always_inline bool java_step(struct java_scratch *js)
+{
+	struct java_proc *p = &js->proc;
+
+	js->caller_bp = js->bp;
+	js->blob = java_find_blob(js, js->return_address ? js->pc - 1 : js->pc);
+	if (!js->blob) {
 		__sync_fetch_and_add(&java_stats.no_blob, 1);
-		return -1;
+		return false;
 	}
-	if (!java_read(&name, 8, blob + p->blob_name) || !java_read(&first, 4, name) ||
-	    !java_read(&code_begin, 8, blob + p->blob_code_begin) ||
-	    !java_read(&frame_size, 4, blob + p->blob_frame_size) ||
-	    !java_read(&complete, 4, blob + p->blob_frame_complete))
+	if (!java_read(js->blob_bytes, sizeof(js->blob_bytes), js->blob))
 		goto bad;
-	frame_size *= 8;
-	if (frame_size < 0 || frame_size > 0x100000)
+	js->code_begin = java_blob_u64(js, p->blob_code_begin);
+	js->frame_size = (__s64)java_blob_s32(js, p->blob_frame_size) * 8;
+	js->complete = java_blob_s32(js, p->blob_frame_complete);
+	if (!java_read(&js->word, 4, java_blob_u64(js, p->blob_name)) || js->frame_size < 0 ||
+	    js->frame_size > 0x100000)
 		goto bad;
+	js->first = js->word;
 
-	if (first == JAVA_NAME_INTERPRETER) {
-		__u64 method = 0, bcp = 0, cmethod = 0;
-		__u16 code_size = 0;
+	if (js->first == JAVA_NAME_INTERPRETER) {
+		__u64 bp = js->bp;
 
-		if (bp < sp || bp >= sp + 0x100000)
+		if (bp < js->sp || bp >= js->sp + 0x100000 ||
+		    !java_read(js->frame, sizeof(js->frame), bp - JAVA_FRAME_BELOW * 8))
 			goto bad;
-		if (!java_read(&method, 8, bp + p->interp_method * 8) ||
-		    !java_read(&caller_sp, 8, bp + p->interp_sender_sp * 8) ||
-		    !java_read(&caller_bp, 8, bp) || !java_read(&ra, 8, bp + 8))
+		js->ptr = java_frame_word(js, p->interp_method);
+		js->caller_sp = java_frame_word(js, p->interp_sender_sp);
+		js->caller_bp = java_frame_word(js, 0);
+		js->ra = java_frame_word(js, 1);
+		js->offset = js->return_address ? java_frame_word(js, p->interp_bcp) : java_leaf_r13();
+		if (!java_read(&js->word, 8, js->ptr + p->method_const))
 			goto bad;
-		if (r->return_address) {
-			if (!java_read(&bcp, 8, bp + p->interp_bcp * 8))
-				bcp = 0;
-		} else {
-			bcp = j->r13;
-		}
-		if (!java_read(&cmethod, 8, method + p->method_const) ||
-		    !java_read(&code_size, 2, cmethod + p->const_code_size))
+		js->cookie = js->word;
+		if (!java_read(&js->word, 2, js->cookie + p->const_code_size))
 			goto bad;
-		offset = bcp - (cmethod + p->const_size);
-		if (bcp < cmethod + p->const_size || offset >= code_size)
-			offset = JAVA_NO_BCI;
-		kind = JAVA_KIND_INTERPRETED;
-		ptr = method;
-		cookie = cmethod;
-	} else if (first == JAVA_NAME_NMETHOD || first == JAVA_NAME_NATIVE) {
-		__u64 deopt = 0, adjust = 0;
-		__s32 orig_pc_offset = 0;
-		__u32 id = 0;
+		/* The bytecode index: the bytecodes follow the ConstMethod. */
+		if (js->offset < js->cookie + p->const_size ||
+		    js->offset - (js->cookie + p->const_size) >= (__u16)js->word)
+			js->offset = JAVA_NO_BCI;
+		else
+			js->offset -= js->cookie + p->const_size;
+		js->kind = JAVA_KIND_INTERPRETED;
+	} else if (js->first == JAVA_NAME_NMETHOD || js->first == JAVA_NAME_NATIVE) {
+		__u64 adjust = 0;
 
-		if (!java_read(&id, 4, blob + p->nm_compile_id))
-			goto bad;
 		/* A deoptimized frame returns to the deopt handler; the pc
 		 * it had is saved in the frame. */
-		if (java_read(&deopt, 8, blob + p->nm_deopt) && pc == deopt &&
-		    java_read(&orig_pc_offset, 4, blob + p->nm_orig_pc)) {
-			__u64 orig = 0;
-
-			if (java_read(&orig, 8, sp + orig_pc_offset) && orig >= code_begin)
-				pc = orig;
-		}
-		if (!r->return_address && pc < code_begin + complete) {
+		if (js->pc == java_blob_u64(js, p->nm_deopt) &&
+		    java_read(&js->word, 8, js->sp + java_blob_s32(js, p->nm_orig_pc)) &&
+		    js->word >= js->code_begin)
+			js->pc = js->word;
+		if (!js->return_address && js->pc < js->code_begin + js->complete) {
 			/* In the prologue: the frame is not built yet. */
-			adjust = pc + 4 >= code_begin + complete ? 16 : 8;
-		} else if (!r->return_address) {
-			adjust = java_epilogue(pc);
+			adjust = js->pc + 4 >= js->code_begin + js->complete ? 16 : 8;
+		} else if (!js->return_address) {
+			adjust = java_epilogue(js, js->pc);
 		}
 		if (adjust) {
-			caller_sp = sp + adjust;
-			if (!java_read(&ra, 8, caller_sp - 8))
+			js->caller_sp = js->sp + adjust;
+			if (!java_read(&js->ra, 8, js->caller_sp - 8))
 				goto bad;
-			if (adjust == 16 && !java_read(&caller_bp, 8, caller_sp - 16))
+			if (adjust == 16 && !java_read(&js->caller_bp, 8, js->caller_sp - 16))
 				goto bad;
 		} else {
-			__u64 words[JAVA_RA_SLOTS] = {};
 			bool found = false;
 
-			caller_sp = sp + frame_size;
-			if (!java_read(words, sizeof(words), caller_sp - 8))
-				goto bad;
-			for (int i = 0; i < JAVA_RA_SLOTS; i++) {
-				if (java_in_cache(j, words[i])) {
-					ra = words[i];
-					caller_sp += i * 8;
+			/* The return address, up to JAVA_RA_SLOTS words above
+			 * the frame size; one word at a time. */
+			js->caller_sp = js->sp + js->frame_size;
+			for (int i = 0; i < JAVA_RA_SLOTS; i++, js->caller_sp += 8) {
+				if (!java_read(&js->ra, 8, js->caller_sp - 8))
+					goto bad;
+				if (java_in_cache(js, js->ra)) {
 					found = true;
 					break;
 				}
 			}
-			if (!found)
-				goto bad;
-			if (!java_read(&caller_bp, 8, caller_sp - 16))
+			if (!found || !java_read(&js->caller_bp, 8, js->caller_sp - 16))
 				goto bad;
 		}
-		kind = first == JAVA_NAME_NATIVE ? JAVA_KIND_NATIVE : JAVA_KIND_COMPILED;
-		ptr = blob;
-		cookie = id;
-		offset = pc - code_begin;
+		js->kind = js->first == JAVA_NAME_NATIVE ? JAVA_KIND_NATIVE : JAVA_KIND_COMPILED;
+		js->ptr = js->blob;
+		js->cookie = (__u32)java_blob_s32(js, p->nm_compile_id);
+		js->offset = js->pc - js->code_begin;
 	} else {
-		if (first == JAVA_NAME_VTABLE || (!r->return_address && pc < code_begin + complete)) {
-			caller_sp = sp + 8;
-		} else if (!frame_size) {
+		if (js->first == JAVA_NAME_VTABLE ||
+		    (!js->return_address && js->pc < js->code_begin + js->complete)) {
+			js->caller_sp = js->sp + 8;
+		} else if (!js->frame_size) {
 			/* Stubs without a frame size keep rbp as a frame
 			 * pointer (the call stub). */
-			if (bp < sp)
+			if (js->bp < js->sp || !java_read(&js->caller_bp, 8, js->bp))
 				goto bad;
-			caller_sp = bp + 16;
-			if (!java_read(&caller_bp, 8, bp))
-				goto bad;
+			js->caller_sp = js->bp + 16;
 		} else {
-			caller_sp = sp + frame_size;
-			if (frame_size >= 16 && !java_read(&caller_bp, 8, caller_sp - 16))
+			js->caller_sp = js->sp + js->frame_size;
+			if (js->frame_size >= 16 &&
+			    !java_read(&js->caller_bp, 8, js->caller_sp - 16))
 				goto bad;
 		}
-		if (!java_read(&ra, 8, caller_sp - 8))
+		if (!java_read(&js->ra, 8, js->caller_sp - 8))
 			goto bad;
-		kind = JAVA_KIND_STUB;
-		ptr = blob;
-		cookie = first;
-		offset = pc - code_begin;
+		js->kind = JAVA_KIND_STUB;
+		js->ptr = js->blob;
+		js->cookie = js->first;
+		js->offset = js->pc - js->code_begin;
 	}
-	if (caller_sp <= sp)
+	if (js->caller_sp <= js->sp)
 		goto bad;
-	len = flare_push_runtime_frame(out, *n, hash, FLARE_FRAME_JAVA, ptr,
-				       ((__u64)kind << 56) | ((__u64)r->return_address << 55) |
-				       (offset & 0xffffffff),
-				       cookie);
-	if (len == *n)
-		return 1;
-	*n = len;
-	__sync_fetch_and_add(&java_stats.frames, 1);
-	r->pc = ra;
-	r->sp = caller_sp;
-	r->bp = caller_bp;
-	r->return_address = true;
-	return 0;
+	return true;
 bad:
 	__sync_fetch_and_add(&java_stats.bad_frames, 1);
-	return -1;
+	return false;
+}
+
+/* The identifiers of the frame java_step stepped through, as a runtime
+ * frame's second word: kind, return-address bit, bci or pc offset. */
+static __always_inline __u64 java_frame_id(struct java_scratch *js)
+{
+	return ((__u64)js->kind << 56) | ((__u64)js->return_address << 55) |
+	       (js->offset & 0xffffffff);
 }
 
 #endif /* FLARE_JAVA_H */

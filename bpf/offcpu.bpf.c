@@ -205,7 +205,9 @@ static __always_inline int on_switch(void *ctx, struct task_struct *prev,
 /* Current wakes `p`. */
 static __always_inline int on_waking(void *ctx, struct task_struct *p)
 {
-	struct offcpu_task woke = {};
+	/* One key for both modes: the waker alone (offwaketime) or with
+	 * its target (wakeuptime). Two structs would leave the unwinder's
+	 * step less than the stack it needs. */
 	struct offcpu_key key = {};
 	struct offcpu_start *sp;
 	__u64 tkey, ts, us;
@@ -216,8 +218,8 @@ static __always_inline int on_waking(void *ctx, struct task_struct *p)
 	if (mode == OFFCPU_MODE_OFFWAKE) {
 		if (!thread_allowed(p))
 			return 0;
-		fill_current(ctx, &woke);
-		bpf_map_update_elem(&wokeby, &tkey, &woke, BPF_ANY);
+		fill_current(ctx, &key.waker);
+		bpf_map_update_elem(&wokeby, &tkey, &key.waker, BPF_ANY);
 		return 0;
 	}
 	/* wakeuptime: the sleep ends here, charged to the waker. */

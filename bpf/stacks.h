@@ -94,24 +94,24 @@ static __always_inline bool flare_same_stack(struct flare_stack *a, struct flare
 static __always_inline __u64 flare_push_runtime_frame(struct flare_stack *s, __u64 len, __u64 *hash,
 						      __u8 type, __u64 a, __u64 b, __u64 cookie)
 {
-	__u64 words[1 + FLARE_RUNTIME_FRAME_WORDS] = {
-		FLARE_FRAME_HEADER(type, 0, FLARE_RUNTIME_FRAME_WORDS), a, b, cookie,
-	};
+	__u64 header = FLARE_FRAME_HEADER(type, 0, FLARE_RUNTIME_FRAME_WORDS);
+	__u64 at = len;
 
-	if (len > FLARE_MAX_STACK_DEPTH - 1 - FLARE_RUNTIME_FRAME_WORDS)
+	/* The compiler may test a copy of `len` the verifier cannot tie to
+	 * `at`: bound `at` itself. Written word by word, not through an
+	 * array: the walk's step that calls this must stay within the 512
+	 * bytes of stack its program, it and its callbacks share. */
+	barrier_var(at);
+	if (at > FLARE_MAX_STACK_DEPTH - 1 - FLARE_RUNTIME_FRAME_WORDS)
 		return len;
-	for (int i = 0; i < 1 + FLARE_RUNTIME_FRAME_WORDS; i++) {
-		__u64 at = len + i;
-
-		/* The check above holds, but the compiler may test a copy of
-		 * `len` the verifier cannot tie to this one: bound each index. */
-		barrier_var(at);
-		if (at >= FLARE_MAX_STACK_DEPTH)
-			return len;
-		s->pcs[at] = words[i];
-	}
-	for (int i = 0; i < 1 + FLARE_RUNTIME_FRAME_WORDS; i++)
-		*hash = flare_hash_step(*hash, words[i]);
+	s->pcs[at] = header;
+	s->pcs[at + 1] = a;
+	s->pcs[at + 2] = b;
+	s->pcs[at + 3] = cookie;
+	*hash = flare_hash_step(*hash, header);
+	*hash = flare_hash_step(*hash, a);
+	*hash = flare_hash_step(*hash, b);
+	*hash = flare_hash_step(*hash, cookie);
 	return len + 1 + FLARE_RUNTIME_FRAME_WORDS;
 }
 

@@ -96,8 +96,8 @@ struct unwind_walk {
 	bool return_address;	/* pc is a return address (not the first frame) */
 	bool complete;
 	bool native_done;	/* the native walk ended; Python frames remain */
+	bool java;		/* a JVM: its code cache is in java_scratch */
 	struct py_walk py;
-	struct java_walk java;
 };
 
 /* A process is reported at most this often: soon enough that a process
@@ -262,6 +262,29 @@ static __always_inline long unwind_fp_step(struct unwind_walk *w)
 	return 0;
 }
 
+/* Records the Java frame java_step stepped through and moves the walk to
+ * its caller: 1 when the stack is full. */
+static __always_inline long unwind_java_frame(struct unwind_walk *w, struct java_scratch *js)
+{
+	__u32 zero = 0;
+	struct flare_stack *out = bpf_map_lookup_elem(&stack_scratch, &zero);
+	__u64 len;
+
+	if (!out)
+		return 1;
+	len = flare_push_runtime_frame(out, w->n, &w->hash, FLARE_FRAME_JAVA, js->ptr,
+				       java_frame_id(js), js->cookie);
+	if (len == w->n)
+		return 1;
+	w->n = len;
+	__sync_fetch_and_add(&java_stats.frames, 1);
+	w->pc = js->ra;
+	w->sp = js->caller_sp;
+	w->bp = js->caller_bp;
+	w->return_address = true;
+	return 0;
+}
+
 /* Records the current pc (or, for the eval loop of a Python process,
  * starts putting its Python frames in its place) and steps to the
  * caller: 1 to end the walk. */
@@ -275,18 +298,16 @@ static __always_inline long unwind_native_step(struct unwind_walk *w, struct fla
 
 	if (!pc || n >= FLARE_MAX_STACK_DEPTH)
 		return 1;
-	if (java_in_cache(&w->java, pc)) {
-		struct java_regs r = {
-			.pc = pc, .sp = w->sp, .bp = w->bp, .return_address = w->return_address,
-		};
-		long ret = java_step(&w->java, &r, out, &w->n, &w->hash);
+	if (w->java) {
+		struct java_scratch *js = java_scratch_get();
 
-		if (ret >= 0) {
-			w->pc = r.pc;
-			w->sp = r.sp;
-			w->bp = r.bp;
-			w->return_address = r.return_address;
-			return ret;
+		if (js && java_in_cache(js, pc)) {
+			js->pc = pc;
+			js->sp = w->sp;
+			js->bp = w->bp;
+			js->return_address = w->return_address;
+			if (java_step(js))
+				return unwind_java_frame(w, js);
 		}
 	}
 	lookup = w->return_address ? pc - 1 : pc;
@@ -421,7 +442,7 @@ static __always_inline __s64 flare_unwind_user(__u32 pid)
 		unwind_report(pid, UNWIND_EVENT_PROC, w.pc);
 	}
 	py_start(&w.py, pid);
-	java_start(&w.java, pid, BPF_CORE_READ(regs, r13));
+	w.java = java_start(pid);
 	bpf_loop(FLARE_MAX_STACK_DEPTH, unwind_step, &w, 0);
 	__sync_fetch_and_add(&unwind_stats.stacks, 1);
 	if (w.complete)
