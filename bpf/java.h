@@ -59,8 +59,12 @@ struct java_proc {
 	__u16 const_size, const_code_size, heap_block, pad0;
 	__u8 shift[JAVA_MAX_HEAPS];
 	__s8 interp_sender_sp, interp_method, interp_bcp;
-	__u8 pad1;
+	__u8 flags;
 };
+
+/* java_proc.flags: JDK 23 on, the code's start and the deopt handler are
+ * int offsets from the blob, not addresses. */
+#define JAVA_BLOB_OFFSETS	1
 
 _Static_assert(sizeof(struct java_proc) == 144, "java_proc layout");
 
@@ -275,9 +279,13 @@ static __always_inline bool java_step(struct java_scratch *js)
 	}
 	if (!java_read(js->blob_bytes, sizeof(js->blob_bytes), js->blob))
 		goto bad;
-	js->code_begin = java_blob_u64(js, p->blob_code_begin);
+	if (p->flags & JAVA_BLOB_OFFSETS)
+		js->code_begin = js->blob + (__u32)java_blob_s32(js, p->blob_code_begin);
+	else
+		js->code_begin = java_blob_u64(js, p->blob_code_begin);
 	js->frame_size = (__s64)java_blob_s32(js, p->blob_frame_size) * 8;
-	js->complete = java_blob_s32(js, p->blob_frame_complete);
+	/* An int, or an int16_t from JDK 23: its low half either way. */
+	js->complete = (__s16)java_blob_s32(js, p->blob_frame_complete);
 	if (!java_read(&js->word, 4, java_blob_u64(js, p->blob_name)) || js->frame_size < 0 ||
 	    js->frame_size > 0x100000)
 		goto bad;
@@ -311,7 +319,10 @@ static __always_inline bool java_step(struct java_scratch *js)
 
 		/* A deoptimized frame returns to the deopt handler; the pc
 		 * it had is saved in the frame. */
-		if (js->pc == java_blob_u64(js, p->nm_deopt) &&
+		js->word = p->flags & JAVA_BLOB_OFFSETS ?
+				   js->blob + (__u32)java_blob_s32(js, p->nm_deopt) :
+				   java_blob_u64(js, p->nm_deopt);
+		if (js->pc == js->word &&
 		    java_read(&js->word, 8, js->sp + java_blob_s32(js, p->nm_orig_pc)) &&
 		    js->word >= js->code_begin)
 			js->pc = js->word;

@@ -55,12 +55,55 @@ fn classes() -> Option<PathBuf> {
 
 /// Starts `java [flags] Service MODE SECONDS`, ready to go.
 fn start(flags: &[&str], mode: &str, seconds: &str) -> Option<Workload> {
+    // A bare name: the command is found on PATH.
+    start_on(Path::new("java"), flags, mode, seconds)
+}
+
+/// Starts `Service MODE SECONDS` on the JVM `java`.
+fn start_on(java: &Path, flags: &[&str], mode: &str, seconds: &str) -> Option<Workload> {
     let dir = classes()?;
     let mut args: Vec<&str> = vec!["-cp", dir.to_str().expect("utf-8 path")];
     args.extend_from_slice(flags);
     args.extend_from_slice(&["Service", mode, seconds]);
-    // A bare name: the command is found on PATH.
-    Some(Workload::start_exe(&[], Path::new("java"), &args))
+    Some(Workload::start_exe(&[], java, &args))
+}
+
+/// The `java` of each JDK other than Debian's 17 found under
+/// /usr/lib/jvm or named (its home) in FLARE_TEST_JDKS (`:`-separated),
+/// with its feature version: Debian 12's apt has no JDK 21+, so newer
+/// ones are tested where present, as the Python tests use pyenv's builds.
+fn other_jdks() -> Vec<(u32, PathBuf)> {
+    let mut homes: Vec<PathBuf> = std::fs::read_dir("/usr/lib/jvm")
+        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    if let Some(more) = std::env::var_os("FLARE_TEST_JDKS") {
+        homes.extend(std::env::split_paths(&more));
+    }
+    let mut out: Vec<(u32, PathBuf)> = Vec::new();
+    for home in homes {
+        let Ok(home) = home.canonicalize() else {
+            continue;
+        };
+        let Ok(release) = std::fs::read_to_string(home.join("release")) else {
+            continue;
+        };
+        let version = release
+            .lines()
+            .find_map(|l| l.strip_prefix("JAVA_VERSION="))
+            .map(|v| v.trim_matches('"').to_string())
+            .unwrap_or_default();
+        let major: u32 = version
+            .split(['.', '+', '-'])
+            .next()
+            .and_then(|m| m.parse().ok())
+            .unwrap_or(0);
+        let java = home.join("bin/java");
+        if major > 17 && java.exists() && !out.iter().any(|(_, j)| *j == java) {
+            out.push((major, java));
+        }
+    }
+    out.sort();
+    out
 }
 
 /// The method of a Java frame (`Service.handle` of `Service.handle()`).
@@ -84,8 +127,17 @@ type Stacks = Vec<(Vec<String>, u64)>;
 /// checks the chain and the shares; returns flare's folded stacks and
 /// stderr, and the pprof file's bytes.
 fn profile(flags: &[&str], env: &[(&str, &str)]) -> Option<(Stacks, String, Vec<u8>)> {
+    profile_on(Path::new("java"), flags, env)
+}
+
+/// [`profile`] on the JVM `java`.
+fn profile_on(
+    java: &Path,
+    flags: &[&str],
+    env: &[(&str, &str)],
+) -> Option<(Stacks, String, Vec<u8>)> {
     let _guard = serial();
-    let mut w = start(flags, "cpu", "4")?;
+    let mut w = start_on(java, flags, "cpu", "4")?;
     let out = tempfile::tempdir().expect("a directory for flare's files");
     let folded_path = out.path().join("p.folded");
     let pprof_path = out.path().join("p.pb.gz");
@@ -114,7 +166,7 @@ fn profile(flags: &[&str], env: &[(&str, &str)]) -> Option<(Stacks, String, Vec<
     let folded = std::fs::read_to_string(&folded_path).expect("flare's folded file");
     let pprof = std::fs::read(&pprof_path).expect("flare's pprof file");
     let stacks = parse_folded(&folded);
-    let ctx = || format!("{flags:?}:\n{stderr}\n{folded}");
+    let ctx = || format!("{} {flags:?}:\n{stderr}\n{folded}", java.display());
     // The worker thread's samples: those under serve.
     let worker: Vec<&(Vec<String>, u64)> = stacks
         .iter()
@@ -135,7 +187,8 @@ fn profile(flags: &[&str], env: &[(&str, &str)]) -> Option<(Stacks, String, Vec<
         let ours = ours as f64 / total as f64 * 100.0;
         let theirs = spent / cpu * 100.0;
         eprintln!(
-            "{flags:?}: {name}: {ours:.1} % of {total} samples, {theirs:.1} % by its own clock"
+            "{} {flags:?}: {name}: {ours:.1} % of {total} samples, {theirs:.1} % by its own clock",
+            java.display()
         );
         assert!(
             (ours - theirs).abs() <= 3.0,
@@ -225,9 +278,13 @@ fn jit_compiled_methods_have_their_chain_shares_and_inlined_callees() {
     let Some((_, _, pprof)) = profile(&[], &[]) else {
         return;
     };
-    // emit is inlined into renderPage by the JIT: a location (one pc of
-    // renderPage's code) whose lines have emit, inlined, then renderPage.
-    let locs = locations(&pprof);
+    assert_emit_inlined(&pprof);
+}
+
+/// emit is inlined into renderPage by the JIT: a location (one pc of
+/// renderPage's code) whose lines have emit, inlined, then renderPage.
+fn assert_emit_inlined(pprof: &[u8]) {
+    let locs = locations(pprof);
     let inlined = locs.iter().any(|l| {
         l.windows(2)
             .any(|w| w[0].starts_with("Service.emit(") && w[1].starts_with("Service.renderPage("))
@@ -240,6 +297,34 @@ fn jit_compiled_methods_have_their_chain_shares_and_inlined_callees() {
             .take(20)
             .collect::<Vec<_>>()
     );
+}
+
+/// JDK 21 renamed the method flags; 23 made code blobs' addresses
+/// offsets and moved nmethods' debug information to blocks of their own
+/// (src/java/layout.rs). Each newer JDK present gets the JIT test (the
+/// chain, the shares and the inlined callee) and the `-Xint` one.
+#[test]
+fn newer_jdks_have_their_chain_shares_and_inlined_callees() {
+    if !require_bpf() {
+        return;
+    }
+    let jdks = other_jdks();
+    if jdks.is_empty() {
+        eprintln!(
+            "no JDK newer than 17 under /usr/lib/jvm or in FLARE_TEST_JDKS: \
+             its layouts are held by the unit tests on JDK 25's tables only"
+        );
+    }
+    for (major, java) in jdks {
+        eprintln!("JDK {major}: {}", java.display());
+        let Some((_, stderr, pprof)) = profile_on(&java, &[], &[]) else {
+            return;
+        };
+        assert!(!stderr.contains("HotSpot is not supported"), "{stderr}");
+        assert_emit_inlined(&pprof);
+        // The interpreter's frames: the chain and the shares.
+        profile_on(&java, &["-Xint"], &[]);
+    }
 }
 
 #[test]

@@ -227,6 +227,7 @@ fn heaps(l: &Layout, mem: &dyn Memory) -> io::Result<Option<(Vec<Heap>, std::ops
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::java::layout::{MetadataAt, NmethodData};
     use crate::java::vmstructs::Field;
 
     /// The tables of a real JDK, as src/java/*-vmstructs.txt keep them
@@ -269,19 +270,75 @@ mod tests {
     }
 
     #[test]
-    fn jdk17_has_the_layout_and_jdk25_is_refused_by_name() {
+    fn jdk17_and_jdk25_have_their_layouts_and_a_lack_is_named() {
         let vm = parse_dump(include_str!("jdk17-vmstructs.txt"));
         let l = layout::from_vmstructs(&vm, 17).expect("JDK 17");
         assert_eq!(
             (l.blob_name, l.blob_code_begin, l.blob_frame_size),
             (96, 32, 28)
         );
+        assert!(!l.blob_offsets);
         assert_eq!((l.nm_method, l.nm_compile_id, l.heap_block), (112, 304, 16));
         assert_eq!((l.interp_method, l.interp_bcp), (-3, -8));
         assert_eq!(l.unsigned5_excess, 0);
-        let vm = parse_dump(include_str!("jdk25-vmstructs.txt"));
-        let why = layout::from_vmstructs(&vm, 25).unwrap_err();
-        assert!(why.contains("CodeBlob::_code_begin"), "{why}");
+        assert!(matches!(l.nm_data, NmethodData::Inline { .. }));
+
+        // JDK 25: offsets in code blobs, nmethod data in blocks of their
+        // own, the method flags a struct.
+        let vm25 = parse_dump(include_str!("jdk25-vmstructs.txt"));
+        let l = layout::from_vmstructs(&vm25, 25).expect("JDK 25");
+        assert!(l.blob_offsets);
+        assert_eq!(
+            (l.blob_code_begin, l.blob_frame_complete, l.nm_deopt),
+            (36, 54, 176)
+        );
+        assert_eq!((l.nm_method, l.nm_compile_id, l.nm_orig_pc), (80, 212, 208));
+        assert_eq!((l.const_flags, l.has_line_table), (28, 1));
+        assert_eq!(l.unsigned5_excess, 1);
+        assert_eq!(
+            l.nm_data,
+            NmethodData::Immutable {
+                data: 96,
+                size: 160,
+                ref_count: None,
+                scopes_pcs: 196,
+                scopes_data: 200,
+                metadata: MetadataAt::Mutable {
+                    data: 16,
+                    size: 48,
+                    relocation_size: 28
+                },
+            }
+        );
+
+        // JDK 21 and 22: JDK 17's shape, the method flags a struct.
+        let mut vm21 = vm.clone();
+        let flags = vm21
+            .fields
+            .remove(&("ConstMethod".to_string(), "_flags".to_string()))
+            .expect("JDK 17's flags");
+        vm21.fields
+            .insert(("ConstMethod".into(), "_flags._flags".into()), flags);
+        let bit = vm21
+            .constants
+            .remove("ConstMethod::_has_linenumber_table")
+            .expect("JDK 17's flag");
+        vm21.constants
+            .insert("ConstMethodFlags::_misc_has_linenumber_table".into(), bit);
+        let l21 = layout::from_vmstructs(&vm21, 21).expect("JDK 21");
+        let l17 = layout::from_vmstructs(&vm, 17).expect("JDK 17");
+        assert_eq!((l21.const_flags, l21.has_line_table), (l17.const_flags, 1));
+        assert_eq!(l21.unsigned5_excess, 1);
+
+        // A member of neither shape is named with its alternatives.
+        let mut vm = vm;
+        vm.fields
+            .remove(&("CodeBlob".to_string(), "_code_begin".to_string()));
+        let why = layout::from_vmstructs(&vm, 17).unwrap_err();
+        assert!(
+            why.contains("CodeBlob::_code_begin or CodeBlob::_code_offset"),
+            "{why}"
+        );
     }
 
     #[test]

@@ -3,10 +3,13 @@
 //! of code blobs, nmethods, methods and their constant pools, and the
 //! interpreter's frame slots.
 //!
-//! The layout is the one of JDK 9 to 22 (code blobs with `_code_begin`,
-//! compiled methods with `_scopes_data_begin`): a JVM whose tables lack
-//! one of its members is named once and walked natively, never read with
-//! offsets guessed.
+//! Two shapes are known, each taken from the members the tables have:
+//! JDK 17 to 22's (code blobs with `_code_begin`, compiled methods with
+//! their sections inside them) and JDK 23 on's (code blobs with offsets,
+//! nmethods with their debug information in an immutable data block, from
+//! 25 their metadata in a mutable one). A JVM whose tables lack a member
+//! of either is named once and walked natively, never read with offsets
+//! guessed.
 
 use super::vmstructs::VmStructs;
 
@@ -31,22 +34,25 @@ pub struct Layout {
     pub heap_block: u16,
 
     pub blob_name: u16,
-    pub blob_size: u16,
+    /// `_code_begin` (an address) or, with [`Layout::blob_offsets`],
+    /// `_code_offset` (an `int` from the blob).
     pub blob_code_begin: u16,
-    pub blob_code_end: u16,
     pub blob_frame_size: u16,
+    /// `_frame_complete_offset`: an `int`, or an `int16_t` from JDK 23;
+    /// read as its low 16 bits (a small offset or -1) either way.
     pub blob_frame_complete: u16,
+    /// JDK 23 on: the code's start and the deoptimization handler are
+    /// `int` offsets from the blob, not addresses.
+    pub blob_offsets: bool,
 
     pub nm_method: u16,
     pub nm_compile_id: u16,
     pub nm_orig_pc: u16,
+    /// `_deopt_handler_begin` (an address) or, with
+    /// [`Layout::blob_offsets`], `_deopt_handler_offset` (from the blob).
     pub nm_deopt: u16,
-    /// `_scopes_data_begin` (an address), `_scopes_pcs_offset`,
-    /// `_dependencies_offset` and `_metadata_offset` (from the blob).
-    pub nm_scopes_data: u16,
-    pub nm_scopes_pcs: u16,
-    pub nm_dependencies: u16,
-    pub nm_metadata: u16,
+    /// Where an nmethod's `PcDesc`s, scopes and metadata are.
+    pub nm_data: NmethodData,
 
     pub method_const: u16,
     pub const_constants: u16,
@@ -81,6 +87,66 @@ pub struct Layout {
     pub interp_bcp: i8,
 }
 
+/// Where an nmethod keeps the sections its inlined scopes are read from
+/// (offsets of its members).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NmethodData {
+    /// JDK 9 to 22: inside the nmethod, one after another: the metadata
+    /// (at `_metadata_offset` from the nmethod), the scopes data (at
+    /// `_scopes_data_begin`, an address), the `PcDesc`s (at
+    /// `_scopes_pcs_offset`) up to `_dependencies_offset`.
+    Inline {
+        metadata: u16,
+        scopes_data: u16,
+        scopes_pcs: u16,
+        dependencies: u16,
+    },
+    /// JDK 23 on: the `PcDesc`s and then the scopes data in the immutable
+    /// data block (`_immutable_data`, an address; `_scopes_pcs_offset` and
+    /// `_scopes_data_offset` from it; it ends at `_immutable_data_size`,
+    /// or at JDK 26's reference count before it).
+    Immutable {
+        data: u16,
+        size: u16,
+        ref_count: Option<u16>,
+        scopes_pcs: u16,
+        scopes_data: u16,
+        metadata: MetadataAt,
+    },
+}
+
+impl Default for NmethodData {
+    fn default() -> Self {
+        NmethodData::Inline {
+            metadata: 0,
+            scopes_data: 0,
+            scopes_pcs: 0,
+            dependencies: 0,
+        }
+    }
+}
+
+/// Where a JDK 23+ nmethod's metadata (`Metadata*` array) is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MetadataAt {
+    /// JDK 23 and 24: after the code, at the blob's `_data_offset` plus
+    /// the nmethod's `_metadata_offset` (a `u16`), up to the blob's
+    /// `_size`.
+    AfterCode {
+        data_offset: u16,
+        metadata: u16,
+        blob_size: u16,
+    },
+    /// JDK 25 on: in the mutable data block (`_mutable_data`, an
+    /// address) after its relocations (`_relocation_size`), up to
+    /// `_mutable_data_size`.
+    Mutable {
+        data: u16,
+        size: u16,
+        relocation_size: u16,
+    },
+}
+
 impl Layout {
     /// Moves the statics' addresses by `delta` (a load bias, or its
     /// negation to make them relative to the library).
@@ -98,15 +164,19 @@ impl Layout {
 /// The members flare needs that `vm` lacks, or the layout.
 pub fn from_vmstructs(vm: &VmStructs, major: u32) -> Result<Layout, String> {
     let mut missing: Vec<String> = Vec::new();
-    let mut off = |ty: &str, field: &str| -> u16 {
-        match vm.offset(ty, field).and_then(|o| u16::try_from(o).ok()) {
-            Some(o) => o,
-            None => {
-                missing.push(format!("{ty}::{field}"));
-                0
+    // The first of `names` (type::field, alternatives across versions)
+    // the tables have, with the index of the one found.
+    let mut find = |names: &[(&str, &str)]| -> (u16, usize) {
+        for (i, (ty, field)) in names.iter().enumerate() {
+            if let Some(o) = vm.offset(ty, field).and_then(|o| u16::try_from(o).ok()) {
+                return (o, i);
             }
         }
+        let all: Vec<String> = names.iter().map(|(t, f)| format!("{t}::{f}")).collect();
+        missing.push(all.join(" or "));
+        (0, 0)
     };
+    let mut off = |ty: &str, field: &str| find(&[(ty, field)]).0;
     let mut l = Layout {
         major,
         growable_len: off("GrowableArrayBase", "_len"),
@@ -117,22 +187,12 @@ pub fn from_vmstructs(vm: &VmStructs, major: u32) -> Result<Layout, String> {
         space_low: off("VirtualSpace", "_low_boundary"),
         space_high: off("VirtualSpace", "_high_boundary"),
         blob_name: off("CodeBlob", "_name"),
-        blob_size: off("CodeBlob", "_size"),
-        blob_code_begin: off("CodeBlob", "_code_begin"),
-        blob_code_end: off("CodeBlob", "_code_end"),
         blob_frame_size: off("CodeBlob", "_frame_size"),
         blob_frame_complete: off("CodeBlob", "_frame_complete_offset"),
-        nm_method: off("CompiledMethod", "_method"),
         nm_compile_id: off("nmethod", "_compile_id"),
         nm_orig_pc: off("nmethod", "_orig_pc_offset"),
-        nm_deopt: off("CompiledMethod", "_deopt_handler_begin"),
-        nm_scopes_data: off("CompiledMethod", "_scopes_data_begin"),
-        nm_scopes_pcs: off("nmethod", "_scopes_pcs_offset"),
-        nm_dependencies: off("nmethod", "_dependencies_offset"),
-        nm_metadata: off("nmethod", "_metadata_offset"),
         method_const: off("Method", "_constMethod"),
         const_constants: off("ConstMethod", "_constants"),
-        const_flags: off("ConstMethod", "_flags"),
         const_code_size: off("ConstMethod", "_code_size"),
         const_name_index: off("ConstMethod", "_name_index"),
         const_signature_index: off("ConstMethod", "_signature_index"),
@@ -143,8 +203,59 @@ pub fn from_vmstructs(vm: &VmStructs, major: u32) -> Result<Layout, String> {
         symbol_body: off("Symbol", "_body"),
         pc_desc_pc: off("PcDesc", "_pc_offset"),
         pc_desc_scope: off("PcDesc", "_scope_decode_offset"),
-        unsigned5_excess: u8::from(major >= 19),
+        // The excess byte of HotSpot's UNSIGNED5 streams came with JDK 20.
+        unsigned5_excess: u8::from(major >= 20),
         ..Layout::default()
+    };
+    // JDK 21 made the method flags a struct of its own.
+    l.const_flags = find(&[("ConstMethod", "_flags"), ("ConstMethod", "_flags._flags")]).0;
+    // JDK 23 folded CompiledMethod into nmethod.
+    l.nm_method = find(&[("CompiledMethod", "_method"), ("nmethod", "_method")]).0;
+    // ... and made the code blob's addresses offsets from it.
+    let (code, shape) = find(&[("CodeBlob", "_code_begin"), ("CodeBlob", "_code_offset")]);
+    l.blob_code_begin = code;
+    l.blob_offsets = shape == 1;
+    l.nm_deopt = if l.blob_offsets {
+        find(&[
+            ("nmethod", "_deopt_handler_offset"),
+            ("nmethod", "_deopt_handler_entry_offset"),
+        ])
+        .0
+    } else {
+        find(&[("CompiledMethod", "_deopt_handler_begin")]).0
+    };
+    let mut off = |ty: &str, field: &str| find(&[(ty, field)]).0;
+    l.nm_data = if vm.offset("nmethod", "_immutable_data").is_some() {
+        let metadata = if vm.offset("CodeBlob", "_mutable_data").is_some() {
+            MetadataAt::Mutable {
+                data: off("CodeBlob", "_mutable_data"),
+                size: off("CodeBlob", "_mutable_data_size"),
+                relocation_size: off("CodeBlob", "_relocation_size"),
+            }
+        } else {
+            MetadataAt::AfterCode {
+                data_offset: off("CodeBlob", "_data_offset"),
+                metadata: off("nmethod", "_metadata_offset"),
+                blob_size: off("CodeBlob", "_size"),
+            }
+        };
+        NmethodData::Immutable {
+            data: off("nmethod", "_immutable_data"),
+            size: off("nmethod", "_immutable_data_size"),
+            ref_count: vm
+                .offset("nmethod", "_immutable_data_ref_count_offset")
+                .and_then(|o| u16::try_from(o).ok()),
+            scopes_pcs: off("nmethod", "_scopes_pcs_offset"),
+            scopes_data: off("nmethod", "_scopes_data_offset"),
+            metadata,
+        }
+    } else {
+        NmethodData::Inline {
+            metadata: off("nmethod", "_metadata_offset"),
+            scopes_data: off("CompiledMethod", "_scopes_data_begin"),
+            scopes_pcs: off("nmethod", "_scopes_pcs_offset"),
+            dependencies: off("nmethod", "_dependencies_offset"),
+        }
     };
     let mut stat = |ty: &str, field: &str| -> u64 {
         vm.address(ty, field).unwrap_or_else(|| {
@@ -168,13 +279,20 @@ pub fn from_vmstructs(vm: &VmStructs, major: u32) -> Result<Layout, String> {
     l.const_size = size("ConstMethod");
     l.pool_size = size("ConstantPool");
     l.pc_desc_size = size("PcDesc");
+    // JDK 21 moved the method flags' constants with them.
+    l.has_line_table = vm
+        .constant("ConstMethod::_has_linenumber_table")
+        .or_else(|| vm.constant("ConstMethodFlags::_misc_has_linenumber_table"))
+        .unwrap_or_else(|| {
+            missing.push("ConstMethod::_has_linenumber_table".into());
+            0
+        }) as u16;
     let mut constant = |name: &str| -> i64 {
         vm.constant(name).unwrap_or_else(|| {
             missing.push(name.to_string());
             0
         })
     };
-    l.has_line_table = constant("ConstMethod::_has_linenumber_table") as u16;
     // x86-64's interpreter frame (frame_x86.hpp, JDK 9+): below the saved
     // frame pointer, the caller's sp, the last sp, then the method; the
     // mirror, method data, cache and locals; then the bytecode pointer.

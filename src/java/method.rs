@@ -395,7 +395,7 @@ pub(crate) fn int(bytes: &[u8], at: u16) -> Option<i32> {
 }
 
 /// The 2 bytes at `at` of `bytes`, as a native u16.
-fn half(bytes: &[u8], at: u16) -> Option<u16> {
+pub(crate) fn half(bytes: &[u8], at: u16) -> Option<u16> {
     let at = usize::from(at);
     Some(u16::from_ne_bytes(bytes.get(at..at + 2)?.try_into().ok()?))
 }

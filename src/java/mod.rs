@@ -159,6 +159,7 @@ impl Process {
         b[140] = l.interp_sender_sp as u8;
         b[141] = l.interp_method as u8;
         b[142] = l.interp_bcp as u8;
+        b[143] = u8::from(l.blob_offsets);
         b
     }
 }

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use super::JavaNamer;
 use crate::collect::{Namer, Runtime, RuntimeFrame};
-use crate::java::layout::{from_vmstructs, Layout};
+use crate::java::layout::{from_vmstructs, Layout, MetadataAt, NmethodData};
 use crate::java::method::{
     class_name, parameters, read_const_method, read_method, read_symbol, Stream,
 };
@@ -19,12 +19,12 @@ use crate::java::{FrameId, Kind, Process, Registry, NO_BCI};
 use crate::profile::{Frame, FrameKind, SourceLine};
 use crate::python::memory::Buffer;
 
-/// The tables of a JDK 17 (17.0.15) as `/tmp/j/dump.py` printed them:
+/// A JDK's tables as `/tmp/j/dump.py` printed them:
 /// `F type field type-string offset`, `S type field type-string address`,
 /// `T type super size` (types may hold spaces), `C name value`.
-fn jdk17_tables() -> VmStructs {
+fn tables(dump: &str) -> VmStructs {
     let mut vm = VmStructs::default();
-    for line in include_str!("jdk17-vmstructs.txt").lines() {
+    for line in dump.lines() {
         let t: Vec<&str> = line.split_whitespace().collect();
         let n = t.len();
         match t.first() {
@@ -51,27 +51,65 @@ fn jdk17_tables() -> VmStructs {
     vm
 }
 
-/// JDK 17's layout; with `excess` 1, as a JDK 19+ reads its streams.
-fn layout(excess: u8) -> Layout {
-    let major = if excess == 1 { 21 } else { 17 };
-    let l = from_vmstructs(&jdk17_tables(), major).unwrap();
-    assert_eq!(l.unsigned5_excess, excess);
+/// The JDKs whose layouts the fake JVM is laid out in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Jdk {
+    /// 17.0.15's tables (`jdk17-vmstructs.txt`).
+    J17,
+    /// The JDK 23 and 24 shape: 25's tables with the metadata after the
+    /// code (`nmethod::_metadata_offset`, a u16 past 25's members) instead
+    /// of in a mutable data block.
+    J24,
+    /// Temurin 25's tables (`jdk25-vmstructs.txt`).
+    J25,
+}
+
+const JDKS: [Jdk; 3] = [Jdk::J17, Jdk::J24, Jdk::J25];
+
+impl Jdk {
+    /// The UNSIGNED5 excess its streams are written with.
+    fn excess(self) -> u8 {
+        u8::from(self != Jdk::J17)
+    }
+}
+
+fn layout(jdk: Jdk) -> Layout {
+    let l = match jdk {
+        Jdk::J17 => from_vmstructs(&tables(include_str!("jdk17-vmstructs.txt")), 17),
+        Jdk::J24 => {
+            let mut vm = tables(include_str!("jdk25-vmstructs.txt"));
+            vm.fields
+                .remove(&("CodeBlob".into(), "_mutable_data".into()));
+            vm.fields.insert(
+                ("nmethod".into(), "_metadata_offset".into()),
+                Field::Offset(224),
+            );
+            from_vmstructs(&vm, 24)
+        }
+        Jdk::J25 => from_vmstructs(&tables(include_str!("jdk25-vmstructs.txt")), 25),
+    }
+    .unwrap();
+    assert_eq!(l.unsigned5_excess, jdk.excess());
     l
 }
 
 #[test]
 fn the_jdk17_tables_give_the_offsets_hotspot_17_has() {
-    let l = layout(0);
+    let l = layout(Jdk::J17);
     assert_eq!(
         (l.method_const, l.const_constants, l.const_size, l.pool_size),
         (8, 8, 48, 72)
     );
     assert_eq!((l.symbol_length, l.symbol_body, l.klass_name), (4, 6, 24));
     assert_eq!((l.pc_desc_size, l.pc_desc_pc, l.pc_desc_scope), (16, 0, 4));
-    assert_eq!(
-        (l.nm_method, l.nm_compile_id, l.nm_scopes_data),
-        (112, 304, 120)
-    );
+    assert_eq!((l.nm_method, l.nm_compile_id), (112, 304));
+    assert!(matches!(
+        l.nm_data,
+        NmethodData::Inline {
+            scopes_data: 120,
+            ..
+        }
+    ));
     assert_eq!(l.has_line_table, 1);
 }
 
@@ -187,9 +225,9 @@ struct Jvm {
 }
 
 impl Jvm {
-    fn new(excess: u8) -> Self {
+    fn new(jdk: Jdk) -> Self {
         Jvm {
-            l: layout(excess),
+            l: layout(jdk),
             mem: Buffer {
                 base: BASE,
                 bytes: vec![0; 1 << 18],
@@ -291,24 +329,88 @@ impl Jvm {
     /// decode offset).
     fn nmethod(&mut self, method: u64, metadata: &[u64], scopes: &[u8], pcs: &[(i32, i32)]) -> u64 {
         let l = self.l.clone();
+        let pcs_len = pcs.len() * usize::from(l.pc_desc_size);
+        let meta_len = metadata.len() * 8;
         let header = 0x180;
-        let meta_at = header;
-        let scopes_at = meta_at + metadata.len() * 8;
-        let pcs_at = (scopes_at + scopes.len() + 7) & !7;
-        let deps_at = pcs_at + pcs.len() * usize::from(l.pc_desc_size);
-        let nm = self.alloc(deps_at + 0x40);
+        // Where the metadata, scopes data and pcs go.
+        let (nm, meta_at, scopes_at, pcs_at) = match l.nm_data {
+            // In the nmethod: metadata, scopes data, pcs, dependencies.
+            NmethodData::Inline {
+                metadata: meta_off,
+                scopes_data,
+                scopes_pcs,
+                dependencies,
+            } => {
+                let meta_at = header;
+                let scopes_at = meta_at + meta_len;
+                let pcs_at = (scopes_at + scopes.len() + 7) & !7;
+                let deps_at = pcs_at + pcs_len;
+                let nm = self.alloc(deps_at + 0x40);
+                self.put_i32(nm + u64::from(meta_off), meta_at as i32);
+                self.put_u64(nm + u64::from(scopes_data), nm + scopes_at as u64);
+                self.put_i32(nm + u64::from(scopes_pcs), pcs_at as i32);
+                self.put_i32(nm + u64::from(dependencies), deps_at as i32);
+                let at = |o: usize| nm + o as u64;
+                (nm, at(meta_at), at(scopes_at), at(pcs_at))
+            }
+            // Blocks of their own: dependencies (16 bytes here), pcs and
+            // scopes data in the immutable one; the metadata after the
+            // code (JDK 23, 24) or after the relocations (25).
+            NmethodData::Immutable {
+                data,
+                size,
+                scopes_pcs,
+                scopes_data,
+                metadata: where_meta,
+                ..
+            } => {
+                let (code_end, code_len) = (header, 0x40);
+                let nm = self.alloc(code_end + code_len + meta_len);
+                let (pcs_off, scopes_off) = (16, 16 + pcs_len);
+                let immutable = self.alloc(scopes_off + scopes.len() + 8);
+                self.put_u64(nm + u64::from(data), immutable);
+                self.put_i32(nm + u64::from(size), (scopes_off + scopes.len()) as i32);
+                self.put_i32(nm + u64::from(scopes_pcs), pcs_off as i32);
+                self.put_i32(nm + u64::from(scopes_data), scopes_off as i32);
+                let meta_at = match where_meta {
+                    MetadataAt::AfterCode {
+                        data_offset,
+                        metadata: meta_off,
+                        blob_size,
+                    } => {
+                        self.put_i32(nm + u64::from(data_offset), code_end as i32);
+                        self.put_u16(nm + u64::from(meta_off), code_len as u16);
+                        self.put_i32(
+                            nm + u64::from(blob_size),
+                            (code_end + code_len + meta_len) as i32,
+                        );
+                        nm + (code_end + code_len) as u64
+                    }
+                    MetadataAt::Mutable {
+                        data,
+                        size,
+                        relocation_size,
+                    } => {
+                        let relocations = 24;
+                        let mutable = self.alloc(relocations + meta_len);
+                        self.put_u64(nm + u64::from(data), mutable);
+                        self.put_i32(nm + u64::from(relocation_size), relocations as i32);
+                        self.put_i32(nm + u64::from(size), (relocations + meta_len) as i32);
+                        mutable + relocations as u64
+                    }
+                };
+                let at = |o: usize| immutable + o as u64;
+                (nm, meta_at, at(scopes_off), at(pcs_off))
+            }
+        };
         self.put_u64(nm + u64::from(l.nm_method), method);
         self.put_i32(nm + u64::from(l.nm_compile_id), COMPILE_ID as i32);
-        self.put_i32(nm + u64::from(l.nm_metadata), meta_at as i32);
-        self.put_u64(nm + u64::from(l.nm_scopes_data), nm + scopes_at as u64);
-        self.put_i32(nm + u64::from(l.nm_scopes_pcs), pcs_at as i32);
-        self.put_i32(nm + u64::from(l.nm_dependencies), deps_at as i32);
         for (i, &m) in metadata.iter().enumerate() {
-            self.put_u64(nm + (meta_at + i * 8) as u64, m);
+            self.put_u64(meta_at + i as u64 * 8, m);
         }
-        self.put(nm + scopes_at as u64, scopes);
+        self.put(scopes_at, scopes);
         for (i, &(pc, scope)) in pcs.iter().enumerate() {
-            let at = nm + (pcs_at + i * usize::from(l.pc_desc_size)) as u64;
+            let at = pcs_at + (i * usize::from(l.pc_desc_size)) as u64;
             self.put_i32(at + u64::from(l.pc_desc_pc), pc);
             self.put_i32(at + u64::from(l.pc_desc_scope), scope);
         }
@@ -372,8 +474,9 @@ struct Fixture {
     nm: u64,
 }
 
-fn fixture(x: u8) -> Fixture {
-    let mut jvm = Jvm::new(x);
+fn fixture(jdk: Jdk) -> Fixture {
+    let x = jdk.excess();
+    let mut jvm = Jvm::new(jdk);
     let pool = jvm.class(
         "com/foo/Handler",
         Some("Handler.java"),
@@ -429,7 +532,7 @@ fn namer() -> JavaNamer {
 
 #[test]
 fn reads_a_method_its_class_source_and_lines() {
-    for x in [0, 1] {
+    for x in JDKS {
         let f = fixture(x);
         let m = read_method(&f.jvm.mem, &f.jvm.l, f.handler.0).unwrap();
         assert_eq!(m.const_method, f.handler.1);
@@ -468,7 +571,7 @@ fn reads_a_method_its_class_source_and_lines() {
                 some(10),
                 None
             ],
-            "excess {x}"
+            "{x:?}"
         );
         // No line table, no source file.
         let m = read_method(&f.jvm.mem, &f.jvm.l, f.get_chars.0).unwrap();
@@ -484,7 +587,7 @@ fn reads_a_method_its_class_source_and_lines() {
 fn an_unsorted_line_table_gives_hotspots_answer() {
     // HotSpot's tables need not be sorted: an exact entry wins, else the
     // last of the highest below.
-    let mut jvm = Jvm::new(0);
+    let mut jvm = Jvm::new(Jdk::J17);
     let pool = jvm.class("A", Some("A.java"), &["f", "()V"]);
     let table = line_table(&[(0, 5), (10, 7), (4, 6), (4, 9), (12, 3)], 0);
     let (method, _) = jvm.method(pool, (1, 2), 20, Some(&table));
@@ -497,7 +600,7 @@ fn an_unsorted_line_table_gives_hotspots_answer() {
 
 #[test]
 fn names_an_interpreted_frame_and_refuses_a_stale_one() {
-    let f = fixture(0);
+    let f = fixture(Jdk::J17);
     let mut n = namer();
     let (method, cm) = f.handler;
     let name = "com.foo.Handler.renderPage(int, java.lang.String[])";
@@ -540,7 +643,7 @@ fn names_an_interpreted_frame_and_refuses_a_stale_one() {
 
 #[test]
 fn expands_what_the_jit_inlined_outermost_first() {
-    for x in [0, 1] {
+    for x in JDKS {
         let f = fixture(x);
         let mut n = namer();
         let handler = "com.foo.Handler.renderPage(int, java.lang.String[])";
@@ -559,11 +662,11 @@ fn expands_what_the_jit_inlined_outermost_first() {
                 want(append, jit, "AbstractStringBuilder.java", Some(806), true),
                 get_chars,
             ]),
-            "excess {x}"
+            "{x:?}"
         );
         // A sampled pc between two: the next one's.
         let between = f.name(&mut n, &frame(Kind::Compiled, f.nm, 0x30, COMPILE_ID));
-        assert_eq!(between, got, "excess {x}");
+        assert_eq!(between, got, "{x:?}");
         // At a PcDesc with the nmethod's method only, and a return
         // address between it and the next (a leaf call): the one before.
         let mut at_ra = frame(Kind::Compiled, f.nm, 0x30, COMPILE_ID);
@@ -607,7 +710,7 @@ fn expands_what_the_jit_inlined_outermost_first() {
 
 #[test]
 fn names_a_stub_by_its_blob_name() {
-    let mut jvm = Jvm::new(0);
+    let mut jvm = Jvm::new(Jdk::J17);
     let blob = jvm.alloc(0x100);
     let name = jvm.alloc(32);
     jvm.put(name, b"StubRoutines (1)\0");
@@ -653,7 +756,7 @@ fn class_names_descriptors_and_modified_utf8() {
     // Garbage whose type byte starts a character of two bytes.
     assert_eq!(parameters("(é)V"), None);
     // A NUL, a character past the BMP as two surrogates, a stray byte.
-    let mut jvm = Jvm::new(0);
+    let mut jvm = Jvm::new(Jdk::J17);
     let body = [
         b'a', 0xc0, 0x80, 0xed, 0xa1, 0x80, 0xed, 0xb0, 0x80, 0xff, b'z',
     ];
@@ -668,7 +771,7 @@ fn class_names_descriptors_and_modified_utf8() {
 
 #[test]
 fn scopes_that_loop_or_point_outside_leave_the_nmethods_method() {
-    let f = fixture(0);
+    let f = fixture(Jdk::J17);
     let l = f.jvm.l.clone();
     let own = Some(vec![want(
         "com.foo.Handler.renderPage(int, java.lang.String[])",
@@ -709,7 +812,10 @@ fn scopes_that_loop_or_point_outside_leave_the_nmethods_method() {
         mem: f.jvm.mem.clone(),
         next: f.jvm.next,
     };
-    jvm.put_i32(f.nm + u64::from(l.nm_dependencies), i32::MAX);
+    let NmethodData::Inline { dependencies, .. } = l.nm_data else {
+        panic!("JDK 17's nmethods hold their sections");
+    };
+    jvm.put_i32(f.nm + u64::from(dependencies), i32::MAX);
     let got = namer().name_in(
         &jvm.mem,
         PID,
@@ -721,7 +827,7 @@ fn scopes_that_loop_or_point_outside_leave_the_nmethods_method() {
 
 #[test]
 fn lengths_a_freed_method_holds_are_bounded() {
-    let mut f = fixture(0);
+    let mut f = fixture(Jdk::J17);
     let l = f.jvm.l.clone();
     // A line table with no end: the method is named, without lines.
     let pool = f.jvm.class("B", Some("B.java"), &["g", "()V"]);
@@ -763,7 +869,7 @@ fn garbage_memory_names_nothing_or_something_never_panics() {
         seed ^= seed << 17;
         seed
     };
-    for x in [0, 1] {
+    for x in JDKS {
         let f = fixture(x);
         let good = f.jvm.mem.clone();
         let pointers = [f.handler.0, f.handler.1, f.append.0, f.get_chars.0, f.nm];
@@ -816,7 +922,7 @@ fn garbage_memory_names_nothing_or_something_never_panics() {
 
 #[test]
 fn a_process_id_reused_by_another_jvm_is_read_again() {
-    let f = fixture(0);
+    let f = fixture(Jdk::J17);
     let registry: Registry = Arc::new(Mutex::new(HashMap::new()));
     let mut n = JavaNamer::new(registry);
     let (method, cm) = f.handler;

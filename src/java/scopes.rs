@@ -5,14 +5,15 @@
 //! scope it was inlined into (`ScopeDesc::decode_body`). flare reads them
 //! from the live JVM to turn one compiled frame into the methods it runs.
 //!
-//! The layout read is JDK 9 to 22's (`nmethod` with `_scopes_pcs_offset`,
-//! `_metadata_offset`, `_scopes_data_begin`). The nmethod may have been
-//! freed and its memory reused since BPF sampled it: every offset is
-//! checked against the nmethod's own sections, every count and chain
-//! bounded.
+//! Where the sections lie changed with JDK 23 ([`NmethodData`]). The
+//! nmethod may have been freed and its memory reused since BPF sampled
+//! it: every offset is checked against the nmethod's own sections, every
+//! count and chain bounded.
 
-use super::layout::Layout;
-use super::method::{int, word, Stream};
+use std::ops::Range;
+
+use super::layout::{Layout, MetadataAt, NmethodData};
+use super::method::{half, int, word, Stream};
 use crate::python::memory::Memory;
 
 /// `PcDesc`s read of an nmethod at most (a large C2 method has a few
@@ -68,24 +69,13 @@ pub fn read_nmethod(mem: &dyn Memory, layout: &Layout, nm: u64) -> Option<Nmetho
     if nm == 0 {
         return None;
     }
-    let end = [
-        layout.nm_method,
-        layout.nm_scopes_data,
-        layout.nm_compile_id,
-        layout.nm_scopes_pcs,
-        layout.nm_dependencies,
-        layout.nm_metadata,
-    ]
-    .iter()
-    .map(|&o| usize::from(o) + 8)
-    .max()
-    .unwrap_or(0);
+    let end = header_members(layout)
+        .iter()
+        .map(|&o| usize::from(o) + 8)
+        .max()
+        .unwrap_or(0);
     let mut head = vec![0u8; end];
     mem.read(nm, &mut head).ok()?;
-    let section = |o: u16| -> Option<u64> {
-        let off = int(&head, o)?;
-        nm.checked_add(u64::try_from(off).ok()?)
-    };
     let mut out = Nmethod {
         method: word(&head, layout.nm_method)?,
         compile_id: int(&head, layout.nm_compile_id)?,
@@ -95,31 +85,20 @@ pub fn read_nmethod(mem: &dyn Memory, layout: &Layout, nm: u64) -> Option<Nmetho
         metadata: 0,
         metadata_len: 0,
     };
-    // The sections follow each other: metadata, scopes data, scopes pcs,
-    // dependencies (`nmethod.hpp`: metadata ends where scopes data begins,
-    // which ends where the pcs begin).
-    let metadata = section(layout.nm_metadata);
-    let scopes = word(&head, layout.nm_scopes_data);
-    let pcs = section(layout.nm_scopes_pcs);
-    let deps = section(layout.nm_dependencies);
-    let (Some(metadata), Some(scopes), Some(pcs), Some(deps)) = (metadata, scopes, pcs, deps)
-    else {
+    let Some(s) = sections(layout, nm, &head) else {
         return Some(out);
     };
-    if !(nm <= metadata && metadata <= scopes && scopes <= pcs && pcs <= deps)
-        || scopes - metadata > MAX_SECTION
-        || pcs - scopes > MAX_SECTION
-        || layout.pc_desc_size < 8
-    {
+    let len = |r: &Range<u64>| r.end - r.start;
+    if len(&s.metadata) > MAX_SECTION || len(&s.scopes) > MAX_SECTION || layout.pc_desc_size < 8 {
         return Some(out);
     }
     let size = u64::from(layout.pc_desc_size);
-    let count = (deps - pcs) / size;
-    if count > MAX_PC_DESCS || (deps - pcs) % size != 0 {
+    let count = len(&s.pcs) / size;
+    if count > MAX_PC_DESCS || len(&s.pcs) % size != 0 {
         return Some(out);
     }
     let mut bytes = vec![0u8; (count * size) as usize];
-    if mem.read(pcs, &mut bytes).is_err() {
+    if mem.read(s.pcs.start, &mut bytes).is_err() {
         return Some(out);
     }
     let descs: Option<Vec<(i32, i32)>> = bytes
@@ -127,11 +106,125 @@ pub fn read_nmethod(mem: &dyn Memory, layout: &Layout, nm: u64) -> Option<Nmetho
         .map(|d| Some((int(d, layout.pc_desc_pc)?, int(d, layout.pc_desc_scope)?)))
         .collect();
     out.pcs = descs.unwrap_or_default();
-    out.scopes = scopes;
-    out.scopes_len = pcs - scopes;
-    out.metadata = metadata;
-    out.metadata_len = (scopes - metadata) / 8;
+    out.scopes = s.scopes.start;
+    out.scopes_len = len(&s.scopes);
+    out.metadata = s.metadata.start;
+    out.metadata_len = len(&s.metadata) / 8;
     Some(out)
+}
+
+/// The nmethod members read from its header.
+fn header_members(layout: &Layout) -> Vec<u16> {
+    let mut m = vec![layout.nm_method, layout.nm_compile_id];
+    match layout.nm_data {
+        NmethodData::Inline {
+            metadata,
+            scopes_data,
+            scopes_pcs,
+            dependencies,
+        } => m.extend([metadata, scopes_data, scopes_pcs, dependencies]),
+        NmethodData::Immutable {
+            data,
+            size,
+            ref_count,
+            scopes_pcs,
+            scopes_data,
+            metadata,
+        } => {
+            m.extend([data, size, scopes_pcs, scopes_data]);
+            m.extend(ref_count);
+            match metadata {
+                MetadataAt::AfterCode {
+                    data_offset,
+                    metadata,
+                    blob_size,
+                } => m.extend([data_offset, metadata, blob_size]),
+                MetadataAt::Mutable {
+                    data,
+                    size,
+                    relocation_size,
+                } => m.extend([data, size, relocation_size]),
+            }
+        }
+    }
+    m
+}
+
+/// Where an nmethod's metadata, scopes data and `PcDesc`s lie.
+struct Sections {
+    metadata: Range<u64>,
+    scopes: Range<u64>,
+    pcs: Range<u64>,
+}
+
+/// The sections of the nmethod at `nm` whose header is `head`; `None`
+/// when they are not in the order HotSpot writes them.
+fn sections(layout: &Layout, nm: u64, head: &[u8]) -> Option<Sections> {
+    let unsigned = |o: u16| u64::try_from(int(head, o)?).ok();
+    match layout.nm_data {
+        // `nmethod.hpp` (JDK 9-22): metadata ends where the scopes data
+        // begins, which ends where the pcs begin, which end where the
+        // dependencies begin.
+        NmethodData::Inline {
+            metadata,
+            scopes_data,
+            scopes_pcs,
+            dependencies,
+        } => {
+            let at = |o: u16| nm.checked_add(unsigned(o)?);
+            let (m, s) = (at(metadata)?, word(head, scopes_data)?);
+            let (p, d) = (at(scopes_pcs)?, at(dependencies)?);
+            (nm <= m && m <= s && s <= p && p <= d).then_some(Sections {
+                metadata: m..s,
+                scopes: s..p,
+                pcs: p..d,
+            })
+        }
+        // JDK 23 on: the pcs end where the scopes data begins, which runs
+        // to the end of the immutable data at most (speculations may
+        // follow it).
+        NmethodData::Immutable {
+            data,
+            size,
+            ref_count,
+            scopes_pcs,
+            scopes_data,
+            metadata,
+        } => {
+            let base = word(head, data)?;
+            let mut end = unsigned(size)?;
+            if let Some(r) = ref_count {
+                end = end.min(unsigned(r)?);
+            }
+            let (p, s) = (unsigned(scopes_pcs)?, unsigned(scopes_data)?);
+            if !(p <= s && s <= end) {
+                return None;
+            }
+            let metadata = match metadata {
+                MetadataAt::AfterCode {
+                    data_offset,
+                    metadata,
+                    blob_size,
+                } => {
+                    let start = unsigned(data_offset)? + u64::from(half(head, metadata)?);
+                    nm.checked_add(start)?..nm.checked_add(unsigned(blob_size)?)?
+                }
+                MetadataAt::Mutable {
+                    data,
+                    size,
+                    relocation_size,
+                } => {
+                    let at = word(head, data)?;
+                    at.checked_add(unsigned(relocation_size)?)?..at.checked_add(unsigned(size)?)?
+                }
+            };
+            (metadata.start <= metadata.end).then_some(Sections {
+                metadata,
+                scopes: base.checked_add(s)?..base.checked_add(end)?,
+                pcs: base.checked_add(p)?..base.checked_add(s)?,
+            })
+        }
+    }
 }
 
 impl Nmethod {
