@@ -162,6 +162,32 @@ fn nofp() -> PathBuf {
 
 /// Folded stacks (comm first) of `comm` in flare's standard output (the
 /// workload's own lines are mixed in; they are not folded stacks).
+/// A workload's own figures in its output: each `share NAME SECONDS`
+/// line, and its `cpu SECONDS` line.
+fn figures(stdout: &str) -> (Vec<(String, f64)>, f64) {
+    let field = |prefix: &str| -> Vec<(String, f64)> {
+        stdout
+            .lines()
+            .filter_map(|l| {
+                let mut f = l.strip_prefix(prefix)?.split_whitespace();
+                let name = if prefix == "cpu " {
+                    String::new()
+                } else {
+                    f.next()?.to_string()
+                };
+                Some((name, f.next()?.parse().ok()?))
+            })
+            .collect()
+    };
+    let own = field("share ");
+    let cpu = field("cpu ")
+        .first()
+        .map(|c| c.1)
+        .expect("the workload's cpu line");
+    assert_eq!(own.len(), 2, "the workload's figures: {stdout}");
+    (own, cpu)
+}
+
 fn stacks_of(out: &[u8], comm: &str) -> Vec<(Vec<String>, u64)> {
     String::from_utf8_lossy(out)
         .lines()
@@ -454,26 +480,7 @@ fn python_frames_without_root() {
     let err = String::from_utf8_lossy(&out.stderr);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "stderr: {err}");
-    let field = |prefix: &str| -> Vec<(String, f64)> {
-        stdout
-            .lines()
-            .filter_map(|l| {
-                let mut f = l.strip_prefix(prefix)?.split_whitespace();
-                let name = if prefix == "cpu " {
-                    String::new()
-                } else {
-                    f.next()?.to_string()
-                };
-                Some((name, f.next()?.parse().ok()?))
-            })
-            .collect()
-    };
-    let own = field("share ");
-    let cpu = field("cpu ")
-        .first()
-        .map(|c| c.1)
-        .expect("the workload's cpu line");
-    assert_eq!(own.len(), 2, "the workload's figures: {stdout}");
+    let (own, cpu) = figures(&stdout);
     let stacks = stacks_of(&out.stdout, "python3.11");
     let total: u64 = stacks.iter().map(|(_, n)| n).sum();
     assert!(total >= 1000, "{total} samples:\n{stdout}\n{err}");
@@ -509,4 +516,110 @@ fn python_frames_without_root() {
         chained * 100 >= with("parse_request") * 95,
         "{chained} samples with the whole chain:\n{stdout}"
     );
+}
+
+/// Java without root: flare (as nobody) starts a JVM running
+/// tests/workloads/Service.java, which measures each leaf's share with its
+/// thread's CPU clock. No BPF: each sample's copied stack is walked with
+/// the user-space twin of the BPF Java step, the code cache read from the
+/// live JVM. The chain from the thread's start through JavaMain to the
+/// leaf on ≥ 95 % of the leaf's samples, each leaf within 3 points of
+/// the program's own figures (interpreted phase included: flare runs from
+/// the JVM's start), and emit, which the JIT inlines, under renderPage.
+#[test]
+fn java_frames_without_root() {
+    if !can_run_as_nobody() {
+        return;
+    }
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads/Service.java");
+    let classes = tempfile::tempdir().expect("tempdir");
+    match Command::new("javac")
+        .arg("-d")
+        .arg(classes.path())
+        .arg(&src)
+        .status()
+    {
+        Ok(s) => assert!(s.success(), "javac failed on {}", src.display()),
+        Err(e) => {
+            assert!(
+                std::env::var_os("FLARE_REQUIRE_BPF").is_none(),
+                "no javac ({e}): scripts/deps.sh --test installs default-jdk-headless"
+            );
+            eprintln!("skipping: no JDK ({e})");
+            return;
+        }
+    }
+    let _g = serial();
+    let class = classes.path().join("Service.class");
+    let sb = Sandbox::new(&[("Service.class", &class)]);
+    let out = sb.run(
+        &[
+            "profile", "-F", "997", "-f", "--", "java", "-cp", ".", "Service", "cpu", "4",
+        ],
+        &sb.path("cache"),
+        "go\n",
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "stderr: {err}");
+    let (own, cpu) = figures(&stdout);
+    // The worker's samples: those under serve.
+    let method = |f: &str| f.split_once('(').map(|(m, _)| m.to_string());
+    let stacks: Vec<(Vec<String>, u64)> = stacks_of(&out.stdout, "java")
+        .into_iter()
+        .filter(|(f, _)| {
+            f.iter()
+                .any(|x| method(x).as_deref() == Some("Service.serve"))
+        })
+        .collect();
+    let total: u64 = stacks.iter().map(|(_, n)| n).sum();
+    assert!(total >= 2000, "{total} samples:\n{stdout}\n{err}");
+    let with = |name: &str| -> u64 {
+        stacks
+            .iter()
+            .filter(|(f, _)| f.iter().any(|x| method(x).as_deref() == Some(name)))
+            .map(|(_, n)| n)
+            .sum()
+    };
+    for (name, spent) in &own {
+        let ours = 100.0 * with(&format!("Service.{name}")) as f64 / total as f64;
+        let theirs = 100.0 * spent / cpu;
+        eprintln!("{name}: {ours:.1} % of {total} samples, {theirs:.1} % by its own clock");
+        assert!(
+            (ours - theirs).abs() <= 3.0,
+            "{name}: {ours:.1} % of flare's samples, {theirs:.1} % by the program's clock:\n{stdout}"
+        );
+    }
+    let want = [
+        "Service.main",
+        "Service.serve",
+        "Service.handle",
+        "Service.parseRequest",
+    ];
+    let chained: u64 = stacks
+        .iter()
+        .filter(|(f, _)| {
+            let java: Vec<String> = f
+                .iter()
+                .filter_map(|x| method(x))
+                .filter(|m| m.starts_with("Service.") && m != "Service.mix")
+                .collect();
+            let start = f.iter().position(|x| x == "start_thread");
+            let main = f.iter().position(|x| x == "JavaMain");
+            java == want && start < main && start.is_some()
+        })
+        .map(|(_, n)| n)
+        .sum();
+    let leaf = with("Service.parseRequest");
+    assert!(
+        chained * 100 >= leaf * 95,
+        "{chained} of {leaf} samples in parseRequest have the whole chain:\n{stdout}"
+    );
+    let inlined = stacks.iter().any(|(f, _)| {
+        f.windows(2).any(|w| {
+            method(&w[0]).as_deref() == Some("Service.renderPage")
+                && method(&w[1]).as_deref() == Some("Service.emit")
+        })
+    });
+    assert!(inlined, "emit is not under renderPage:\n{stdout}");
 }

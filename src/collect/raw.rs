@@ -87,6 +87,15 @@ impl Runtime {
         }
     }
 
+    /// The frame type of this runtime's frames in a stack record.
+    pub fn frame_type(self) -> u8 {
+        match self {
+            Runtime::Python => 1,
+            Runtime::Java => 2,
+            Runtime::Test => 255,
+        }
+    }
+
     /// The runtime's name, in the names of frames it could not name
     /// (`python+0x7f12...`).
     pub fn name(self) -> &'static str {

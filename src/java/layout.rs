@@ -34,6 +34,8 @@ pub struct Layout {
     pub heap_block: u16,
 
     pub blob_name: u16,
+    /// `_size`: the blob's bytes, header included.
+    pub blob_size: u16,
     /// `_code_begin` (an address) or, with [`Layout::blob_offsets`],
     /// `_code_offset` (an `int` from the blob).
     pub blob_code_begin: u16,
@@ -189,6 +191,7 @@ pub fn from_vmstructs(vm: &VmStructs, major: u32) -> Result<Layout, String> {
         blob_name: off("CodeBlob", "_name"),
         blob_frame_size: off("CodeBlob", "_frame_size"),
         blob_frame_complete: off("CodeBlob", "_frame_complete_offset"),
+        blob_size: off("CodeBlob", "_size"),
         nm_compile_id: off("nmethod", "_compile_id"),
         nm_orig_pc: off("nmethod", "_orig_pc_offset"),
         method_const: off("Method", "_constMethod"),

@@ -19,6 +19,7 @@ pub mod method;
 pub mod namer;
 pub mod scopes;
 pub mod vmstructs;
+pub mod walk;
 
 use std::ops::Range;
 use std::sync::Arc;

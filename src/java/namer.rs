@@ -189,4 +189,4 @@ fn stub(mem: &dyn Memory, layout: &Layout, blob: u64, cookie: u64) -> Option<Vec
 
 #[cfg(test)]
 #[path = "names_tests.rs"]
-mod tests;
+pub(crate) mod tests;

@@ -53,7 +53,7 @@ fn tables(dump: &str) -> VmStructs {
 
 /// The JDKs whose layouts the fake JVM is laid out in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Jdk {
+pub(crate) enum Jdk {
     /// 17.0.15's tables (`jdk17-vmstructs.txt`).
     J17,
     /// The JDK 23 and 24 shape: 25's tables with the metadata after the
@@ -73,7 +73,7 @@ impl Jdk {
     }
 }
 
-fn layout(jdk: Jdk) -> Layout {
+pub(crate) fn layout(jdk: Jdk) -> Layout {
     let l = match jdk {
         Jdk::J17 => from_vmstructs(&tables(include_str!("jdk17-vmstructs.txt")), 17),
         Jdk::J24 => {

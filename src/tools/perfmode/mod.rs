@@ -17,6 +17,7 @@
 //! buffers as they fill ([`Reader`]).
 
 mod events;
+mod java;
 mod python;
 mod sample;
 mod tables;
@@ -29,6 +30,7 @@ use std::thread::JoinHandle;
 
 use libbpf_rs::libbpf_sys as sys;
 
+use self::java::PerfJava;
 use self::python::PerfPython;
 use self::sample::{Layout, Sample};
 use self::tables::Tables;
@@ -70,6 +72,8 @@ pub struct Session {
     config: Config,
     /// The Python processes found (`--python on`), for the namer.
     python: Option<Registry>,
+    /// The JVMs found (`--java on`), for the namer.
+    java: Option<crate::java::Registry>,
     reader: Arc<Reader>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
@@ -116,6 +120,8 @@ struct State {
     lost: Lost,
     /// Python frames (`--python on`, user stacks).
     python: Option<PerfPython>,
+    /// Java frames (`--java on`, walked stacks).
+    java: Option<PerfJava>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -206,9 +212,18 @@ impl State {
                 let stack = walk::StackCopy { sp, data: s.stack };
                 let regs = walk::Regs { pc, sp, bp };
                 let tables = &mut self.tables;
-                let w = walk::walk(mode, regs, &stack, MAX_DEPTH, |addr| {
-                    tables.row(space.as_ref()?, addr)
-                });
+                let row = |addr| tables.row(space.as_ref()?, addr);
+                let start = mappings.process_start(s.pid, s.time);
+                let java = self.java.as_mut();
+                let w = match java.and_then(|j| j.stepper(s.pid, start, s.r13, mappings)) {
+                    Some(mut java) => {
+                        let words = |a| stack.read(a);
+                        walk::walk_with(mode, regs, &stack, MAX_DEPTH, row, |r, ra| {
+                            java.step(&words, r, ra)
+                        })
+                    }
+                    None => walk::walk(mode, regs, &stack, MAX_DEPTH, row),
+                };
                 Some(w.pcs)
             }
         };
@@ -240,8 +255,10 @@ impl State {
     }
 }
 
+/// A walked stack's frames: addresses, and the runtime frames the walk
+/// put among them as BPF does.
 fn addrs(pcs: Vec<u64>) -> Vec<RawFrame> {
-    pcs.into_iter().map(RawFrame::Addr).collect()
+    crate::collect::stacks::decode(&pcs)
 }
 
 /// The error for an event the kernel refused on thread `tid` of `pid`.
@@ -331,6 +348,8 @@ impl Session {
         // Python frames are read when the sample arrives: every sample
         // wakes the reader (x86-64's layouts only).
         let python = user && config.runtimes.python && cfg!(target_arch = "x86_64");
+        // Java frames are walked from the copied stack (x86-64 only).
+        let java = user && mode != Mode::Fp && config.runtimes.java && cfg!(target_arch = "x86_64");
         let mappings = Mappings::fed();
         if !launched {
             let pids: Vec<u32> = threads.iter().map(|&(p, _)| p).collect();
@@ -355,6 +374,8 @@ impl Session {
         let fds: Vec<i32> = events.rings.iter().map(Ring::fd).collect();
         let python = python.then(PerfPython::new);
         let registry = python.as_ref().map(PerfPython::registry);
+        let java = java.then(PerfJava::new);
+        let java_registry = java.as_ref().map(PerfJava::registry);
         let reader = Arc::new(Reader {
             rings: Mutex::new(events.rings),
             _redirected: events.redirected,
@@ -371,6 +392,7 @@ impl Session {
                 tables: Tables::new(DiskCache::from_env()),
                 lost: Lost::default(),
                 python,
+                java,
             }),
             mappings,
         });
@@ -394,6 +416,7 @@ impl Session {
         Ok(Session {
             config,
             python: registry,
+            java: java_registry,
             reader,
             stop,
             thread: Some(thread),
@@ -458,16 +481,29 @@ impl Collector for Session {
     }
 
     fn namers(&self) -> crate::collect::Namers {
-        self.python
+        let mut namers = self
+            .python
             .as_ref()
             .map(crate::python::namers)
-            .unwrap_or_default()
+            .unwrap_or_default();
+        namers.extend(
+            self.java
+                .as_ref()
+                .map(crate::java::namer::namers)
+                .into_iter()
+                .flatten(),
+        );
+        namers
     }
 
     fn has_runtime_frames(&self) -> bool {
         self.python
             .as_ref()
             .is_some_and(crate::unwind::runtimes::any_process)
+            || self
+                .java
+                .as_ref()
+                .is_some_and(crate::unwind::runtimes::any_process)
     }
 
     fn collect(&mut self, clear: bool) -> Result<Collection> {

@@ -76,7 +76,7 @@ impl PerfPython {
         pcs: Vec<u64>,
         mappings: &Mappings,
     ) -> Vec<RawFrame> {
-        let native = |pcs: Vec<u64>| pcs.into_iter().map(RawFrame::Addr).collect();
+        let native = |pcs: Vec<u64>| crate::collect::stacks::decode(&pcs);
         let due = match self.procs.get(&(pid, start)) {
             None => true,
             Some(Entry::Retry { at, .. }) => at.elapsed() >= RETRY_GAP,

@@ -20,8 +20,10 @@ pub struct Layout {
 const REG_BP: u64 = 6;
 const REG_SP: u64 = 7;
 const REG_IP: u64 = 8;
+/// Where HotSpot's interpreter keeps its bytecode pointer.
+const REG_R13: u64 = 21;
 /// The user registers asked for; they come in register-number order.
-pub const REGS_MASK: u64 = 1 << REG_BP | 1 << REG_SP | 1 << REG_IP;
+pub const REGS_MASK: u64 = 1 << REG_BP | 1 << REG_SP | 1 << REG_IP | 1 << REG_R13;
 
 /// Callchain entries at or above this are context markers, not addresses.
 const CONTEXT_MAX: u64 = (-4095i64) as u64;
@@ -54,6 +56,9 @@ pub struct Sample<'a> {
     /// ip, sp, bp: `None` when the sample interrupted no user code (a
     /// kernel thread).
     pub regs: Option<(u64, u64, u64)>,
+    /// r13 (0 without registers): a HotSpot interpreter's bytecode
+    /// pointer.
+    pub r13: u64,
     /// The copied user stack, from sp up (only the bytes the kernel
     /// really copied).
     pub stack: &'a [u8],
@@ -125,6 +130,7 @@ pub fn parse_sample(rec: &[u8], layout: Layout) -> Option<Sample<'_>> {
         if abi != 0 {
             let (bp, sp, ip) = (r.u64()?, r.u64()?, r.u64()?);
             s.regs = Some((ip, sp, bp));
+            s.r13 = r.u64()?;
         }
         let size = usize::try_from(r.u64()?).ok()?;
         let data = r.bytes(size)?;
@@ -209,7 +215,8 @@ mod tests {
                 0x7000_0100,
                 0x7000_0000,
                 0x401000,
-                16, // size
+                0x7000_0042, // r13
+                16,          // size
                 0xaa,
                 0xbb,
                 8, // dyn_size
@@ -220,6 +227,7 @@ mod tests {
         assert_eq!(s.kernel, vec![0xffff_ffff_8100_0000]);
         assert_eq!(s.user, vec![0x401000, 0x402000]);
         assert_eq!(s.regs, Some((0x401000, 0x7000_0000, 0x7000_0100)));
+        assert_eq!(s.r13, 0x7000_0042);
         assert_eq!(s.stack, &0xaau64.to_ne_bytes());
         assert_eq!(time(&rec), 99);
         assert_eq!(

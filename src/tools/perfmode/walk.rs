@@ -13,13 +13,8 @@ use crate::unwind::table::{
 };
 use crate::unwind::Mode;
 
-/// The user registers the walk starts from.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Regs {
-    pub pc: u64,
-    pub sp: u64,
-    pub bp: u64,
-}
+/// The user registers the walk starts from (the Java step's own).
+pub use crate::java::walk::Regs;
 
 /// The bytes of the user stack the kernel copied at the sample, from the
 /// sampled `sp` up.
@@ -64,7 +59,23 @@ pub fn walk(
     regs: Regs,
     stack: &StackCopy<'_>,
     max: usize,
+    row: impl FnMut(u64) -> Option<Row>,
+) -> Walk {
+    walk_with(mode, regs, stack, max, row, |_, _| None)
+}
+
+/// [`walk`], with `runtime` offered each frame first: a runtime's step
+/// through it (given the registers and whether the pc is a return
+/// address) that gives the words of a runtime frame (header first, as BPF
+/// records them in [`Walk::pcs`]) and the caller's registers, or `None`
+/// for a native frame.
+pub fn walk_with(
+    mode: Mode,
+    regs: Regs,
+    stack: &StackCopy<'_>,
+    max: usize,
     mut row: impl FnMut(u64) -> Option<Row>,
+    mut runtime: impl FnMut(Regs, bool) -> Option<([u64; 4], Regs)>,
 ) -> Walk {
     let mut out = Walk::default();
     let mut s = State {
@@ -73,6 +84,16 @@ pub fn walk(
     };
     while s.regs.pc != 0 && out.pcs.len() < max {
         let pc = s.regs.pc;
+        if let Some((words, caller)) = runtime(s.regs, s.return_address) {
+            // A frame the record cannot hold whole ends it, as in BPF.
+            if out.pcs.len() + words.len() > max {
+                break;
+            }
+            out.pcs.extend(words);
+            s.regs = caller;
+            s.return_address = true;
+            continue;
+        }
         out.pcs.push(pc);
         let lookup = if s.return_address { pc - 1 } else { pc };
         let r = match mode {

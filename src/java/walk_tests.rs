@@ -1,0 +1,305 @@
+//! The user-space Java step on a fake JVM: a code heap with its segment
+//! map, code blobs laid out at JDK 17's and 25's offsets, and a thread's
+//! stack, stepped as bpf/java.h steps them.
+
+use std::sync::Arc;
+
+use super::*;
+use crate::java::namer::tests::{layout, Jdk};
+use crate::java::{Heap, Layout};
+use crate::python::memory::Buffer;
+
+const BASE: u64 = 0x10_0000;
+/// The code heap: 256 segments of 64 bytes.
+const HEAP: u64 = BASE + 0x1000;
+const SEGMENTS: u64 = 256;
+const SEGMAP: u64 = BASE;
+const NAMES: u64 = BASE + 0x5000;
+const METHOD: u64 = BASE + 0x5800;
+const CONST_METHOD: u64 = BASE + 0x5900;
+const STACK: u64 = 0x7000_0000;
+
+struct Jvm {
+    l: Layout,
+    mem: Buffer,
+    stack: Vec<u64>,
+}
+
+impl Jvm {
+    fn new(jdk: Jdk) -> Self {
+        let mut j = Jvm {
+            l: layout(jdk),
+            mem: Buffer {
+                base: BASE,
+                bytes: vec![0; 0x6000],
+            },
+            stack: vec![0; 64],
+        };
+        // No block anywhere yet.
+        j.put(SEGMAP, &[0xff; SEGMENTS as usize]);
+        for (i, name) in ["nmethod", "Interpreter", "StubRoutines (1)"]
+            .iter()
+            .enumerate()
+        {
+            let mut b = name.as_bytes().to_vec();
+            b.push(0);
+            j.put(NAMES + i as u64 * 32, &b);
+        }
+        j
+    }
+
+    fn put(&mut self, at: u64, bytes: &[u8]) {
+        let at = (at - BASE) as usize;
+        self.mem.bytes[at..at + bytes.len()].copy_from_slice(bytes);
+    }
+
+    fn put_int(&mut self, at: u64, off: u16, v: i32) {
+        self.put(at + u64::from(off), &v.to_ne_bytes());
+    }
+
+    fn put_word(&mut self, at: u64, off: u16, v: u64) {
+        self.put(at + u64::from(off), &v.to_ne_bytes());
+    }
+
+    /// A blob named `name` (0 nmethod, 1 interpreter, 2 stub) over
+    /// segments `first..first + n`, code from 0x100 into it; its start.
+    fn blob(&mut self, name: u64, first: u64, n: u64, frame_words: i32, complete: i32) -> u64 {
+        let map: Vec<u8> = (0..n).map(|i| i.min(254) as u8).collect();
+        self.put(SEGMAP + first, &map);
+        let l = self.l.clone();
+        let start = HEAP + first * 64 + u64::from(l.heap_block);
+        self.put_word(start, l.blob_name, NAMES + name * 32);
+        self.put_int(
+            start,
+            l.blob_size,
+            (n * 64) as i32 - i32::from(l.heap_block),
+        );
+        if l.blob_offsets {
+            self.put_int(start, l.blob_code_begin, 0x100);
+        } else {
+            self.put_word(start, l.blob_code_begin, start + 0x100);
+        }
+        self.put_int(start, l.blob_frame_size, frame_words);
+        // JDK 25's is an int16_t followed by other members.
+        self.put(
+            start + u64::from(l.blob_frame_complete),
+            &(complete as i16).to_ne_bytes(),
+        );
+        self.put_int(start, l.nm_compile_id, 77);
+        start
+    }
+
+    fn process(&self) -> Process {
+        Process {
+            layout: Arc::new(self.l.clone()),
+            heaps: vec![Heap {
+                range: HEAP..HEAP + SEGMENTS * 64,
+                segmap: SEGMAP,
+                log2_segment: 6,
+            }],
+            cache: HEAP..HEAP + SEGMENTS * 64,
+        }
+    }
+
+    fn step(&self, regs: Regs, return_address: bool, r13: u64) -> Option<Stepped> {
+        let stack = |a: u64| {
+            let i = usize::try_from(a.checked_sub(STACK)? / 8).ok()?;
+            (a % 8 == 0).then(|| self.stack.get(i).copied())?
+        };
+        Walker::new().step(
+            &self.process(),
+            &self.mem,
+            &stack,
+            regs,
+            return_address,
+            r13,
+        )
+    }
+}
+
+fn decoded(s: &Stepped) -> FrameId {
+    FrameId::decode(s.ids).expect("a Java frame")
+}
+
+#[test]
+fn a_compiled_frame_steps_by_its_frame_size_to_a_return_address_in_the_cache() {
+    for jdk in [Jdk::J17, Jdk::J25] {
+        let mut j = Jvm::new(jdk);
+        // An nmethod of 8 segments (the pc in its sixth), 4-word frames.
+        let nm = j.blob(0, 10, 8, 4, 0x20);
+        let interp = j.blob(1, 20, 8, 0, 0);
+        let pc = nm + 0x100 + 0x60;
+        // Its frame: 4 words from sp; return address and saved rbp on top.
+        j.stack[3] = interp + 0x140;
+        j.stack[2] = STACK + 0x100;
+        let regs = Regs {
+            pc,
+            sp: STACK,
+            bp: 0x1234,
+        };
+        let s = j.step(regs, true, 0).expect("stepped");
+        let f = decoded(&s);
+        assert_eq!(
+            (f.kind, f.pointer, f.offset, f.return_address),
+            (Kind::Compiled, nm, 0x60, true),
+            "{jdk:?}"
+        );
+        assert_eq!(s.cookie, 77);
+        assert_eq!(
+            s.caller,
+            Regs {
+                pc: interp + 0x140,
+                sp: STACK + 32,
+                bp: STACK + 0x100
+            }
+        );
+        // A return address two words above the frame (JIT code pushed
+        // more than its frame size says) is found; one past the slots
+        // searched is not.
+        j.stack[3] = 0;
+        j.stack[5] = interp + 0x140;
+        let s = j.step(regs, true, 0).expect("stepped");
+        assert_eq!(s.caller.sp, STACK + 48);
+        j.stack[5] = 0;
+        j.stack[9] = interp + 0x140;
+        assert_eq!(j.step(regs, true, 0), None);
+        // A leaf in its prologue: the frame is not built, the return
+        // address is at sp.
+        j.stack[0] = interp + 0x150;
+        let s = j
+            .step(
+                Regs {
+                    pc: nm + 0x108,
+                    ..regs
+                },
+                false,
+                0,
+            )
+            .expect("prologue");
+        assert_eq!(
+            (s.caller.pc, s.caller.sp, s.caller.bp),
+            (interp + 0x150, STACK + 8, 0x1234)
+        );
+    }
+}
+
+#[test]
+fn an_interpreted_frame_gives_its_method_and_bytecode_index() {
+    for jdk in [Jdk::J17, Jdk::J25] {
+        let mut j = Jvm::new(jdk);
+        let interp = j.blob(1, 0, 8, 0, 0);
+        let l = j.l.clone();
+        j.put_word(METHOD, l.method_const, CONST_METHOD);
+        j.put(
+            CONST_METHOD + u64::from(l.const_code_size),
+            &100u16.to_ne_bytes(),
+        );
+        let code = CONST_METHOD + u64::from(l.const_size);
+        // A frame with its pointer 16 words up the stack.
+        let bp = STACK + 16 * 8;
+        let slot = |i: i8| (16 + i64::from(i)) as usize;
+        j.stack[slot(l.interp_method)] = METHOD;
+        j.stack[slot(l.interp_sender_sp)] = STACK + 40 * 8;
+        j.stack[slot(l.interp_bcp)] = code + 9;
+        j.stack[slot(0)] = STACK + 38 * 8;
+        j.stack[slot(1)] = interp + 0x180;
+        let regs = Regs {
+            pc: interp + 0x120,
+            sp: STACK,
+            bp,
+        };
+        // A caller: the bytecode pointer saved in the frame.
+        let s = j.step(regs, true, code + 4).expect("stepped");
+        let f = decoded(&s);
+        assert_eq!(
+            (f.kind, f.pointer, f.offset),
+            (Kind::Interpreted, METHOD, 9),
+            "{jdk:?}"
+        );
+        assert_eq!(s.cookie, CONST_METHOD);
+        assert_eq!(
+            s.caller,
+            Regs {
+                pc: interp + 0x180,
+                sp: STACK + 40 * 8,
+                bp: STACK + 38 * 8
+            }
+        );
+        // The leaf: r13's.
+        let s = j.step(regs, false, code + 4).expect("stepped");
+        assert_eq!(decoded(&s).offset, 4);
+        // A bytecode pointer outside the method's code: no index.
+        let s = j.step(regs, false, code + 100).expect("stepped");
+        assert_eq!(decoded(&s).offset, NO_BCI);
+    }
+}
+
+#[test]
+fn stubs_step_by_frame_size_or_rbp_and_pcs_in_no_blob_are_native() {
+    let mut j = Jvm::new(Jdk::J17);
+    let stub = j.blob(2, 30, 8, 0, -1);
+    // The call stub keeps rbp as a frame pointer.
+    j.stack[8] = STACK + 0x200;
+    j.stack[9] = 0x40_1234;
+    let regs = Regs {
+        pc: stub + 0x110,
+        sp: STACK,
+        bp: STACK + 64,
+    };
+    let s = j.step(regs, true, 0).expect("stepped");
+    let f = decoded(&s);
+    assert_eq!((f.kind, f.pointer, f.offset), (Kind::Stub, stub, 0x10));
+    assert_eq!(s.cookie, u64::from(u32::from_le_bytes(*b"Stub")));
+    assert_eq!(
+        s.caller,
+        Regs {
+            pc: 0x40_1234,
+            sp: STACK + 80,
+            bp: STACK + 0x200
+        }
+    );
+    // Segments no block holds, a pc outside the cache, a free segment.
+    let outside = [HEAP + 50 * 64, HEAP - 8, HEAP + SEGMENTS * 64 + 8];
+    for pc in outside {
+        assert_eq!(j.step(Regs { pc, ..regs }, true, 0), None, "{pc:#x}");
+    }
+    // A map that points before the heap's start is not followed.
+    j.put(SEGMAP + 60, &[61]);
+    assert_eq!(
+        j.step(
+            Regs {
+                pc: HEAP + 60 * 64 + 8,
+                ..regs
+            },
+            true,
+            0
+        ),
+        None
+    );
+}
+
+#[test]
+fn blobs_are_kept_and_one_replacing_another_is_read_anew() {
+    let mut j = Jvm::new(Jdk::J17);
+    let nm = j.blob(0, 10, 8, 2, -1);
+    let p = j.process();
+    let mut w = Walker::new();
+    let stack = |_: u64| Some(HEAP + 100 * 64);
+    let regs = Regs {
+        pc: nm + 0x110,
+        sp: STACK,
+        bp: STACK + 64,
+    };
+    let first = w.step(&p, &j.mem, &stack, regs, true, 0).expect("stepped");
+    assert_eq!(decoded(&first).kind, Kind::Compiled);
+    // Freed and taken by a stub starting in the same segment: the walker
+    // still has the nmethod (for up to BLOB_TTL)...
+    j.blob(2, 10, 8, 0, -1);
+    let again = w.step(&p, &j.mem, &stack, regs, true, 0).expect("stepped");
+    assert_eq!(again, first);
+    // ... and a new walker reads the stub.
+    let fresh = Walker::new()
+        .step(&p, &j.mem, &stack, regs, true, 0)
+        .expect("stepped");
+    assert_eq!(decoded(&fresh).kind, Kind::Stub);
+}

@@ -1,0 +1,136 @@
+//! Java frames in perf-event mode: no BPF program walks the stack, so a
+//! sample's user stack is walked here with the user-space twin of
+//! bpf/java.h's step ([`crate::java::walk`]) offered each frame, over the
+//! stack the kernel copied and the JVM's live code cache. The JVMs found
+//! feed the same [`Registry`] the namer reads, so naming, caching and
+//! writers are as with BPF.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use crate::collect::stacks::frame_header;
+use crate::collect::Runtime;
+use crate::java::detect::Detector;
+use crate::java::walk::{Regs, Walker};
+use crate::java::{Process, Registry};
+use crate::procmaps::Mappings;
+use crate::python::memory::ProcessMemory;
+use crate::unwind::runtimes::{Found, RETRY_GAP};
+
+/// What a process is to the Java side.
+enum Entry {
+    Java(Arc<Process>, Walker),
+    /// Not ready yet (a JVM starting): tried again after [`RETRY_GAP`].
+    Retry(Instant),
+    /// Native frames only.
+    Native,
+}
+
+/// The perf-event collector's Java side.
+pub struct PerfJava {
+    registry: Registry,
+    detector: Detector,
+    /// By (process id, start).
+    procs: HashMap<(u32, u64), Entry>,
+    said: HashSet<String>,
+}
+
+/// Steps Java frames of one sample: what [`PerfJava::stepper`] gives.
+pub struct Stepper<'a> {
+    process: &'a Process,
+    walker: &'a mut Walker,
+    mem: ProcessMemory,
+    r13: u64,
+}
+
+impl Stepper<'_> {
+    /// The runtime frame's words and the caller's registers, for the
+    /// frame at `regs`, when it is a Java frame; `stack` reads the copy.
+    pub fn step(
+        &mut self,
+        stack: &dyn Fn(u64) -> Option<u64>,
+        regs: Regs,
+        return_address: bool,
+    ) -> Option<([u64; 4], Regs)> {
+        let s = self.walker.step(
+            self.process,
+            &self.mem,
+            stack,
+            regs,
+            return_address,
+            self.r13,
+        )?;
+        let header = frame_header(Runtime::Java.frame_type(), 3);
+        Some(([header, s.ids[0], s.ids[1], s.cookie], s.caller))
+    }
+}
+
+impl PerfJava {
+    pub fn new() -> Self {
+        PerfJava {
+            registry: Arc::new(Mutex::new(HashMap::new())),
+            detector: Detector::new(),
+            procs: HashMap::new(),
+            said: HashSet::new(),
+        }
+    }
+
+    /// The processes found, for the namer.
+    pub fn registry(&self) -> Registry {
+        self.registry.clone()
+    }
+
+    /// The stepper for a sample of process `pid` (started at `start`)
+    /// whose leaf's r13 is `r13`, when it runs a JVM flare can walk.
+    pub fn stepper(
+        &mut self,
+        pid: u32,
+        start: u64,
+        r13: u64,
+        mappings: &Mappings,
+    ) -> Option<Stepper<'_>> {
+        let due = match self.procs.get(&(pid, start)) {
+            None => true,
+            Some(Entry::Retry(at)) => at.elapsed() >= RETRY_GAP,
+            Some(_) => false,
+        };
+        if due {
+            self.look(pid, start, mappings);
+        }
+        match self.procs.get_mut(&(pid, start)) {
+            Some(Entry::Java(process, walker)) => Some(Stepper {
+                process,
+                walker,
+                mem: ProcessMemory { pid },
+                r13,
+            }),
+            _ => None,
+        }
+    }
+
+    /// Looks for a JVM in process `pid`.
+    fn look(&mut self, pid: u32, start: u64, mappings: &Mappings) {
+        let Some(maps) = crate::unwind::procs::tracked_mappings(mappings, pid) else {
+            self.procs.insert((pid, start), Entry::Native);
+            return;
+        };
+        let mem = ProcessMemory { pid };
+        let entry = match self.detector.detect(pid, &maps, &mem) {
+            Found::Yes(p) => {
+                let p = Arc::new(p);
+                if let Ok(mut r) = self.registry.lock() {
+                    r.insert(pid, p.clone());
+                }
+                Entry::Java(p, Walker::new())
+            }
+            Found::NotReady => Entry::Retry(Instant::now()),
+            Found::Unsupported(why) => {
+                crate::java::note_unsupported(&mut self.said, why);
+                Entry::Native
+            }
+            Found::No => Entry::Native,
+        };
+        self.procs.insert((pid, start), entry);
+    }
+}
