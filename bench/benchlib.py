@@ -1,6 +1,9 @@
 """Helpers the bench scripts share (imported from their own directory)."""
 
 import os
+import signal
+import subprocess
+import time
 
 
 def perf_fds(pid):
@@ -39,3 +42,43 @@ def sampling_prog_stats(pid):
             ns += int(info.get("run_time_ns", "0"))
             runs += int(info.get("run_cnt", "0"))
     return ns, runs
+
+
+class HandleCounter:
+    """The workloads' handle() calls, counted as their clock_gettime
+    syscalls (three thread-CPU-clock reads per call) by `perf stat`
+    attached with `target` ("-p" processes, "-t" threads) to `ids`. Without
+    perf (None) or when it fails (`on_fail` told), stop() gives None."""
+
+    def __init__(self, perf, target, ids, tmp, on_fail=None):
+        self.out = os.path.join(tmp, "perf-stat.txt")
+        self.p = None
+        if not perf:
+            return
+        self.p = subprocess.Popen([perf, "stat", "-x,", "-e", "syscalls:sys_enter_clock_gettime",
+                                   target, ",".join(map(str, ids)), "-o", self.out],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        t0 = time.monotonic()
+        while perf_fds(self.p.pid) < len(ids) and time.monotonic() - t0 < 10:
+            if self.p.poll() is not None:
+                if on_fail:
+                    on_fail("perf stat -e syscalls:sys_enter_clock_gettime failed: no work count")
+                self.p = None
+                return
+            time.sleep(0.002)
+
+    def stop(self):
+        """handle() calls counted, or None."""
+        if self.p is None:
+            return None
+        self.p.send_signal(signal.SIGINT)
+        self.p.wait()
+        try:
+            with open(self.out) as f:
+                for line in f:
+                    parts = line.strip().split(",")
+                    if len(parts) > 2 and "clock_gettime" in parts[2] and parts[0].isdigit():
+                        return int(parts[0]) / 3
+        except OSError:
+            pass
+        return None

@@ -86,7 +86,7 @@ import sys
 import tempfile
 import time
 
-from benchlib import perf_fds, sampling_prog_stats
+from benchlib import HandleCounter, perf_fds, sampling_prog_stats
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SOURCE = os.path.join(ROOT, "tests", "workloads", "Service.java")
@@ -225,42 +225,6 @@ class JVM:
             self.p.wait()
         if os.path.isfile(self.map) and not os.path.islink(self.map):
             os.unlink(self.map)
-
-
-class Counter:
-    """clock_gettime syscalls of the worker thread (3 per handle() call)."""
-
-    def __init__(self, perf, tid, tmp):
-        self.out = os.path.join(tmp, "perf-stat.txt")
-        self.p = None
-        if not perf:
-            return
-        self.p = subprocess.Popen([perf, "stat", "-x,", "-e", "syscalls:sys_enter_clock_gettime",
-                                   "-t", str(tid), "-o", self.out],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        t0 = time.monotonic()
-        while perf_fds(self.p.pid) < 1 and time.monotonic() - t0 < 10:
-            if self.p.poll() is not None:
-                note("perf stat -e syscalls:sys_enter_clock_gettime failed: no work count")
-                self.p = None
-                return
-            time.sleep(0.002)
-
-    def stop(self):
-        """handle() calls counted, or None."""
-        if self.p is None:
-            return None
-        self.p.send_signal(signal.SIGINT)
-        self.p.wait()
-        try:
-            with open(self.out) as f:
-                for line in f:
-                    parts = line.strip().split(",")
-                    if len(parts) > 2 and "clock_gettime" in parts[2] and parts[0].isdigit():
-                        return int(parts[0]) / 3
-        except OSError:
-            pass
-        return None
 
 
 class Profiler:
@@ -421,7 +385,7 @@ def post_perf(env, jvm, tmp):
 
 def window(env, jvm, tmp, prof=None):
     """env.seconds of the JVM's work, counted; under `prof` if given."""
-    counter = Counter(env.perf, jvm.tid, tmp)
+    counter = HandleCounter(env.perf, "-t", [jvm.tid], tmp, note)
     p0 = prof.cpu() if prof else 0
     j0, m0, t0 = jvm.thread_cpu(), machine_busy(), time.monotonic()
     time.sleep(env.seconds)

@@ -62,7 +62,7 @@ import sys
 import tempfile
 import time
 
-from benchlib import perf_fds, sampling_prog_stats
+from benchlib import HandleCounter, perf_fds, sampling_prog_stats
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FLARE = os.environ.get("FLARE", os.path.join(ROOT, "target", "release", "flare"))
@@ -158,41 +158,6 @@ class Workload:
         except subprocess.TimeoutExpired:
             self.p.kill()
             self.p.wait()
-
-
-class Counter:
-    """clock_gettime syscalls of some processes (3 per handle() call)."""
-
-    def __init__(self, pids, tmp):
-        self.out = os.path.join(tmp, "perf-stat.txt")
-        self.p = None
-        if not shutil.which("perf"):
-            return
-        self.p = subprocess.Popen(["perf", "stat", "-x,", "-e", "syscalls:sys_enter_clock_gettime",
-                                   "-p", ",".join(map(str, pids)), "-o", self.out],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        t0 = time.monotonic()
-        while perf_fds(self.p.pid) < len(pids) and time.monotonic() - t0 < 10:
-            if self.p.poll() is not None:
-                self.p = None
-                return
-            time.sleep(0.005)
-
-    def stop(self):
-        """Returns the number of handle() calls, or None."""
-        if self.p is None:
-            return None
-        self.p.send_signal(signal.SIGINT)
-        self.p.wait()
-        try:
-            with open(self.out) as f:
-                for line in f:
-                    parts = line.strip().split(",")
-                    if len(parts) > 2 and "clock_gettime" in parts[2] and parts[0].isdigit():
-                        return int(parts[0]) / 3
-        except OSError:
-            pass
-        return None
 
 
 class Profiler:
@@ -293,7 +258,7 @@ def one_run(python, seconds, tmp, kind=None, cmd=None):
     if os.path.exists(out):
         os.unlink(out)
     try:
-        counter = Counter([w.pid], tmp)
+        counter = HandleCounter(shutil.which("perf"), "-p", [w.pid], tmp)
         if cmd:
             prof = Profiler(kind, cmd(w.pid, out), tmp)
         c0 = prof.cpu() if prof else 0
@@ -477,7 +442,7 @@ def part_many(args, py_spy, tmp):
         try:
             for i in range(MANY):
                 ws.append(Workload(args.python, secs, alias=os.path.join(tmp, f"pysvc{i:02d}")))
-            counter = Counter([w.pid for w in ws], tmp)
+            counter = HandleCounter(shutil.which("perf"), "-p", [w.pid for w in ws], tmp)
             profs = start(ws)
             c0 = [p.cpu() for p in profs]
             for w in ws:

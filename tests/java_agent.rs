@@ -44,9 +44,7 @@
 mod common;
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::sync::OnceLock;
+use std::path::Path;
 use std::time::Duration;
 
 use common::agent::Agent;
@@ -75,35 +73,9 @@ const CALL_STUB: &str = "[StubRoutines (1)]";
 /// The handler threads' names (their `comm` label).
 const HANDLER: &str = "shop-http-";
 
-/// The directory holding WebShop's classes, compiled once; `None` (said
-/// on stderr) without a JDK, unless the tests must run.
-fn classes() -> Option<PathBuf> {
-    static BUILT: OnceLock<Option<PathBuf>> = OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("java-webshop");
-            let src =
-                PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/workloads/WebShop.java");
-            std::fs::create_dir_all(&dir).expect("a directory for the classes");
-            match Command::new("javac").arg("-d").arg(&dir).arg(&src).status() {
-                Ok(s) if s.success() => Some(dir),
-                Ok(s) => panic!("javac failed on {}: {s}", src.display()),
-                Err(e) => {
-                    assert!(
-                        std::env::var_os("FLARE_REQUIRE_BPF").is_none(),
-                        "no javac ({e}): scripts/deps.sh --test installs default-jdk-headless"
-                    );
-                    eprintln!("skipping: no JDK ({e})");
-                    None
-                }
-            }
-        })
-        .clone()
-}
-
 /// Starts `java WebShop SECONDS`; returns once it serves and is loaded.
 fn start_shop(seconds: &str) -> Option<Workload> {
-    let dir = classes()?;
+    let dir = common::java::classes("WebShop")?;
     let args = ["-cp", dir.to_str().expect("utf-8 path"), "WebShop", seconds];
     // A bare name: the command is found on PATH.
     Some(Workload::start_exe(&[], Path::new("java"), &args))
@@ -265,7 +237,7 @@ enum Target {
 /// Runs the agent beside WebShop and checks what its Pyroscope windows
 /// show.
 fn agent_shows_the_service(target: Target) {
-    if !require_bpf() || classes().is_none() {
+    if !require_bpf() || common::java::classes("WebShop").is_none() {
         return;
     }
     let _serial = serial();

@@ -19,39 +19,11 @@ mod common;
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::sync::OnceLock;
 
 use common::bpf::{require_bpf, serial};
 use common::session::{parse_folded, Flare, Workload};
 use flare::output::pprof::proto;
 use prost::Message;
-
-/// The directory holding Service.class, compiled once; `None` (said on
-/// stderr) without a JDK, unless the tests must run.
-fn classes() -> Option<PathBuf> {
-    static BUILT: OnceLock<Option<PathBuf>> = OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("java-service");
-            let src =
-                PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/workloads/Service.java");
-            std::fs::create_dir_all(&dir).expect("a directory for the classes");
-            match Command::new("javac").arg("-d").arg(&dir).arg(&src).status() {
-                Ok(s) if s.success() => Some(dir),
-                Ok(s) => panic!("javac failed on {}: {s}", src.display()),
-                Err(e) => {
-                    assert!(
-                        std::env::var_os("FLARE_REQUIRE_BPF").is_none(),
-                        "no javac ({e}): scripts/deps.sh --test installs default-jdk-headless"
-                    );
-                    eprintln!("skipping: no JDK ({e})");
-                    None
-                }
-            }
-        })
-        .clone()
-}
 
 /// Starts `java [flags] Service MODE SECONDS`, ready to go.
 fn start(flags: &[&str], mode: &str, seconds: &str) -> Option<Workload> {
@@ -61,7 +33,7 @@ fn start(flags: &[&str], mode: &str, seconds: &str) -> Option<Workload> {
 
 /// Starts `Service MODE SECONDS` on the JVM `java`.
 fn start_on(java: &Path, flags: &[&str], mode: &str, seconds: &str) -> Option<Workload> {
-    let dir = classes()?;
+    let dir = common::java::classes("Service")?;
     let mut args: Vec<&str> = vec!["-cp", dir.to_str().expect("utf-8 path")];
     args.extend_from_slice(flags);
     args.extend_from_slice(&["Service", mode, seconds]);

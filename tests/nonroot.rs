@@ -531,26 +531,11 @@ fn java_frames_without_root() {
     if !can_run_as_nobody() {
         return;
     }
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads/Service.java");
-    let classes = tempfile::tempdir().expect("tempdir");
-    match Command::new("javac")
-        .arg("-d")
-        .arg(classes.path())
-        .arg(&src)
-        .status()
-    {
-        Ok(s) => assert!(s.success(), "javac failed on {}", src.display()),
-        Err(e) => {
-            assert!(
-                std::env::var_os("FLARE_REQUIRE_BPF").is_none(),
-                "no javac ({e}): scripts/deps.sh --test installs default-jdk-headless"
-            );
-            eprintln!("skipping: no JDK ({e})");
-            return;
-        }
-    }
+    let Some(classes) = common::java::classes("Service") else {
+        return;
+    };
     let _g = serial();
-    let class = classes.path().join("Service.class");
+    let class = classes.join("Service.class");
     let sb = Sandbox::new(&[("Service.class", &class)]);
     let out = sb.run(
         &[

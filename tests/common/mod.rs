@@ -6,6 +6,7 @@ pub mod bad_server;
 pub mod bpf;
 pub mod fixtures;
 pub mod golden;
+pub mod java;
 pub mod pprof;
 pub mod receivers;
 pub mod rich;
