@@ -82,3 +82,31 @@ class HandleCounter:
         except OSError:
             pass
         return None
+
+
+def own_figures(pipe):
+    """A workload's own accounting, read from its output up to its `cpu`
+    line: ({leaf: seconds} of its `share` lines, cpu seconds)."""
+    shares = {}
+    while True:
+        words = pipe.readline().split()
+        if not words:
+            raise RuntimeError("workload ended early")
+        if words[0] == "share":
+            shares[words[1]] = float(words[2])
+        elif words[0] == "cpu":
+            return shares, float(words[1])
+
+
+def end_workload(p, timeout):
+    """Closes a workload's stdin (its cue to finish) and waits for it,
+    killing it after `timeout` seconds."""
+    try:
+        p.stdin.close()
+    except OSError:
+        pass
+    try:
+        p.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()

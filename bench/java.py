@@ -86,7 +86,7 @@ import sys
 import tempfile
 import time
 
-from benchlib import HandleCounter, perf_fds, sampling_prog_stats
+from benchlib import HandleCounter, end_workload, own_figures, perf_fds, sampling_prog_stats
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SOURCE = os.path.join(ROOT, "tests", "workloads", "Service.java")
@@ -203,26 +203,11 @@ class JVM:
 
     def result(self):
         """The program's accounting: ({leaf: seconds}, cpu seconds, time of its end)."""
-        shares = {}
-        while True:
-            words = self.p.stdout.readline().split()
-            if not words:
-                raise RuntimeError("workload ended early")
-            if words[0] == "share":
-                shares["Service." + words[1]] = float(words[2])
-            elif words[0] == "cpu":
-                return shares, float(words[1]), time.monotonic()
+        shares, cpu = own_figures(self.p.stdout)
+        return {"Service." + k: v for k, v in shares.items()}, cpu, time.monotonic()
 
     def end(self):
-        try:
-            self.p.stdin.close()
-        except OSError:
-            pass
-        try:
-            self.p.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            self.p.kill()
-            self.p.wait()
+        end_workload(self.p, 15)
         if os.path.isfile(self.map) and not os.path.islink(self.map):
             os.unlink(self.map)
 

@@ -62,7 +62,7 @@ import sys
 import tempfile
 import time
 
-from benchlib import HandleCounter, perf_fds, sampling_prog_stats
+from benchlib import HandleCounter, end_workload, own_figures, perf_fds, sampling_prog_stats
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FLARE = os.environ.get("FLARE", os.path.join(ROOT, "target", "release", "flare"))
@@ -138,26 +138,11 @@ class Workload:
 
     def result(self):
         """Reads the program's accounting; returns (wall, {leaf: seconds}, cpu)."""
-        shares = {}
-        while True:
-            words = self.p.stdout.readline().split()
-            if not words:
-                raise RuntimeError("workload ended early")
-            if words[0] == "share":
-                shares[words[1]] = float(words[2])
-            elif words[0] == "cpu":
-                return time.monotonic() - self.t0, shares, float(words[1])
+        shares, cpu = own_figures(self.p.stdout)
+        return time.monotonic() - self.t0, shares, cpu
 
     def end(self):
-        try:
-            self.p.stdin.close()
-        except OSError:
-            pass
-        try:
-            self.p.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.p.kill()
-            self.p.wait()
+        end_workload(self.p, 10)
 
 
 class Profiler:

@@ -188,6 +188,41 @@ fn figures(stdout: &str) -> (Vec<(String, f64)>, f64) {
     (own, cpu)
 }
 
+/// The samples of `stacks` with a frame that `function` names `name`.
+fn samples_with(
+    stacks: &[(Vec<String>, u64)],
+    function: &dyn Fn(&str) -> Option<String>,
+    name: &str,
+) -> u64 {
+    stacks
+        .iter()
+        .filter(|(f, _)| f.iter().any(|x| function(x).as_deref() == Some(name)))
+        .map(|(_, n)| n)
+        .sum()
+}
+
+/// Each leaf of the program's own figures (`own`, over `cpu` seconds)
+/// holds a share of flare's `total` samples (`with` counts those naming
+/// `prefix` + the leaf) within 3 points of the program's.
+fn assert_shares(
+    own: &[(String, f64)],
+    cpu: f64,
+    prefix: &str,
+    with: &dyn Fn(&str) -> u64,
+    total: u64,
+    stdout: &str,
+) {
+    for (name, spent) in own {
+        let ours = 100.0 * with(&format!("{prefix}{name}")) as f64 / total as f64;
+        let theirs = 100.0 * spent / cpu;
+        eprintln!("{name}: {ours:.1} % of {total} samples, {theirs:.1} % by its own clock");
+        assert!(
+            (ours - theirs).abs() <= 3.0,
+            "{name}: {ours:.1} % of flare's samples, {theirs:.1} % by the program's clock:\n{stdout}"
+        );
+    }
+}
+
 fn stacks_of(out: &[u8], comm: &str) -> Vec<(Vec<String>, u64)> {
     String::from_utf8_lossy(out)
         .lines()
@@ -489,21 +524,8 @@ fn python_frames_without_root() {
         let (name, rest) = f.split_once(" (")?;
         rest.contains(".py:").then(|| name.to_string())
     };
-    let with = |name: &str| -> u64 {
-        stacks
-            .iter()
-            .filter(|(f, _)| f.iter().any(|x| function(x).as_deref() == Some(name)))
-            .map(|(_, n)| n)
-            .sum()
-    };
-    for (name, spent) in &own {
-        let ours = 100.0 * with(name) as f64 / total as f64;
-        let theirs = 100.0 * spent / cpu;
-        assert!(
-            (ours - theirs).abs() <= 3.0,
-            "{name}: {ours:.1} % of flare's samples, {theirs:.1} % by the program's clock:\n{stdout}"
-        );
-    }
+    let with = |name: &str| samples_with(&stacks, &function, name);
+    assert_shares(&own, cpu, "", &with, total, &stdout);
     let chained: u64 = stacks
         .iter()
         .filter(|(f, _)| {
@@ -559,22 +581,8 @@ fn java_frames_without_root() {
         .collect();
     let total: u64 = stacks.iter().map(|(_, n)| n).sum();
     assert!(total >= 2000, "{total} samples:\n{stdout}\n{err}");
-    let with = |name: &str| -> u64 {
-        stacks
-            .iter()
-            .filter(|(f, _)| f.iter().any(|x| method(x).as_deref() == Some(name)))
-            .map(|(_, n)| n)
-            .sum()
-    };
-    for (name, spent) in &own {
-        let ours = 100.0 * with(&format!("Service.{name}")) as f64 / total as f64;
-        let theirs = 100.0 * spent / cpu;
-        eprintln!("{name}: {ours:.1} % of {total} samples, {theirs:.1} % by its own clock");
-        assert!(
-            (ours - theirs).abs() <= 3.0,
-            "{name}: {ours:.1} % of flare's samples, {theirs:.1} % by the program's clock:\n{stdout}"
-        );
-    }
+    let with = |name: &str| samples_with(&stacks, &method, name);
+    assert_shares(&own, cpu, "Service.", &with, total, &stdout);
     let want = [
         "Service.main",
         "Service.serve",

@@ -79,12 +79,9 @@ impl Runtime {
     /// The runtime of a frame type in a BPF stack record
     /// (`FLARE_FRAME_*` in `bpf/common.h`).
     pub fn from_frame_type(t: u8) -> Option<Self> {
-        match t {
-            1 => Some(Runtime::Python),
-            2 => Some(Runtime::Java),
-            255 => Some(Runtime::Test),
-            _ => None,
-        }
+        [Runtime::Python, Runtime::Java, Runtime::Test]
+            .into_iter()
+            .find(|r| r.frame_type() == t)
     }
 
     /// The frame type of this runtime's frames in a stack record.

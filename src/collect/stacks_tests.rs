@@ -93,6 +93,7 @@ fn the_encoding_matches_bpf_common_h() {
             Some(runtime),
             "{name}"
         );
+        assert_eq!(u64::from(runtime.frame_type()), define(name), "{name}");
     }
     assert!(c.contains(
         "((FLARE_FRAME_TAG << 48) | ((__u64)(type) << 40) | ((__u64)(flags) << 32) | (__u64)(words))"

@@ -12,6 +12,7 @@
 //! guessed.
 
 use super::vmstructs::VmStructs;
+use super::BLOB_HEADER;
 
 /// Offsets (bytes) and values flare reads a JVM with.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -307,6 +308,23 @@ pub fn from_vmstructs(vm: &VmStructs, major: u32) -> Result<Layout, String> {
     if sender_sp != -1 || last_sp != -2 {
         return Err(format!(
             "its interpreter frames have another layout (sender sp at {sender_sp}, last sp at {last_sp})"
+        ));
+    }
+    // BPF, the user-space step and the namer read a blob's header whole.
+    let header = [
+        l.blob_name,
+        l.blob_size,
+        l.blob_code_begin,
+        l.blob_frame_size,
+        l.blob_frame_complete,
+        l.nm_method,
+        l.nm_compile_id,
+        l.nm_orig_pc,
+        l.nm_deopt,
+    ];
+    if header.iter().any(|&o| usize::from(o) + 8 > BLOB_HEADER) {
+        return Err(format!(
+            "its code blobs' members lie past the {BLOB_HEADER} bytes of them flare reads"
         ));
     }
     l.interp_sender_sp = -1;

@@ -29,6 +29,11 @@ pub use layout::Layout;
 /// Code heaps BPF looks in at most (a JVM has 1 or 3).
 pub const MAX_HEAPS: usize = 4;
 
+/// Bytes of a code blob's header (an nmethod's included) read at once,
+/// by BPF (bpf/java.h JAVA_BLOB_READ), the user-space step and the namer:
+/// every member of it flare reads lies in them ([`layout`] checks).
+pub const BLOB_HEADER: usize = 320;
+
 /// A code heap: where its blocks lie and its segment map.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Heap {
@@ -183,5 +188,35 @@ mod tests {
             }
         }
         assert_eq!(FrameId::decode([1, 9 << 56]), None);
+    }
+
+    /// What BPF reads of a blob and the proc flag are the C header's.
+    #[test]
+    fn the_blob_header_and_flags_match_bpf_java_h() {
+        let c = include_str!("../../bpf/java.h");
+        let define = |name: &str| -> usize {
+            c.lines()
+                .find_map(|l| l.strip_prefix(&format!("#define {name}")))
+                .and_then(|v| v.split_whitespace().next()?.parse().ok())
+                .unwrap_or_else(|| panic!("{name} not in java.h"))
+        };
+        assert_eq!(define("JAVA_BLOB_READ"), BLOB_HEADER);
+        assert_eq!(define("JAVA_MAX_HEAPS"), MAX_HEAPS);
+        let mut l = Layout {
+            blob_offsets: true,
+            ..Layout::default()
+        };
+        let p = Process {
+            layout: Arc::new(l.clone()),
+            heaps: Vec::new(),
+            cache: 0..0,
+        };
+        assert_eq!(p.bpf_bytes()[143] as usize, define("JAVA_BLOB_OFFSETS"));
+        l.blob_offsets = false;
+        let p = Process {
+            layout: Arc::new(l),
+            ..p
+        };
+        assert_eq!(p.bpf_bytes()[143], 0);
     }
 }

@@ -14,6 +14,7 @@ use std::ops::Range;
 
 use super::layout::{Layout, MetadataAt, NmethodData};
 use super::method::{half, int, word, Stream};
+use super::BLOB_HEADER;
 use crate::python::memory::Memory;
 
 /// `PcDesc`s read of an nmethod at most (a large C2 method has a few
@@ -69,12 +70,7 @@ pub fn read_nmethod(mem: &dyn Memory, layout: &Layout, nm: u64) -> Option<Nmetho
     if nm == 0 {
         return None;
     }
-    let end = header_members(layout)
-        .iter()
-        .map(|&o| usize::from(o) + 8)
-        .max()
-        .unwrap_or(0);
-    let mut head = vec![0u8; end];
+    let mut head = vec![0u8; BLOB_HEADER];
     mem.read(nm, &mut head).ok()?;
     let mut out = Nmethod {
         method: word(&head, layout.nm_method)?,
@@ -111,43 +107,6 @@ pub fn read_nmethod(mem: &dyn Memory, layout: &Layout, nm: u64) -> Option<Nmetho
     out.metadata = s.metadata.start;
     out.metadata_len = len(&s.metadata) / 8;
     Some(out)
-}
-
-/// The nmethod members read from its header.
-fn header_members(layout: &Layout) -> Vec<u16> {
-    let mut m = vec![layout.nm_method, layout.nm_compile_id];
-    match layout.nm_data {
-        NmethodData::Inline {
-            metadata,
-            scopes_data,
-            scopes_pcs,
-            dependencies,
-        } => m.extend([metadata, scopes_data, scopes_pcs, dependencies]),
-        NmethodData::Immutable {
-            data,
-            size,
-            ref_count,
-            scopes_pcs,
-            scopes_data,
-            metadata,
-        } => {
-            m.extend([data, size, scopes_pcs, scopes_data]);
-            m.extend(ref_count);
-            match metadata {
-                MetadataAt::AfterCode {
-                    data_offset,
-                    metadata,
-                    blob_size,
-                } => m.extend([data_offset, metadata, blob_size]),
-                MetadataAt::Mutable {
-                    data,
-                    size,
-                    relocation_size,
-                } => m.extend([data, size, relocation_size]),
-            }
-        }
-    }
-    m
 }
 
 /// Where an nmethod's metadata, scopes data and `PcDesc`s lie.

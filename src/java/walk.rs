@@ -16,14 +16,12 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use super::method::{half, int, word};
-use super::{FrameId, Kind, Process, NO_BCI};
+use super::{FrameId, Kind, Process, BLOB_HEADER, NO_BCI};
 use crate::python::memory::Memory;
 
 /// How long a code blob read is trusted.
 pub const BLOB_TTL: Duration = Duration::from_secs(1);
 
-/// Bytes of a code blob's header read (bpf/java.h JAVA_BLOB_READ).
-const BLOB_READ: usize = 320;
 /// Hops back through a segment map at most (bpf/java.h).
 const SEGMAP_HOPS: usize = 64;
 /// Bytes of segment map read at once.
@@ -300,7 +298,7 @@ fn find_blob(p: &Process, mem: &dyn Memory, pc: u64) -> Option<u64> {
 /// Reads the code blob at `start`: its header and name.
 fn read_blob(p: &Process, mem: &dyn Memory, start: u64) -> Option<Blob> {
     let l = &p.layout;
-    let mut header = vec![0u8; BLOB_READ];
+    let mut header = vec![0u8; BLOB_HEADER];
     mem.read(start, &mut header).ok()?;
     let size = u64::try_from(int(&header, l.blob_size)?).ok()?;
     let mut name = [0u8; 4];

@@ -203,6 +203,10 @@ impl State {
 
     /// Counts one sample.
     fn add(&mut self, s: &Sample<'_>, mappings: &Mappings) {
+        let start = match self.user {
+            true => mappings.process_start(s.pid, s.time),
+            false => 0,
+        };
         let user = match (self.user, self.mode, s.regs) {
             (false, ..) => None,
             (true, Mode::Fp, _) => Some(s.user.clone()),
@@ -213,7 +217,6 @@ impl State {
                 let regs = walk::Regs { pc, sp, bp };
                 let tables = &mut self.tables;
                 let row = |addr| tables.row(space.as_ref()?, addr);
-                let start = mappings.process_start(s.pid, s.time);
                 let java = self.java.as_mut();
                 let w = match java.and_then(|j| j.stepper(s.pid, start, s.r13, mappings)) {
                     Some(mut java) => {
@@ -227,13 +230,10 @@ impl State {
                 Some(w.pcs)
             }
         };
-        let start = match self.user {
-            true => mappings.process_start(s.pid, s.time),
-            false => 0,
-        };
+        // A walked stack may hold runtime frames among its addresses.
         let user = user.map(|pcs| match &mut self.python {
             Some(py) if !pcs.is_empty() => py.frames(s.pid, start, s.tid, s.time, pcs, mappings),
-            _ => addrs(pcs),
+            _ => crate::collect::stacks::decode(&pcs),
         });
         let user = user.map(|u| self.intern(u));
         let kernel = self.kernel.then(|| self.intern(addrs(s.kernel.clone())));
@@ -255,10 +255,8 @@ impl State {
     }
 }
 
-/// A walked stack's frames: addresses, and the runtime frames the walk
-/// put among them as BPF does.
 fn addrs(pcs: Vec<u64>) -> Vec<RawFrame> {
-    crate::collect::stacks::decode(&pcs)
+    pcs.into_iter().map(RawFrame::Addr).collect()
 }
 
 /// The error for an event the kernel refused on thread `tid` of `pid`.
