@@ -1,7 +1,8 @@
 //! Compiles every `bpf/<tool>.bpf.c` with clang and generates its libbpf-rs
 //! skeleton (`$OUT_DIR/<tool>.skel.rs`), and `$OUT_DIR/skels.rs`, the
 //! module of each (`crate::bpf::skel::<tool>`): a new program is found by
-//! its file name, listed nowhere. Only the committed `bpf/vmlinux.h` and
+//! its file name, listed nowhere. Only the committed `bpf/<arch>/vmlinux.h`
+//! (the target's: x86 or arm64, chosen by `-Ibpf/<arch>`) and
 //! libbpf's own headers (vendored by libbpf-sys) are needed: no kernel
 //! headers on the build machine.
 
@@ -37,6 +38,10 @@ fn main() {
         other => other,
     };
     let arch_define = format!("-D__TARGET_ARCH_{target_arch}");
+    let arch_include = format!("-Ibpf/{target_arch}");
+    if !std::path::Path::new(&format!("bpf/{target_arch}/vmlinux.h")).exists() {
+        panic!("flare's BPF programs are built for x86-64 and arm64, not {arch} (no bpf/{target_arch}/vmlinux.h)");
+    }
     // The whole directory: any header a program includes, now or later
     // (cargo looks at every file below it).
     println!("cargo:rerun-if-changed=bpf");
@@ -53,6 +58,7 @@ fn main() {
         let args = |extra: &'static str| {
             [
                 OsStr::new("-Ibpf"),
+                OsStr::new(&arch_include),
                 OsStr::new(&arch_define),
                 OsStr::new("-Wall"),
                 OsStr::new("-Wno-unused-function"),

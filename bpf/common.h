@@ -51,6 +51,16 @@
 #define FLARE_FRAME_TEST	255
 #define FLARE_RUNTIME_FRAME_WORDS 3
 
+/* What leads every time-stamped record (timed.h): the tool's key follows. */
+struct flare_timed_hdr {
+	__u64 time_ns;		/* bpf_ktime_get_ns(): CLOCK_MONOTONIC */
+	__u64 value;		/* 1 for a sample; blocked time in microseconds */
+	__u32 tid;		/* the thread, as flare's PID namespace sees it */
+	__u32 cpu;
+};
+
+_Static_assert(sizeof(struct flare_timed_hdr) == 24, "flare_timed_hdr layout");
+
 struct flare_stack {
 	__u64 len;
 	__u64 hash;

@@ -3,7 +3,7 @@
  * BPF-side helpers shared by every flare program: the one place stacks
  * are captured (flare_capture_stacks, into stacks.h's storage), task ids
  * as flare's PID namespace sees them, a task's state, and counting into a
- * hash map. Included once by each tool.bpf.c, after vmlinux.h and libbpf's
+ * hash map, or sending time-stamped records (timed.h). Included once by each tool.bpf.c, after vmlinux.h and libbpf's
  * headers; tools with -p/-t lists include targets.h after it.
  */
 #ifndef FLARE_BPF_H
@@ -12,6 +12,7 @@
 #include "common.h"
 #include <bpf/bpf_core_read.h>
 #include "unwind.h"
+#include "timed.h"
 
 /* flare's PID namespace, when it is not the initial one (set before load). */
 const volatile bool use_pidns = false;

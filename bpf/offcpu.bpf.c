@@ -38,8 +38,9 @@ const volatile __u64 max_us = (__u64)-1;
 const volatile bool stacks_at_switch_in = false;
 
 struct offcpu_stats stats = {};
-/* Present so that the skeleton generates the key type for Rust. */
+/* Present so that the skeletons generate the key and record types. */
 struct offcpu_key offcpu_key_type = {};
+struct offcpu_timed offcpu_timed_type = {};
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -119,8 +120,20 @@ static __always_inline void fill_current(void *ctx, struct offcpu_task *out)
 	flare_capture_stacks(ctx, &out->user_stack_id, &out->kernel_stack_id);
 }
 
-static __always_inline void add(struct offcpu_key *key, __u64 us)
+/* Counts a blocked period of `us` that began at `ts`, of thread `tid`;
+ * or, with times kept, sends it. */
+static __always_inline void add(struct offcpu_key *key, __u64 us, __u64 ts, __u32 tid)
 {
+	struct offcpu_timed *rec;
+
+	if (timed) {
+		rec = flare_timed_reserve(sizeof(*rec), ts, us, tid, &stats.ring_full);
+		if (rec) {
+			rec->key = *key;
+			flare_timed_submit(rec);
+		}
+		return;
+	}
 	if (!flare_count(&counts, key, us))
 		__sync_fetch_and_add(&stats.hash_full, 1);
 }
@@ -188,7 +201,7 @@ static __always_inline void switch_in(void *ctx, struct task_struct *next,
 		return;
 	if (stacks_at_switch_in)
 		fill_current(ctx, &key.target);	/* next is current */
-	add(&key, us);
+	add(&key, us, ts, tkey >> 32 ? 0 : (__u32)tkey);
 }
 
 static __always_inline int on_switch(void *ctx, struct task_struct *prev,
@@ -240,7 +253,7 @@ static __always_inline int on_waking(void *ctx, struct task_struct *p)
 		key.waker.start = 0;
 	}
 	key.has_waker = 1;
-	add(&key, us);
+	add(&key, us, ts, tkey >> 32 ? 0 : (__u32)tkey);
 	return 0;
 }
 

@@ -57,6 +57,14 @@ struct offcpu_stats {
 	__u64 hash_full;	/* blocked periods dropped: `counts` was full */
 	__u64 start_full;	/* switch-outs not tracked: `start` was full */
 	__u64 negative;		/* periods with a clock going backwards */
+	__u64 ring_full;	/* timed periods dropped: the ring was full */
+};
+
+/* A timed blocked period (timed.h): it began at hdr.time_ns and lasted
+ * hdr.value microseconds. */
+struct offcpu_timed {
+	struct flare_timed_hdr hdr;
+	struct offcpu_key key;
 };
 
 #endif /* FLARE_OFFCPU_H */

@@ -25,8 +25,9 @@ const volatile bool filter_cgroup = false;
 const volatile bool filter_mntns = false;
 
 struct profile_stats stats = {};
-/* Present so that the skeleton generates the key type for Rust. */
+/* Present so that the skeletons generate the key and record types. */
 struct profile_key profile_key_type = {};
+struct profile_timed profile_timed_type = {};
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -83,6 +84,7 @@ SEC("perf_event")
 int flare_profile_sample(struct bpf_perf_event_data *ctx)
 {
 	struct profile_key key = {};
+	__u64 now = timed ? bpf_ktime_get_ns() : 0;	/* before the stacks are walked */
 	__u32 tgid, tid;
 
 	/* The idle task is thread 0 on every CPU. */
@@ -112,6 +114,16 @@ int flare_profile_sample(struct bpf_perf_event_data *ctx)
 	bpf_get_current_comm(&key.comm, sizeof(key.comm));
 	flare_capture_stacks(ctx, &key.user_stack_id, &key.kernel_stack_id);
 
+	if (timed) {
+		struct profile_timed *rec = flare_timed_reserve(sizeof(*rec), now, 1,
+								tid, &stats.ring_full);
+
+		if (rec) {
+			rec->key = key;
+			flare_timed_submit(rec);
+		}
+		return 0;
+	}
 	if (!flare_count(&counts, &key, 1))
 		__sync_fetch_and_add(&stats.hash_full, 1);
 	return 0;

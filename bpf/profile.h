@@ -23,6 +23,13 @@ struct profile_stats {
 	__u64 samples;		/* samples that passed the filters */
 	__u64 hash_full;	/* samples dropped because `counts` was full */
 	__u64 pidns_miss;	/* samples of tasks outside flare's PID namespace */
+	__u64 ring_full;	/* timed samples dropped: the ring was full */
+};
+
+/* A timed sample (timed.h). */
+struct profile_timed {
+	struct flare_timed_hdr hdr;
+	struct profile_key key;
 };
 
 #endif /* FLARE_PROFILE_H */

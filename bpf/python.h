@@ -76,13 +76,18 @@ static __always_inline bool py_read(void *dst, __u32 size, __u64 addr)
 	return bpf_probe_read_user(dst, size, (void *)addr) == 0;
 }
 
-/* The thread pointer (fs base) of the current task. */
+/* The thread pointer (x86-64's fs base, arm64's tpidr_el0) of the
+ * current task. */
 static __always_inline __u64 py_thread_pointer(void)
 {
 #if defined(__TARGET_ARCH_x86)
 	struct task_struct *task = bpf_get_current_task_btf();
 
 	return BPF_CORE_READ(task, thread.fsbase);
+#elif defined(__TARGET_ARCH_arm64)
+	struct task_struct *task = bpf_get_current_task_btf();
+
+	return BPF_CORE_READ(task, thread.uw.tp_value);
 #else
 	return 0;
 #endif

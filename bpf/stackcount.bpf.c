@@ -27,6 +27,7 @@ const volatile bool per_process = true;	/* keep processes apart in keys */
 struct stackcount_stats stats = {};
 /* Present so that the skeleton generates the key type for Rust. */
 struct stackcount_key stackcount_key_type = {};
+struct stackcount_timed stackcount_timed_type = {};
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -38,6 +39,7 @@ struct {
 static __always_inline int count_stack(void *ctx)
 {
 	struct stackcount_key key = {};
+	__u64 now = timed ? bpf_ktime_get_ns() : 0;	/* before the stacks are walked */
 	__u32 tgid, tid;
 
 	if (filter_cpu && bpf_get_smp_processor_id() != target_cpu)
@@ -62,6 +64,16 @@ static __always_inline int count_stack(void *ctx)
 	}
 	flare_capture_stacks(ctx, &key.user_stack_id, &key.kernel_stack_id);
 
+	if (timed) {
+		struct stackcount_timed *rec = flare_timed_reserve(sizeof(*rec), now,
+								   1, tid, &stats.ring_full);
+
+		if (rec) {
+			rec->key = key;
+			flare_timed_submit(rec);
+		}
+		return 0;
+	}
 	if (!flare_count(&counts, &key, 1))
 		__sync_fetch_and_add(&stats.hash_full, 1);
 	return 0;

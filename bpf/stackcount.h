@@ -26,6 +26,13 @@ struct stackcount_stats {
 	__u64 events;		/* events that passed the filters */
 	__u64 hash_full;	/* events dropped because `counts` was full */
 	__u64 pidns_miss;	/* events of tasks outside flare's PID namespace */
+	__u64 ring_full;	/* timed events dropped: the ring was full */
+};
+
+/* A timed event (timed.h). */
+struct stackcount_timed {
+	struct flare_timed_hdr hdr;
+	struct stackcount_key key;
 };
 
 #endif /* FLARE_STACKCOUNT_H */

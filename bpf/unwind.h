@@ -85,9 +85,25 @@ static __always_inline __s64 flare_unwind_user(__u32 pid)
 }
 #else
 
+/*
+ * The architecture's registers: `bp` is the frame pointer (rbp; x29 on
+ * arm64), `lr` arm64's link register (x30), where a function that has not
+ * saved it yet keeps its return address: known for the interrupted frame
+ * (and after a signal frame), 0 once the walk has stepped past it.
+ */
+#if defined(__TARGET_ARCH_arm64)
+/* User addresses have 48 bits (CONFIG_ARM64_VA_BITS=48, Debian's and the
+ * clouds'); the bits above hold a return address's pointer-authentication
+ * code (-mbranch-protection) and the top byte's tag. */
+#define UNWIND_ADDR_MASK	0x0000ffffffffffffULL
+/* The frame record (x29, x30) is 16 bytes from where x29 points. */
+#else
+#define UNWIND_ADDR_MASK	(~0ULL)
+#endif
+
 /* The walk's state, carried from one bpf_loop step to the next. */
 struct unwind_walk {
-	__u64 pc, sp, bp;
+	__u64 pc, sp, bp, lr;
 	__u64 hash;
 	__u32 first, nr;	/* the process's mappings */
 	__u32 n;		/* frames so far */
@@ -255,9 +271,12 @@ static __always_inline long unwind_fp_step(struct unwind_walk *w)
 	if (!unwind_read(&next_bp, bp) || !unwind_read(&ra, bp + 8))
 		return 1;
 	__sync_fetch_and_add(&unwind_stats.fp_frames, 1);
+	/* x86-64: the caller's rsp exactly; arm64: a lower bound, as the
+	 * frame record may sit anywhere in the frame. */
 	w->sp = bp + 16;
 	w->bp = next_bp;
-	w->pc = ra;
+	w->pc = ra & UNWIND_ADDR_MASK;
+	w->lr = 0;
 	w->return_address = true;
 	return 0;
 }
@@ -281,7 +300,40 @@ static __always_inline long unwind_java_frame(struct unwind_walk *w, struct java
 	w->pc = js->ra;
 	w->sp = js->caller_sp;
 	w->bp = js->caller_bp;
+	w->lr = 0;
 	w->return_address = true;
+	return 0;
+}
+
+/* Steps through a signal trampoline: its sp points at the frame the
+ * kernel pushed, which holds the interrupted registers. 1 to end. */
+static __always_inline long unwind_signal_step(struct unwind_walk *w)
+{
+	__u64 bp, sp, pc, lr = 0;
+
+#if defined(__TARGET_ARCH_arm64)
+	/* struct rt_sigframe: siginfo (128 bytes), then the ucontext, whose
+	 * uc_mcontext (at 176) is a sigcontext: fault_address, regs[31],
+	 * sp, pc. */
+	__u64 regs = w->sp + 128 + 176 + 8;
+
+	if (!unwind_read(&bp, regs + 29 * 8) || !unwind_read(&lr, regs + 30 * 8) ||
+	    !unwind_read(&sp, regs + 31 * 8) || !unwind_read(&pc, regs + 32 * 8))
+		return 1;
+	lr &= UNWIND_ADDR_MASK;
+#else
+	/* rsp points at the ucontext; its mcontext holds the interrupted
+	 * rbp, rsp and rip (x86-64 sigcontext). */
+	if (!unwind_read(&bp, w->sp + 40 + 10 * 8) ||
+	    !unwind_read(&sp, w->sp + 40 + 15 * 8) ||
+	    !unwind_read(&pc, w->sp + 40 + 16 * 8))
+		return 1;
+#endif
+	w->bp = bp;
+	w->sp = sp;
+	w->pc = pc;
+	w->lr = lr;
+	w->return_address = false;
 	return 0;
 }
 
@@ -338,31 +390,53 @@ static __always_inline long unwind_native_step(struct unwind_walk *w, struct fla
 	case UNWIND_CFA_RBP:
 		cfa = w->bp + r->cfa_off;
 		break;
+#if defined(__TARGET_ARCH_x86)
 	case UNWIND_CFA_PLT:
 		cfa = w->sp + 8 + ((pc & 15) >= r->cfa_off ? 8 : 0);
 		break;
+#endif
 	case UNWIND_CFA_END:
 		w->complete = true;
 		return 1;
 	case UNWIND_CFA_SIGNAL:
-		/* rsp points at the ucontext; its mcontext holds the
-		 * interrupted rbp, rsp and rip (x86-64 sigcontext). */
-		if (!unwind_read(&bp, w->sp + 40 + 10 * 8) ||
-		    !unwind_read(&cfa, w->sp + 40 + 15 * 8) ||
-		    !unwind_read(&ra, w->sp + 40 + 16 * 8))
-			return 1;
-		w->bp = bp;
-		w->sp = cfa;
-		w->pc = ra;
-		w->return_address = false;
-		return 0;
+		return unwind_signal_step(w);
 	default:
 		return unwind_fp_step(w);
 	}
+#if defined(__TARGET_ARCH_arm64)
+	/* The caller's frame is at or above this one (a leaf may have
+	 * none); the return address is in x30 or where the rule says. */
+	if (cfa < w->sp)
+		return 1;
+	switch ((kind >> 6) & 3) {
+	case UNWIND_RA_LR:
+		if (!w->lr)
+			return 1;
+		ra = w->lr;
+		break;
+	case UNWIND_RA_AFTER_FP:
+		if (!unwind_read(&ra, cfa + ((__s64)r->rbp_off + 1) * 8))
+			return 1;
+		break;
+	case UNWIND_RA_SAVED:
+		if (!unwind_read(&ra, cfa + (__s64)r->rbp_off * 8))
+			return 1;
+		break;
+	default:
+		return 1;
+	}
+	ra &= UNWIND_ADDR_MASK;
+	/* A frame with its return address in x30 that does not move sp
+	 * would step to itself forever. */
+	if (cfa == w->sp && ra == pc)
+		return 1;
+	w->lr = 0;
+#else
 	/* The caller's frame is above this one. */
 	if (cfa <= w->sp || !unwind_read(&ra, cfa - 8))
 		return 1;
-	switch (kind >> 4) {
+#endif
+	switch ((kind >> 4) & 3) {
 	case UNWIND_RBP_SAVED:
 		if (!unwind_read(&bp, cfa + (__s64)r->rbp_off * 8))
 			return 1;
@@ -408,6 +482,28 @@ static long unwind_step(__u64 i, void *ctx)
 	return ret;
 }
 
+/* The walk's start from the task's saved user registers: false when
+ * they are not user mode's (a kernel thread). */
+static __always_inline bool unwind_user_regs(struct unwind_walk *w, struct pt_regs *regs)
+{
+#if defined(__TARGET_ARCH_arm64)
+	/* PSR_MODE_MASK: EL0 is mode 0. */
+	if (BPF_CORE_READ(regs, pstate) & 0xf)
+		return false;
+	w->pc = BPF_CORE_READ(regs, pc);
+	w->sp = BPF_CORE_READ(regs, sp);
+	w->bp = BPF_CORE_READ(regs, regs[29]);
+	w->lr = BPF_CORE_READ(regs, regs[30]) & UNWIND_ADDR_MASK;
+#else
+	if ((BPF_CORE_READ(regs, cs) & 3) != 3)
+		return false;
+	w->pc = BPF_CORE_READ(regs, ip);
+	w->sp = BPF_CORE_READ(regs, sp);
+	w->bp = BPF_CORE_READ(regs, bp);
+#endif
+	return true;
+}
+
 /*
  * Walks the current task's user stack with the tables and stores it: its
  * id, or a negative errno as flare_store_stack gives one (-EFAULT: no
@@ -425,11 +521,8 @@ static __always_inline __s64 flare_unwind_user(__u32 pid)
 	if (!BPF_CORE_READ(task, mm))
 		return -FLARE_EFAULT;
 	regs = (struct pt_regs *)bpf_task_pt_regs(task);
-	if (!regs || (BPF_CORE_READ(regs, cs) & 3) != 3)
+	if (!regs || !unwind_user_regs(&w, regs))
 		return -FLARE_EFAULT;
-	w.pc = BPF_CORE_READ(regs, ip);
-	w.sp = BPF_CORE_READ(regs, sp);
-	w.bp = BPF_CORE_READ(regs, bp);
 	w.pid = pid;
 	w.hash = FLARE_HASH_SEED;
 	proc = bpf_map_lookup_elem(&unwind_procs, &pid);

@@ -13,17 +13,24 @@
 #define UNWIND_MODE_AUTO	1	/* tables, frame pointers where none */
 #define UNWIND_MODE_DWARF	2	/* tables only: no table ends the walk */
 
-/* Row kinds (src/unwind/table.rs): the CFA rule in the low 4 bits... */
+/* Row kinds (src/unwind/table.rs): the CFA rule in the low 4 bits...
+ * ("rsp" and "rbp" are sp and x29 on arm64) */
 #define UNWIND_CFA_NONE		0	/* no information: frame pointer */
 #define UNWIND_CFA_RSP		1	/* CFA = rsp + cfa_off */
 #define UNWIND_CFA_RBP		2	/* CFA = rbp + cfa_off */
-#define UNWIND_CFA_PLT		3	/* rsp + 8 (+ 8 once (rip & 15) >= cfa_off) */
+#define UNWIND_CFA_PLT		3	/* rsp + 8 (+ 8 once (rip & 15) >= cfa_off); x86-64 */
 #define UNWIND_CFA_END		4	/* outermost frame: the stack is complete */
-#define UNWIND_CFA_SIGNAL	5	/* signal trampoline: ucontext at rsp */
-/* ... and the rbp rule in the high 4 bits. */
+#define UNWIND_CFA_SIGNAL	5	/* signal trampoline: the kernel's frame at sp */
+/* ... the rbp rule in bits 4-5 ... */
 #define UNWIND_RBP_SAME		0
 #define UNWIND_RBP_SAVED	1	/* at CFA + 8 * rbp_off */
 #define UNWIND_RBP_UNKNOWN	2
+/* ... and, on arm64, the return address's in bits 6-7 (x86-64: always at
+ * CFA - 8, the bits 0). */
+#define UNWIND_RA_LR		0	/* still in x30 (a leaf, a prologue) */
+#define UNWIND_RA_AFTER_FP	1	/* at CFA + 8 * (rbp_off + 1): a frame record */
+#define UNWIND_RA_SAVED		2	/* at CFA + 8 * rbp_off (x29 not saved) */
+#define UNWIND_RA_UNKNOWN	3
 
 /* An object's table has no more rows than this (binary search depth). */
 #define UNWIND_MAX_ROWS_LOG2	23
@@ -41,7 +48,7 @@
 struct unwind_row {
 	__u32 pc;		/* address - the table's base */
 	__u16 cfa_off;
-	__u8 kind;		/* cfa | rbp << 4 */
+	__u8 kind;		/* cfa | rbp << 4 | ra << 6 */
 	__s8 rbp_off;		/* in 8-byte words from the CFA */
 };
 

@@ -35,6 +35,7 @@ struct wallclock_stats stats = {};
 /* Present so that the skeleton generates the types for Rust. */
 struct wallclock_key wallclock_key_type = {};
 struct wallclock_start wallclock_start_type = {};
+struct wallclock_timed wallclock_timed_type = {};
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -78,8 +79,19 @@ static __always_inline bool fill_current(void *ctx, struct wallclock_key *key)
 	return true;
 }
 
-static __always_inline void add(struct wallclock_key *key, __u64 ns)
+/* Counts `ns` of `key`'s time from `ts` on; or, with times kept, sends it. */
+static __always_inline void add(struct wallclock_key *key, __u64 ns, __u64 ts)
 {
+	struct wallclock_timed *rec;
+
+	if (timed) {
+		rec = flare_timed_reserve(sizeof(*rec), ts, ns, key->tid, &stats.ring_full);
+		if (rec) {
+			rec->key = *key;
+			flare_timed_submit(rec);
+		}
+		return;
+	}
 	if (!flare_count(&counts, key, ns))
 		__sync_fetch_and_add(&stats.hash_full, 1);
 }
@@ -88,11 +100,12 @@ SEC("perf_event")
 int flare_wall_sample(struct bpf_perf_event_data *ctx)
 {
 	struct wallclock_key key = {};
+	__u64 now = timed ? bpf_ktime_get_ns() : 0;	/* before the stacks are walked */
 
 	if (!fill_current(ctx, &key))
 		return 0;
 	key.state = WALL_ON_CPU;
-	add(&key, period_ns);
+	add(&key, period_ns, now);
 	return 0;
 }
 
@@ -123,7 +136,7 @@ static __always_inline int on_switch(void *ctx, struct task_struct *prev,
 	s = *sp;
 	bpf_map_delete_elem(&start, &tid);
 	if (now > s.ts && now - s.ts >= min_ns)
-		add(&s.key, now - s.ts);
+		add(&s.key, now - s.ts, s.ts);
 	return 0;
 }
 

@@ -36,6 +36,13 @@ struct wallclock_stats {
 	__u64 hash_full;	/* periods or samples dropped: `counts` was full */
 	__u64 start_full;	/* switch-outs not tracked: `start` was full */
 	__u64 pidns_miss;	/* events of tasks outside flare's PID namespace */
+	__u64 ring_full;	/* timed periods or samples dropped: the ring was full */
+};
+
+/* A timed sample or blocked period (timed.h); hdr.value is nanoseconds. */
+struct wallclock_timed {
+	struct flare_timed_hdr hdr;
+	struct wallclock_key key;
 };
 
 #endif /* FLARE_WALLCLOCK_H */

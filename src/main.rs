@@ -21,6 +21,7 @@ fn main() -> ExitCode {
         cli::Command::Offwaketime(args) => args.request().and_then(run::run),
         cli::Command::Wallclock(args) => args.request().and_then(run::run),
         cli::Command::Flamegraph(args) => run::analyze::flamegraph(&args).map(|()| 0),
+        cli::Command::Heatmap(args) => run::analyze::heatmap(&args).map(|()| 0),
         cli::Command::Diff(args) => run::analyze::diff(&args).map(|()| 0),
         cli::Command::Top(args) => run::analyze::top(&args).map(|()| 0),
         cli::Command::Agent(args) => run::agent::run(&args).map(|()| 0),

@@ -177,7 +177,7 @@ pub fn kernel_version() -> (u32, u32) {
     let release: Vec<u8> = uts
         .release
         .iter()
-        .map(|&c| c as u8)
+        .map(|&c| c.to_ne_bytes()[0])
         .take_while(|&c| c != 0)
         .collect();
     parse_version(&String::from_utf8_lossy(&release))

@@ -109,6 +109,29 @@ fn otlp_hot_counts(req: &otlp::ExportProfilesServiceRequest, pid: u32) -> (i64, 
     (a, b)
 }
 
+/// Every sample of an OTLP window carries one timestamp per value, in
+/// the window's span (the agent keeps times when it pushes to OTLP).
+fn check_timestamps(what: &str, req: &otlp::ExportProfilesServiceRequest) {
+    let profile = &req.resource_profiles[0].scope_profiles[0].profiles[0];
+    let (from, len) = (profile.time_unix_nano, profile.duration_nano);
+    assert!(!profile.samples.is_empty(), "{what}: no samples");
+    for sample in &profile.samples {
+        assert_eq!(
+            sample.timestamps_unix_nano.len(),
+            sample.values.len(),
+            "{what}: one timestamp per value"
+        );
+        for &t in &sample.timestamps_unix_nano {
+            // A second of slack: the window's bounds are read from the
+            // wall clock when it is reported.
+            assert!(
+                t + 1_000_000_000 >= from && t <= from + len + 1_000_000_000,
+                "{what}: a sample at {t} outside the window [{from}, +{len}]"
+            );
+        }
+    }
+}
+
 #[test]
 fn every_destination_gets_the_hot_function_and_labels_in_each_window() {
     if !require_bpf() {
@@ -181,6 +204,7 @@ fn every_destination_gets_the_hot_function_and_labels_in_each_window() {
             .iter()
             .any(|kv| kv.key == "service.name"));
         check_window(&format!("otlp window {i}"), otlp_hot_counts(&req, w.pid));
+        check_timestamps(&format!("otlp window {i}"), &req);
     }
 
     for (i, r) in parca.requests().iter().take(3).enumerate() {

@@ -163,6 +163,7 @@ fn profile() -> Profile {
         read: Some(Collection {
             samples: raw(),
             lost: Lost::default(),
+            events: None,
         }),
     };
     let mut keep = Keep::default();

@@ -3,6 +3,10 @@
 //! must show the function as a DOM frame, update its totals, highlight a
 //! search with the right share, zoom, filter, pause, and offer an SVG
 //! download that parses as SVG. A screenshot is kept under target/.
+//! Against burst (a 500 ms burst in one function at a known time): the
+//! timeline strip renders, a mouse drag over the burst turns the flame
+//! graph into the burst's, compare and the heat map show, and clearing
+//! the range brings the whole run back.
 
 mod common;
 
@@ -12,7 +16,8 @@ use std::time::Duration;
 
 use common::bpf::{require_bpf, serial};
 use common::serve;
-use common::webdriver::{require_browser, wait_for, Browser};
+use common::session::Workload;
+use common::webdriver::{http, require_browser, wait_for, Browser};
 use serde_json::{json, Value};
 
 /// twofuncs spends this share of its CPU time in func_a, the rest in func_b.
@@ -215,4 +220,213 @@ fn stackcount_live_page_in_headless_chromium() {
         json!([]),
     );
     assert_eq!(unit, json!("events"));
+}
+
+/// The share of `name`'s frames in the page's graph (by their values).
+fn page_share(b: &Browser, name: &str) -> f64 {
+    page_number(
+        b,
+        &format!(
+            "const t = Number(document.body.dataset.total);\
+             const v = [...document.querySelectorAll('#graph g.frame[data-name=\"{name}\"]:not(.ancestor)')]\
+               .reduce((a, g) => a + Number(g.dataset.value), 0);\
+             return t > 0 ? v / t : -1;"
+        ),
+    )
+}
+
+#[test]
+fn timeline_drag_selects_a_range_in_headless_chromium() {
+    if !require_bpf() || !require_browser() {
+        return;
+    }
+    let _cpu = serial();
+    let mut work = Workload::start("burst", &["1500", "500", "1500"]);
+    let pid = work.pid.to_string();
+    let served = serve::serve(&[
+        "-F",
+        "199",
+        "-p",
+        &pid,
+        "40",
+        "--serve",
+        "--serve-interval",
+        "0.5",
+    ]);
+    let b = Browser::start();
+    b.goto(&served.url);
+    work.go();
+    work.wait_done();
+    let burst: Vec<u64> = work
+        .reports
+        .iter()
+        .find_map(|l| l.strip_prefix("burst "))
+        .expect("the workload's burst line")
+        .split_whitespace()
+        .map(|n| n.parse().expect("a time"))
+        .collect();
+    let (_, body) = http(served.port, "GET", &served.path("api/timeline"), None);
+    let tl: Value = serde_json::from_str(&body).expect("timeline JSON");
+    let origin = tl["origin_ns"].as_u64().expect("a timed run");
+    let (b0, b1) = (
+        (burst[0] - origin) as f64 / 1e6,
+        (burst[1] - origin) as f64 / 1e6,
+    );
+
+    // The strip renders, past the burst, with something drawn on it.
+    wait_for("the strip past the burst", LONG, || {
+        let end = page_number(
+            &b,
+            "const c = document.getElementById('strip');\
+             if (document.getElementById('time').hidden || !c.dataset.slices) return 0;\
+             return Number(c.dataset.from) + Number(c.dataset.slices) * Number(c.dataset.slice);",
+        );
+        (end > b1 + 1000.0).then_some(())
+    });
+    let drawn = page_number(
+        &b,
+        "const c = document.getElementById('strip');\
+         const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;\
+         let n = 0; for (let i = 0; i < d.length; i += 4) if (d[i] < 200) n++; return n;",
+    );
+    assert!(drawn > 100.0, "{drawn} dark pixels on the strip");
+    // The whole run is mostly spin_base.
+    assert!(page_share(&b, "spin_base") > 0.5, "whole run");
+    assert_eq!(
+        b.exec("return document.body.dataset.range;", json!([])),
+        json!("")
+    );
+
+    // Drag over the middle of the burst.
+    let (from, to) = (b0 + 40.0, b1 - 40.0);
+    b.exec(
+        "const [a, z] = arguments;\
+         const c = document.getElementById('strip'); const r = c.getBoundingClientRect();\
+         const from = Number(c.dataset.from), span = Number(c.dataset.slices) * Number(c.dataset.slice);\
+         const x = (t) => r.left + 1 + (t - from) / span * c.clientWidth;\
+         const ev = (type, t) => c.dispatchEvent(new MouseEvent(type,\
+           { clientX: x(t), clientY: r.top + 30, button: 0, bubbles: true }));\
+         ev('mousedown', a); ev('mousemove', (a + z) / 2); ev('mousemove', z); ev('mouseup', z);",
+        json!([from, to]),
+    );
+    let range = wait_for("the range's graph", LONG, || {
+        let r = b.exec("return document.body.dataset.range;", json!([]));
+        let r = r.as_str().unwrap_or("").to_string();
+        (!r.is_empty()).then_some(r)
+    });
+    let (ra, rz) = range.split_once('-').expect("FROM-TO");
+    let (ra, rz): (f64, f64) = (ra.parse().unwrap(), rz.parse().unwrap());
+    eprintln!("burst {b0:.1}..{b1:.1} ms, dragged {from:.1}..{to:.1}, range {ra}..{rz}");
+    let slice = page_number(
+        &b,
+        "return Number(document.getElementById('strip').dataset.slice);",
+    );
+    // The page snaps a drag outwards to whole slices; the pointer lands
+    // within a pixel of the time asked for.
+    let px = page_number(
+        &b,
+        "const c = document.getElementById('strip');\
+         return Number(c.dataset.slices) * Number(c.dataset.slice) / c.clientWidth;",
+    );
+    assert!(
+        ra >= from - slice - px && ra <= from + px && rz >= to - px && rz <= to + slice + px,
+        "range {ra}..{rz} vs the drag {from:.1}..{to:.1} (slices of {slice} ms, {px:.1} ms a pixel)"
+    );
+    let share = wait_for("burst_func's graph", LONG, || {
+        let s = page_share(&b, "burst_func");
+        (s > 0.0).then_some(s)
+    });
+    assert!(
+        share >= 0.9,
+        "burst_func is {share:.3} of the range's graph"
+    );
+    assert!(page_share(&b, "spin_base") < 0.1);
+
+    // Compare with the rest of the run: frames carry their baseline.
+    b.click(&b.find("#compare"));
+    let before = wait_for("the differential graph", LONG, || {
+        let v = b.exec(
+            "if (document.body.dataset.compare !== '1') return null;\
+             const g = document.querySelector('#graph g.frame[data-name=\"burst_func\"]');\
+             return g && g.dataset.before !== undefined ? [Number(g.dataset.value), Number(g.dataset.before)] : null;",
+            json!([]),
+        );
+        v.as_array()
+            .map(|a| (a[0].as_f64().unwrap_or(0.0), a[1].as_f64().unwrap_or(0.0)))
+    });
+    assert!(
+        before.1 * 10.0 < before.0,
+        "burst_func vs the rest: {before:?}"
+    );
+
+    // The thread filter lists the workload's thread by name.
+    let threads = b.exec(
+        "return [...document.querySelectorAll('#thread option')].map(o => [o.value, o.textContent]);",
+        json!([]),
+    );
+    assert!(
+        threads
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|o| o[0] == json!(pid)
+                && o[1].as_str().unwrap_or("").starts_with("workload-burst (")),
+        "{threads}"
+    );
+
+    // The heat map: one column per second.
+    b.click(&b.find("#heat-toggle"));
+    wait_for("the heat map", LONG, || {
+        let cols = page_number(
+            &b,
+            "const h = document.getElementById('heat');\
+             return document.getElementById('heat-wrap').hidden ? 0 : Number(h.dataset.columns || 0);",
+        );
+        (cols >= 3.0).then_some(())
+    });
+    let png = b.screenshot();
+    let tmp = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let path = tmp.parent().unwrap_or(&tmp).join("live-timeline.png");
+    fs::write(&path, png).expect("saving the screenshot");
+    eprintln!("screenshot: {}", path.display());
+
+    // Clearing the range brings the whole run back.
+    b.click(&b.find("#range-clear"));
+    wait_for("the whole run again", LONG, || {
+        let r = b.exec("return document.body.dataset.range;", json!([]));
+        (r == json!("") && page_share(&b, "spin_base") > 0.5).then_some(())
+    });
+
+    // A drag on the heat map, cell to cell, selects the same way.
+    b.exec(
+        "const [a, z] = arguments;\
+         const c = document.getElementById('heat'); const r = c.getBoundingClientRect();\
+         const col0 = Number(c.dataset.col0), cw = Number(c.dataset.cw), rp = Number(c.dataset.rowPx);\
+         const at = (t) => [r.left + 1 + (Math.floor(t / 1000) - col0) * cw + cw / 2,\
+                            r.top + 1 + Math.floor((t % 1000) / 20) * rp + rp / 2];\
+         const ev = (type, t) => { const [x, y] = at(t);\
+           c.dispatchEvent(new MouseEvent(type, { clientX: x, clientY: y, button: 0, bubbles: true })); };\
+         ev('mousedown', a); ev('mousemove', (a + z) / 2); ev('mousemove', z); ev('mouseup', z);",
+        json!([from, to]),
+    );
+    let range = wait_for("the heat map's range", LONG, || {
+        let r = b.exec("return document.body.dataset.range;", json!([]));
+        let r = r.as_str().unwrap_or("").to_string();
+        (!r.is_empty()).then_some(r)
+    });
+    let (ra, rz) = range.split_once('-').expect("FROM-TO");
+    let (ra, rz): (f64, f64) = (ra.parse().unwrap(), rz.parse().unwrap());
+    eprintln!("heat map drag {from:.1}..{to:.1}, range {ra}..{rz}");
+    assert!(
+        (ra - from).abs() <= 20.0 && (rz - to).abs() <= 20.0,
+        "heat map range {ra}..{rz} vs the drag {from:.1}..{to:.1} (20 ms rows)"
+    );
+    let share = wait_for("burst_func's graph again", LONG, || {
+        let s = page_share(&b, "burst_func");
+        (s > 0.0).then_some(s)
+    });
+    assert!(
+        share >= 0.9,
+        "burst_func is {share:.3} of the heat map range's graph"
+    );
 }

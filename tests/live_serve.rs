@@ -2,6 +2,8 @@
 //! snapshot's windows add up exactly, the sampled CPU matches what the
 //! workload really got, the usual output still comes at the end, and the
 //! server refuses anything but reading its fixed pages from loopback.
+//! Against burst: the timeline puts a burst where the workload says it
+//! was, and the burst's range is the burst's function.
 
 mod common;
 
@@ -11,6 +13,7 @@ use std::time::Duration;
 
 use common::bpf::{process_cpu, require_bpf, serial, spawn_with_stdin, Reaper};
 use common::serve;
+use common::session::Workload;
 use common::webdriver::{http, http_as, wait_for};
 use serde_json::Value;
 
@@ -266,6 +269,137 @@ fn offcputime_serve_reports_untracked_threads() {
     assert!(
         err.contains("off-CPU periods were not tracked") && err.contains("--blocked-storage-size"),
         "{err}"
+    );
+}
+
+fn get_json(served: &serve::Served, route: &str) -> Value {
+    let (code, body) = http(served.port, "GET", &served.path(route), None);
+    assert_eq!(code, 200, "{route}: {body}");
+    serde_json::from_str(&body).expect("JSON")
+}
+
+/// burst spins in spin_base, then in burst_func for 500 ms, then in
+/// spin_base again, and says when the burst was: the timeline's slices
+/// with burst_func lie within one slice of it, the range of the burst is
+/// burst_func, the rest of the run is not.
+#[test]
+fn timeline_finds_a_burst_where_it_happened() {
+    if !require_bpf() {
+        return;
+    }
+    let _cpu = serial();
+    let mut work = Workload::start("burst", &["1500", "500", "1500"]);
+    let pid = work.pid.to_string();
+    let served = serve::serve(&[
+        "-F",
+        "199",
+        "-p",
+        &pid,
+        "30",
+        "--serve",
+        "--serve-interval",
+        "0.5",
+    ]);
+    work.go();
+    work.wait_done();
+    let burst: Vec<u64> = work
+        .reports
+        .iter()
+        .find_map(|l| l.strip_prefix("burst "))
+        .expect("the workload's burst line")
+        .split_whitespace()
+        .map(|n| n.parse().expect("a time"))
+        .collect();
+    // Wait until the store holds an interval past the burst's end.
+    let q = format!("api/timeline?slice=50&pid={pid}&search=burst_func");
+    let tl = wait_for("the burst in the timeline", Duration::from_secs(20), || {
+        let tl = get_json(&served, &q);
+        let origin = tl["origin_ns"].as_u64()?;
+        let end_ms = (burst[1] - origin) as f64 / 1e6;
+        (tl["kept"][1].as_f64()? > end_ms + 1200.0).then_some(tl)
+    });
+    assert_eq!(tl["timed"], true, "{tl}");
+    let origin = tl["origin_ns"].as_u64().unwrap();
+    let (b0, b1) = (
+        (burst[0] - origin) as f64 / 1e6,
+        (burst[1] - origin) as f64 / 1e6,
+    );
+    let slice = tl["slice"].as_f64().unwrap();
+    let from = tl["from"].as_f64().unwrap();
+    let counts: Vec<u64> = tl["counts"]
+        .as_array()
+        .expect("filtered counts")
+        .iter()
+        .map(|c| c.as_u64().unwrap())
+        .collect();
+    let hot: Vec<f64> = counts
+        .iter()
+        .enumerate()
+        .filter(|(_, &c)| c > 0)
+        .map(|(i, _)| from + i as f64 * slice)
+        .collect();
+    eprintln!("burst {b0:.1}..{b1:.1} ms; slices with burst_func at {hot:?}");
+    assert!(
+        hot.len() >= 8,
+        "a 500 ms burst fills ten 50 ms slices: {hot:?}"
+    );
+    for &t in &hot {
+        assert!(
+            t + slice > b0 - slice && t < b1 + slice,
+            "burst_func at {t}..{} ms, the burst was {b0:.1}..{b1:.1} ms",
+            t + slice
+        );
+    }
+    let matched = tl["matched"].as_u64().unwrap();
+    assert!(
+        matched >= 60,
+        "{matched} burst_func samples in 500 ms at 199 Hz"
+    );
+
+    // The range of the burst is burst_func; the rest of the run is not.
+    let range = |a: f64, b: f64, extra: &str| {
+        get_json(
+            &served,
+            &format!(
+                "api/range?from={}&to={}&pid={pid}&min=0{extra}",
+                a.max(0.0) as u64,
+                b.ceil() as u64
+            ),
+        )
+    };
+    let inside = range(b0, b1, "");
+    let share = value_of(&inside, "burst_func") as f64 / inside["total"].as_f64().unwrap();
+    eprintln!("burst range: {share:.3} burst_func of {}", inside["total"]);
+    assert!(
+        share >= 0.9,
+        "burst_func is {share:.3} of the burst's range"
+    );
+    let end = tl["kept"][1].as_f64().unwrap();
+    let (before, after) = (range(0.0, b0 - 1.0, ""), range(b1 + 1.0, end, ""));
+    let outside = (value_of(&before, "burst_func") + value_of(&after, "burst_func")) as f64;
+    let out_total = before["total"].as_f64().unwrap() + after["total"].as_f64().unwrap();
+    eprintln!("outside: {outside} burst_func of {out_total}");
+    assert!(out_total >= 150.0, "{out_total} samples outside the burst");
+    assert!(
+        outside / out_total < 0.05,
+        "burst_func is {:.3} outside the burst",
+        outside / out_total
+    );
+    // Compared with the rest of the run, burst_func is new.
+    let cmp = range(b0, b1, "&compare=1");
+    assert_eq!(cmp["compare"], true);
+    fn node<'a>(n: &'a Value, names: &[Value], name: &str) -> Option<&'a Value> {
+        if names[n[0].as_u64()? as usize][0] == name {
+            return Some(n);
+        }
+        n[2].as_array()?.iter().find_map(|c| node(c, names, name))
+    }
+    let names = cmp["graph"]["names"].as_array().unwrap();
+    let b = node(&cmp["graph"]["root"], names, "burst_func").expect("burst_func in the diff");
+    let (now, rest) = (b[1].as_u64().unwrap(), b[3].as_u64().unwrap());
+    assert!(
+        rest * 10 < now,
+        "burst_func: {now} in the range, {rest} (scaled) in the rest"
     );
 }
 

@@ -205,7 +205,12 @@ fn frameless_leaves_keep_their_callers() {
     assert_full("frameless leaves", &r);
     // Frame pointers lose func_X under the frameless leaves (spin, and
     // libc's clock_gettime): the failure --unwind fixes, and proof that
-    // --unwind fp is still the kernel's frame-pointer walk.
+    // --unwind fp is still the kernel's frame-pointer walk. x86-64's: on
+    // arm64 (Debian's 6.1 and 6.12 in the guests) the kernel's walk kept
+    // func_X on 88 % of the samples, so there it proves nothing.
+    if !cfg!(target_arch = "x86_64") {
+        return;
+    }
     let fp = profile(&exe, "fp", &thread_root);
     assert!(
         (fp.complete as f64) < 0.5 * fp.samples as f64,
@@ -239,6 +244,8 @@ fn rust_release_has_full_stacks() {
     assert_full("Rust release", &profile(&exe, "auto", &main_root));
 }
 
+// tests/workloads/jit.c writes x86-64 machine code.
+#[cfg(target_arch = "x86_64")]
 #[test]
 fn a_stack_through_jit_code_without_tables_is_complete() {
     if !require_bpf() {

@@ -63,6 +63,9 @@ pub struct CommonKnobs {
     /// User stacks end in a test runtime frame (`FLARE_TEST_RUNTIME_FRAME`
     /// is 1), for tests of frames that are not addresses.
     pub test_runtime_frame: bool,
+    /// The size in bytes of the ring time-stamped records are sent to
+    /// (`bpf/timed.h`), or 0 when the run counts in the kernel.
+    pub timed_ring: u64,
 }
 
 /// The stack hash mask `FLARE_TEST_STACK_HASH_BITS` asks for (all bits
@@ -88,7 +91,15 @@ impl CommonKnobs {
             stack_hash_mask: stack_hash_mask(),
             test_runtime_frame: std::env::var_os("FLARE_TEST_RUNTIME_FRAME")
                 .is_some_and(|v| v == "1"),
+            timed_ring: 0,
         }
+    }
+
+    /// Sends time-stamped records to a ring of `bytes` (a power of two
+    /// number of pages) instead of counting, when `Some`.
+    pub fn timed(mut self, bytes: Option<u64>) -> Self {
+        self.timed_ring = bytes.unwrap_or(0);
+        self
     }
 
     /// Records user stacks only if `user`, kernel stacks only if `kernel`
@@ -122,6 +133,10 @@ macro_rules! set_common_knobs {
         $ro.follow_tgid = k.follow_tgid;
         $ro.stack_hash_mask = k.stack_hash_mask;
         $ro.test_runtime_frame = k.test_runtime_frame;
+        if k.timed_ring > 0 {
+            $ro.timed = true;
+            $ro.timed_ring_size = k.timed_ring;
+        }
         if let Some((dev, ino)) = k.pidns {
             $ro.use_pidns = true;
             $ro.pidns_dev = dev;

@@ -1,5 +1,5 @@
 //! Arguments of the subcommands that work on saved profiles:
-//! `flare flamegraph`, `flare diff` and `flare top`.
+//! `flare flamegraph`, `flare heatmap`, `flare diff` and `flare top`.
 
 use std::path::PathBuf;
 
@@ -11,11 +11,25 @@ use flare::output::svg::{Palette, SvgOptions};
 #[command(after_help = "Examples:
     flare flamegraph cpu.folded -o cpu.svg
     perf script | stackcollapse-perf.pl > out.folded; flare flamegraph out.folded > out.svg
-    flare flamegraph --reverse cpu.folded -o callers.svg   # leaves at the top, callers below")]
+    flare flamegraph --reverse cpu.folded -o callers.svg   # leaves at the top, callers below
+    flare profile -F 99 -o cpu.json.gz -- ./app             # a timed file
+    flare heatmap cpu.json.gz -o heat.svg                   # find the burst
+    flare flamegraph cpu.json.gz --from 2.0 --to 2.5 -o burst.svg")]
 pub struct FlamegraphArgs {
-    /// Folded stacks (flare -f, bcc -f, perf + stackcollapse-perf.pl); - for stdin
+    /// Folded stacks (flare -f, bcc -f, perf + stackcollapse-perf.pl), or a
+    /// timed Firefox Profiler file (flare -o NAME.json.gz, samply's
+    /// profile.json.gz); - for stdin
     #[arg(value_name = "IN")]
     pub input: PathBuf,
+
+    /// Draw only the samples from this many seconds after the start (a
+    /// timed file only; fractions allowed)
+    #[arg(long, value_name = "S", value_parser = seconds)]
+    pub from: Option<f64>,
+
+    /// Draw only the samples before this many seconds after the start
+    #[arg(long, value_name = "S", value_parser = seconds)]
+    pub to: Option<f64>,
 
     /// The SVG file to write [default: standard output]
     #[arg(short = 'o', long = "output", value_name = "OUT.svg")]
@@ -45,6 +59,72 @@ pub struct FlamegraphArgs {
     /// Use the off-CPU palette (blues) for blocked-time profiles
     #[arg(long)]
     pub offcpu: bool,
+}
+
+/// Seconds from a profile's start: a number, 0 or more.
+fn seconds(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
+        _ => Err(format!(
+            "'{s}' is not a time in seconds (a number, 0 or more)"
+        )),
+    }
+}
+
+fn rows(s: &str) -> Result<u32, String> {
+    match s.parse::<u32>() {
+        Ok(v) if (1..=1000).contains(&v) => Ok(v),
+        _ => Err(format!("'{s}' is not a number of rows (1 to 1000)")),
+    }
+}
+
+/// `flare heatmap IN -o OUT.svg`.
+#[derive(Debug, Args)]
+#[command(
+    after_help = "Columns are seconds, rows are slices of each second (20 ms by default), \
+and a cell's colour is the number of samples in it (FlameScope's view): bursts, pauses and \
+periodic work stand out. Hover a cell for its time range, then draw that range with \
+flare flamegraph IN --from S --to S.
+
+The input is a timed file: record one with -o NAME.json.gz (the Firefox Profiler's format), \
+or use samply's profile.json.gz.
+
+Examples:
+    flare profile -F 99 -o cpu.json.gz -- ./app
+    flare heatmap cpu.json.gz -o heat.svg
+    flare heatmap cpu.json.gz --rows 100 -o heat.svg        # 10 ms slices
+    flare heatmap cpu.json.gz --grep 'gc|malloc' -o gc.svg  # only stacks with a matching frame
+    flare heatmap cpu.json.gz --pid 4242 --tid 4250 -o t.svg
+    flare flamegraph cpu.json.gz --from 2.0 --to 2.5 -o burst.svg"
+)]
+pub struct HeatmapArgs {
+    /// A timed profile: flare -o NAME.json.gz, samply's profile.json.gz; - for stdin
+    #[arg(value_name = "IN")]
+    pub input: PathBuf,
+
+    /// The SVG file to write [default: standard output]
+    #[arg(short = 'o', long = "output", value_name = "OUT.svg")]
+    pub output: Option<PathBuf>,
+
+    /// Rows per second: each row is a slice of 1 s / ROWS
+    #[arg(long, value_name = "ROWS", default_value_t = 50, value_parser = rows)]
+    pub rows: u32,
+
+    /// Count only this process's samples
+    #[arg(short = 'p', long, value_name = "PID", value_parser = super::whole::<u32>)]
+    pub pid: Option<u32>,
+
+    /// Count only this thread's samples
+    #[arg(short = 't', long, value_name = "TID", value_parser = super::whole::<u32>)]
+    pub tid: Option<u32>,
+
+    /// Count only samples whose stack has a frame matching this regular expression
+    #[arg(long, value_name = "REGEX")]
+    pub grep: Option<String>,
+
+    /// The title at the top [default: the input's name]
+    #[arg(long)]
+    pub title: Option<String>,
 }
 
 fn min_width(s: &str) -> Result<f64, String> {

@@ -31,9 +31,12 @@ pub enum Command {
     /// Profile CPU stack traces at a timed interval
     #[command(after_help = profile::EXAMPLES, allow_negative_numbers = true)]
     Profile(profile::ProfileArgs),
-    /// Draw a flame graph (SVG) from folded stacks
+    /// Draw a flame graph (SVG) from folded stacks, or a time range of a timed file
     #[command(allow_negative_numbers = true)]
     Flamegraph(analyze::FlamegraphArgs),
+    /// Draw a sub-second heat map (SVG) of a timed profile (.json.gz)
+    #[command(allow_negative_numbers = true)]
+    Heatmap(analyze::HeatmapArgs),
     /// Draw a differential flame graph of two folded profiles
     #[command(allow_negative_numbers = true)]
     Diff(analyze::DiffArgs),

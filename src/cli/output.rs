@@ -21,14 +21,15 @@ use crate::run::Request;
 #[derive(Clone, Debug, Default, Args)]
 pub struct OutputArgs {
     /// Write the result to FILE, in the format of its extension (.svg,
-    /// .folded or .txt, .pb.gz or .pprof, .json); give -o again for more
+    /// .folded or .txt, .pb.gz or .pprof, .json for speedscope, .json.gz
+    /// for the Firefox Profiler, with sample times); give -o again for more
     /// files; - for standard output (with --format). Only a regular file
     /// is replaced, keeping its mode and owner
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     pub outputs: Vec<PathBuf>,
 
     /// Write this format whatever the extension (to standard output when no
-    /// -o is given): text, folded, svg, pprof, speedscope
+    /// -o is given): text, folded, svg, pprof, speedscope, firefox (gzipped)
     #[arg(long, value_name = "FORMAT", value_parser = format)]
     pub format: Option<Format>,
 

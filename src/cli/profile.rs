@@ -119,6 +119,7 @@ impl ProfileArgs {
             runtimes: self.unwind.runtimes(),
             include_self: self.include_self,
             follow_children: false,
+            timed: false,
         }
     }
 

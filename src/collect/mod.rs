@@ -14,6 +14,7 @@ use crate::profile::{Frame, Lost, Meta, Sample};
 
 mod raw;
 pub mod stacks;
+pub mod timed;
 
 pub use raw::{RawFrame, RawSample, RawTask, RawTrace, Runtime, RuntimeFrame};
 pub use stacks::{Periodic, StackCache, StackReader, STACK_SKIPPED};
@@ -70,6 +71,9 @@ pub struct Collection {
     /// Everything that could not be recorded since the previous clearing
     /// read (or the start).
     pub lost: Lost,
+    /// With times kept: each sample or blocked period, pointing into
+    /// `samples` (whose values are their sums).
+    pub events: Option<Vec<crate::profile::Event>>,
 }
 
 /// What symbolization can load while a collector runs, so that less is

@@ -164,6 +164,11 @@ pub trait Destination: Send {
     fn encoder(&self) -> Box<dyn Encode>;
     /// Sends one payload, giving up after `timeout`.
     fn deliver(&mut self, payload: &Payload, timeout: Duration) -> Result<(), DeliveryError>;
+    /// True when the format carries each sample's time (a run pushing to
+    /// it keeps times).
+    fn keeps_time(&self) -> bool {
+        false
+    }
 }
 
 #[cfg(test)]

@@ -8,7 +8,8 @@
 //! names (`process.pid`, `thread.id`, `thread.name`,
 //! `process.executable.path`, `container.id`, `host.name` on the
 //! resource). The values are sample counts; the period is one sample's CPU
-//! time.
+//! time. Where the run kept times, each sample carries its events'
+//! `timestamps_unix_nano`, one value per timestamp.
 
 use prost::Message;
 use std::collections::HashMap;
@@ -32,6 +33,22 @@ const ATTRIBUTES: &[(&str, &str)] = &[
     ("cgroup", "process.linux.cgroup"),
     ("container_id", "container.id"),
 ];
+
+/// Each sample's events as (Unix time in ns, value), in time order, when
+/// the profile kept times.
+fn timestamps(profile: &crate::profile::Profile) -> Option<Vec<Vec<(u64, u64)>>> {
+    let t = profile.timeline.as_ref()?;
+    let mut out = vec![Vec::new(); profile.samples.len()];
+    for e in &t.events {
+        if let Some(v) = out.get_mut(e.sample as usize) {
+            v.push((t.origin_unix_ns.saturating_add(t.offset_ns(e)), e.value));
+        }
+    }
+    for v in &mut out {
+        v.sort_unstable();
+    }
+    Some(out)
+}
 
 /// Interning of attributes (key, value) into the dictionary.
 #[derive(Default)]
@@ -155,7 +172,8 @@ pub fn from_pprof(
     let mut stack_table = vec![otlp::Stack::default()];
     let mut stacks: HashMap<Vec<i32>, i32> = HashMap::new();
     let mut samples = Vec::with_capacity(p.sample.len());
-    for s in &p.sample {
+    let times = timestamps(&window.profile);
+    for (i, s) in p.sample.iter().enumerate() {
         let locations: Vec<i32> = s.location_id.iter().map(|&l| l as i32).collect();
         let stack_index = *stacks.entry(locations).or_insert_with_key(|k| {
             stack_table.push(otlp::Stack {
@@ -176,12 +194,26 @@ pub fn from_pprof(
                 Some(attributes.get(key, value))
             })
             .collect();
+        let total = s.value.first().copied().unwrap_or(0);
+        // One value per timestamp where times were kept (pprof's sample
+        // i is the profile's sample i), each event's share of the total.
+        let (values, timestamps_unix_nano) = match times.as_ref().and_then(|t| t.get(i)) {
+            Some(events) if !events.is_empty() => {
+                let sum: u64 = events.iter().map(|&(_, v)| v).sum();
+                let values = events
+                    .iter()
+                    .map(|&(_, v)| (total as i128 * v as i128 / sum.max(1) as i128) as i64)
+                    .collect();
+                (values, events.iter().map(|&(t, _)| t).collect())
+            }
+            _ => (vec![total], Vec::new()),
+        };
         samples.push(otlp::Sample {
             stack_index,
             attribute_indices,
             link_index: 0,
-            values: s.value.first().copied().into_iter().collect(),
-            timestamps_unix_nano: Vec::new(),
+            values,
+            timestamps_unix_nano,
         });
     }
 
@@ -284,6 +316,11 @@ impl Otlp {
 impl Destination for Otlp {
     fn name(&self) -> String {
         format!("otlp {}", self.url)
+    }
+
+    /// Samples carry `timestamps_unix_nano`.
+    fn keeps_time(&self) -> bool {
+        true
     }
 
     fn encoder(&self) -> Box<dyn Encode> {

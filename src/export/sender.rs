@@ -107,6 +107,8 @@ pub struct Sender {
     thread: Option<JoinHandle<()>>,
     /// The disk spool is failing: windows are kept in memory.
     spilling: bool,
+    /// The destination's format carries each sample's time.
+    keeps_time: bool,
 }
 
 impl Sender {
@@ -117,6 +119,7 @@ impl Sender {
         options: Options,
     ) -> std::io::Result<Self> {
         let name = dest.name();
+        let keeps_time = dest.keeps_time();
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
                 spool,
@@ -149,11 +152,17 @@ impl Sender {
             shared,
             thread: Some(thread),
             spilling: false,
+            keeps_time,
         })
     }
 
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// True when the destination's format carries each sample's time.
+    pub fn keeps_time(&self) -> bool {
+        self.keeps_time
     }
 
     /// Encodes a window into the spool; never waits for the network.

@@ -13,7 +13,7 @@ use super::labels::Labeller;
 use super::sender::{after, Report, Sender};
 use super::Window;
 use crate::error::Result;
-use crate::pipeline::Sink;
+use crate::pipeline::{Sink, Times};
 use crate::profile::Profile;
 
 /// Pushes each report to every sender.
@@ -80,6 +80,13 @@ impl PushSink {
 }
 
 impl Sink for PushSink {
+    fn times(&self) -> Times {
+        Times {
+            updates: false,
+            reports: self.senders.iter().any(Sender::keeps_time),
+        }
+    }
+
     fn report(&mut self, profile: &Profile) -> Result<()> {
         let end = SystemTime::now();
         let start = self

@@ -7,7 +7,7 @@ use prost::Message;
 use super::sender::{Options, Sender};
 use super::spool::Spool;
 use super::*;
-use crate::profile::{Frame, FrameKind, Kind, Meta, Sample, TaskStack, Trace};
+use crate::profile::{Event, Frame, FrameKind, Kind, Meta, Sample, TaskStack, Timeline, Trace};
 
 fn payload(n: u64, size: usize) -> Payload {
     Payload {
@@ -292,6 +292,43 @@ fn otlp_request_resolves_to_the_same_stack_and_attributes() {
         .unwrap()
         .attributes[0];
     assert_eq!(host.key, "host.name");
+}
+
+#[test]
+fn otlp_samples_carry_their_times_where_the_run_kept_them() {
+    let mut w = sample_window();
+    // Seven samples: four at 1.5 s, three at 2.25 s into the window.
+    let origin_unix_ns = 1000 * 1_000_000_000;
+    let event = |offset_ns: u64, value| Event {
+        time_ns: 50_000 + offset_ns,
+        value,
+        sample: 0,
+        tid: 42,
+        cpu: 0,
+    };
+    w.profile.timeline = Some(Timeline {
+        origin_ns: 50_000,
+        origin_unix_ns,
+        events: vec![event(2_250_000_000, 3), event(1_500_000_000, 4)],
+    });
+    let p = pprof::Encoder::new().build(&w);
+    let req = otlp::from_pprof(p, &w, "svc");
+    let req =
+        otlp_proto::ExportProfilesServiceRequest::decode(req.encode_to_vec().as_slice()).unwrap();
+    let prof = &req.resource_profiles[0].scope_profiles[0].profiles[0];
+    let sample = &prof.samples[0];
+    assert_eq!(
+        sample.timestamps_unix_nano,
+        vec![
+            origin_unix_ns + 1_500_000_000,
+            origin_unix_ns + 2_250_000_000
+        ],
+        "in time order"
+    );
+    assert_eq!(sample.values, vec![4, 3], "one value per timestamp");
+    for t in &sample.timestamps_unix_nano {
+        assert!((prof.time_unix_nano..prof.time_unix_nano + prof.duration_nano).contains(t));
+    }
 }
 
 #[test]

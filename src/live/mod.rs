@@ -8,8 +8,11 @@
 //! here knows which tool made the profile.
 
 mod fxhash;
+mod query;
 pub mod server;
 pub mod sink;
+pub mod times;
+pub mod timeview;
 pub mod tree;
 pub mod window;
 
@@ -17,6 +20,7 @@ use std::fmt::Write as _;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs};
 use std::time::Duration;
 
+pub use timeview::{range_json, timeline_json, TimeQuery};
 pub use window::{Limits, Selection, Store, View};
 
 use crate::error::{Error, Result};
@@ -83,9 +87,22 @@ const MAX_PROCESSES: usize = 200;
 /// The JSON the page draws: totals of the selection and its flame graph.
 pub fn snapshot_json(store: &Store, sel: Selection, min_share: f64) -> String {
     let view = store.view(sel);
-    let total = view.total();
-    let min_value = (total as f64 * min_share).floor() as u64;
+    let min_value = (view.total() as f64 * min_share).floor() as u64;
     let tree = Tree::build(store, &view, min_value);
+    write_snapshot(store, &view, sel.pid, sel.last, &tree, "")
+}
+
+/// A view's snapshot JSON with its flame graph `tree`; `extra` (fields
+/// with their leading commas) goes before the graph.
+pub(crate) fn write_snapshot(
+    store: &Store,
+    view: &View,
+    pid: Option<u32>,
+    last: Option<Duration>,
+    tree: &Tree,
+    extra: &str,
+) -> String {
+    let total = view.total();
     let span = view.span.as_secs_f64();
     let rate = if span > 0.0 { total as f64 / span } else { 0.0 };
     let meta = &store.meta;
@@ -100,7 +117,7 @@ pub fn snapshot_json(store: &Store, sel: Selection, min_share: f64) -> String {
         out,
         ",\"unit\":\"{}\",\"seq\":{},\"elapsed\":{:.3},\"span\":{span:.3},\"total\":{total},\
          \"rate\":{rate:.2},\"stacks\":{},\"processes\":{},\"lost\":{{\"stacks\":{},\"hash_full\":{},\"untracked\":{},\"missed_events\":{}}},\
-         \"pid\":{},\"last\":{},\"procs\":[",
+         \"pid\":{},\"last\":{},\"timed\":{},\"procs\":[",
         unit_name(meta.unit),
         store.seq(),
         store.elapsed().as_secs_f64(),
@@ -110,8 +127,9 @@ pub fn snapshot_json(store: &Store, sel: Selection, min_share: f64) -> String {
         view.lost.hash_full,
         view.lost.untracked,
         view.lost.missed_events,
-        sel.pid.map_or("null".to_string(), |p| p.to_string()),
-        sel.last.map_or("null".to_string(), |l| l.as_secs().to_string()),
+        pid.map_or("null".to_string(), |p| p.to_string()),
+        last.map_or("null".to_string(), |l| l.as_secs().to_string()),
+        store.timed(),
     );
     for (i, &(pid, comm, value)) in view.processes.iter().take(MAX_PROCESSES).enumerate() {
         if i > 0 {
@@ -133,7 +151,9 @@ pub fn snapshot_json(store: &Store, sel: Selection, min_share: f64) -> String {
         }
         json_str(&mut out, f.name());
     }
-    out.push_str("],\"graph\":");
+    out.push(']');
+    out.push_str(extra);
+    out.push_str(",\"graph\":");
     tree.write_json(&mut out);
     out.push('}');
     out
@@ -171,6 +191,14 @@ pub struct Download {
 
 /// The selection rendered in `format`, by the same writers as `-o`.
 pub fn download(store: &Store, sel: Selection, format: Format) -> Result<Download> {
+    write_download(store.profile(sel), format)
+}
+
+/// A profile rendered in `format` for download.
+pub(crate) fn write_download(
+    mut profile: crate::profile::Profile,
+    format: Format,
+) -> Result<Download> {
     let (writer, content_type, file_name) = match format {
         Format::Folded => (
             crate::output::Format::Folded,
@@ -184,7 +212,6 @@ pub fn download(store: &Store, sel: Selection, format: Format) -> Result<Downloa
             "flare.pb.gz",
         ),
     };
-    let mut profile = store.profile(sel);
     profile.sort_ascending();
     let mut body = Vec::new();
     writer
@@ -202,3 +229,7 @@ pub fn download(store: &Store, sel: Selection, format: Format) -> Result<Downloa
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+#[path = "time_tests.rs"]
+mod time_tests;

@@ -1,5 +1,6 @@
-//! The live view's HTTP server: the page, its script and style, a JSON
-//! snapshot and downloads, all from memory.
+//! The live view's HTTP server: the page, its scripts and style, a JSON
+//! snapshot, the timeline and time ranges' snapshots, and downloads, all
+//! from memory.
 //!
 //! It is read-only by construction: only `GET` and `HEAD` are answered,
 //! routes are a fixed list under a random token (no request names a file,
@@ -7,6 +8,10 @@
 //! nothing), and every answer is computed from the [`Store`]. When bound
 //! to loopback it also refuses requests whose `Host` is not a loopback
 //! name, so a web page elsewhere cannot read it through DNS rebinding.
+//!
+//! Time answers are bounded too: a timeline has at most
+//! [`super::timeview::MAX_SLICES`] slices, every answer reads at most the
+//! store's capped events, and each is cached until the next interval.
 //!
 //! It is bounded whatever clients do: at most [`MAX_CONNECTIONS`] at once
 //! (a new one closes the oldest that has not sent its request), a request head of at most [`MAX_HEAD`]
@@ -31,11 +36,19 @@ use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::sync::oneshot;
 
-use super::{download, snapshot_json, Format, Selection, Store, DEFAULT_MIN_SHARE};
+#[cfg(test)]
+use super::query::MAX_SEARCH;
+use super::query::{check_range, parse_query, Refusal};
+use super::timeview::range_profile;
+use super::{
+    download, range_json, snapshot_json, timeline_json, write_download, Format, Selection, Store,
+    TimeQuery,
+};
 use crate::error::{Error, Result};
 
 const PAGE: &str = include_str!("page/index.html");
 const SCRIPT: &str = include_str!("page/flare.js");
+const TIME_SCRIPT: &str = include_str!("page/flare-time.js");
 const STYLE: &str = include_str!("page/flare.css");
 
 /// Connections served at once; past it the oldest silent one is closed.
@@ -64,6 +77,8 @@ struct Context {
     /// `/TOKEN/`: the prefix of every route.
     prefix: String,
     cache: Mutex<SnapshotCache>,
+    /// The last time view served (timeline or range), by its route.
+    time_cache: Mutex<TimeCache>,
 }
 
 impl Server {
@@ -84,6 +99,7 @@ impl Server {
             bound: addr,
             prefix: format!("/{token}/"),
             cache: Mutex::new(SnapshotCache::default()),
+            time_cache: Mutex::new((None, Vec::new())),
         });
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_io()
@@ -266,45 +282,23 @@ struct SnapshotCache {
     json: Vec<u8>,
 }
 
+/// The last time view served: its key (store sequence, route) and JSON.
+type TimeCache = (Option<(u64, String)>, Vec<u8>);
+
 /// What a request asks for.
 #[derive(Debug, PartialEq)]
 enum Route {
     Page,
     Script,
+    TimeScript,
     Style,
     Snapshot(Selection, f64),
     Download(Selection, Format),
-}
-
-/// A request that cannot be answered: status and one line of reason.
-type Refusal = (u16, String);
-
-fn parse_query(query: &str) -> std::result::Result<(Selection, f64), Refusal> {
-    let mut sel = Selection::default();
-    let mut min_share = DEFAULT_MIN_SHARE;
-    let bad = |k: &str, v: &str| (400, format!("bad value '{v}' for '{k}'"));
-    for pair in query.split('&').filter(|p| !p.is_empty()) {
-        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        match k {
-            "last" if v.is_empty() || v == "0" => sel.last = None,
-            "last" => {
-                let secs: u64 = v.parse().map_err(|_| bad(k, v))?;
-                sel.last = Some(Duration::from_secs(secs));
-            }
-            "pid" if v.is_empty() => sel.pid = None,
-            "pid" => sel.pid = Some(v.parse().map_err(|_| bad(k, v))?),
-            "min" => {
-                let m: f64 = v.parse().map_err(|_| bad(k, v))?;
-                if !(0.0..=1.0).contains(&m) {
-                    return Err(bad(k, v));
-                }
-                min_share = m;
-            }
-            // Cache busters and the like.
-            _ => {}
-        }
-    }
-    Ok((sel, min_share))
+    /// Samples per slice over the kept run.
+    Timeline(TimeQuery),
+    /// The flame graph of a time range.
+    Range(TimeQuery, f64),
+    RangeDownload(TimeQuery, Format),
 }
 
 fn route(method: &Method, url: &str) -> std::result::Result<Route, Refusal> {
@@ -312,15 +306,33 @@ fn route(method: &Method, url: &str) -> std::result::Result<Route, Refusal> {
         return Err((405, "the live view is read-only: GET only".into()));
     }
     let (path, query) = url.split_once('?').unwrap_or((url, ""));
-    let (sel, min) = parse_query(query)?;
+    let p = parse_query(query)?;
+    let (sel, min) = (p.sel, p.min_share);
+    let ranged = p.time.from_ms.is_some() || p.time.to_ms.is_some() || p.time.tid.is_some();
+    let download = |format| {
+        if ranged {
+            if p.time.from_ms.is_some() || p.time.to_ms.is_some() {
+                check_range(&p.time)?;
+            }
+            Ok(Route::RangeDownload(p.time.clone(), format))
+        } else {
+            Ok(Route::Download(sel, format))
+        }
+    };
     Ok(match path {
         "" | "index.html" => Route::Page,
         "flare.js" => Route::Script,
+        "flare-time.js" => Route::TimeScript,
         "flare.css" => Route::Style,
         "api/profile" => Route::Snapshot(sel, min),
-        "download/flare.folded" => Route::Download(sel, Format::Folded),
-        "download/flare.svg" => Route::Download(sel, Format::Svg),
-        "download/flare.pb.gz" => Route::Download(sel, Format::Pprof),
+        "api/timeline" => Route::Timeline(p.time),
+        "api/range" => {
+            check_range(&p.time)?;
+            Route::Range(p.time, min)
+        }
+        "download/flare.folded" => download(Format::Folded)?,
+        "download/flare.svg" => download(Format::Svg)?,
+        "download/flare.pb.gz" => download(Format::Pprof)?,
         _ => return Err((404, format!("no such page: {path}"))),
     })
 }
@@ -404,6 +416,7 @@ fn handle<B>(request: &Request<B>, ctx: &Context) -> Answer {
     match route {
         Route::Page => respond(200, "text/html; charset=utf-8", PAGE.into()),
         Route::Script => respond(200, "text/javascript; charset=utf-8", SCRIPT.into()),
+        Route::TimeScript => respond(200, "text/javascript; charset=utf-8", TIME_SCRIPT.into()),
         Route::Style => respond(200, "text/css; charset=utf-8", STYLE.into()),
         Route::Snapshot(sel, min) => {
             let mut cache = lock(&ctx.cache);
@@ -417,10 +430,37 @@ fn handle<B>(request: &Request<B>, ctx: &Context) -> Answer {
             }
             respond(200, "application/json", cache.json.clone())
         }
-        Route::Download(sel, format) => {
+        Route::Timeline(_) | Route::Range(..) => {
+            let key = format!("{route:?}");
+            let mut cache = lock(&ctx.time_cache);
+            let store = lock(&ctx.store);
+            let key = Some((store.seq(), key));
+            if cache.0 != key {
+                let json = match &route {
+                    Route::Timeline(q) => Some(timeline_json(&store, q)),
+                    Route::Range(q, min) => range_json(&store, q, *min),
+                    _ => None,
+                };
+                let Some(json) = json else {
+                    return refuse(404, "this run keeps no sample times");
+                };
+                *cache = (key, json.into_bytes());
+            }
+            respond(200, "application/json", cache.1.clone())
+        }
+        Route::Download(..) | Route::RangeDownload(..) => {
             let result = {
                 let store = lock(&ctx.store);
-                download(&store, sel, format)
+                match &route {
+                    Route::Download(sel, format) => Some(download(&store, *sel, *format)),
+                    Route::RangeDownload(q, format) => {
+                        range_profile(&store, q).map(|p| write_download(p, *format))
+                    }
+                    _ => None,
+                }
+            };
+            let Some(result) = result else {
+                return refuse(404, "this run keeps no sample times");
             };
             match result {
                 Ok(d) => {

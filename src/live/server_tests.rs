@@ -33,6 +33,68 @@ fn routes_are_a_fixed_list() {
 }
 
 #[test]
+fn time_queries_are_parsed_strictly() {
+    let q = |url: &str| route(&Method::GET, url);
+    match q("api/timeline?slice=20&pid=7&tid=8&search=a+b%2Fc") {
+        Ok(Route::Timeline(t)) => {
+            assert_eq!(t.slice_ms, 20);
+            assert_eq!((t.pid, t.tid), (Some(7), Some(8)));
+            assert_eq!(t.search.as_deref(), Some("a b/c"));
+        }
+        other => panic!("{other:?}"),
+    }
+    match q("api/range?from=1200&to=1700&compare=1") {
+        Ok(Route::Range(t, _)) => {
+            assert_eq!(
+                (t.from_ms, t.to_ms, t.compare),
+                (Some(1200), Some(1700), true)
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(
+        q("download/flare.folded?from=1&to=2&tid=3"),
+        Ok(Route::RangeDownload(
+            TimeQuery { tid: Some(3), .. },
+            Format::Folded
+        ))
+    ));
+    assert!(matches!(
+        q("download/flare.svg?tid=3"),
+        Ok(Route::RangeDownload(..))
+    ));
+    for bad in [
+        "api/timeline?slice=0",
+        "api/timeline?slice=3600001",
+        "api/timeline?slice=x",
+        "api/timeline?from=-1",
+        "api/timeline?from=+5",
+        "api/timeline?to=1e3",
+        "api/timeline?from=1000000000001",
+        "api/timeline?tid=x",
+        "api/timeline?search=%zz",
+        "api/timeline?search=%ff",
+        "api/timeline?search=%4",
+        "api/range?from=5&to=5",
+        "api/range?from=6&to=5",
+        "api/range?from=5",
+        "api/range",
+        "api/range?from=1&to=2&compare=yes",
+        "download/flare.folded?from=1",
+    ] {
+        assert_eq!(q(bad).map(|_| ()).unwrap_err().0, 400, "{bad}");
+    }
+    match q("api/timeline?search=caf%C3%A9") {
+        Ok(Route::Timeline(t)) => assert_eq!(t.search.as_deref(), Some("café")),
+        other => panic!("{other:?}"),
+    }
+    let long = format!("api/timeline?search={}", "x".repeat(MAX_SEARCH + 1));
+    assert_eq!(q(&long).unwrap_err().0, 400);
+    let fits = format!("api/timeline?search={}", "x".repeat(MAX_SEARCH));
+    assert!(q(&fits).is_ok());
+}
+
+#[test]
 fn loopback_hosts() {
     for h in [
         "127.0.0.1:8080",
@@ -64,6 +126,7 @@ fn serving(stacks: usize) -> Server {
         Limits {
             keep: Duration::from_secs(60),
             max_stacks: stacks + 10,
+            ..Limits::default()
         },
     );
     let pad = "x".repeat(400);
@@ -104,6 +167,20 @@ fn the_url_token_guards_every_route() {
     assert_eq!(server.token.len(), 32);
     assert_eq!(get(&server, &token_path(&server, "")), Some(200));
     assert_eq!(get(&server, &token_path(&server, "api/profile")), Some(200));
+    assert_eq!(
+        get(&server, &token_path(&server, "flare-time.js")),
+        Some(200)
+    );
+    // A run without times: the timeline says so, ranges have nothing.
+    assert_eq!(
+        get(&server, &token_path(&server, "api/timeline")),
+        Some(200)
+    );
+    assert_eq!(
+        get(&server, &token_path(&server, "api/range?from=0&to=10")),
+        Some(404)
+    );
+    assert_eq!(get(&server, "/api/timeline"), Some(404));
     assert_eq!(get(&server, "/"), Some(404));
     assert_eq!(get(&server, "/api/profile"), Some(404));
     assert_eq!(get(&server, "/download/flare.folded"), Some(404));

@@ -8,7 +8,7 @@ use std::time::Duration;
 use super::server::Server;
 use super::{Options, Store};
 use crate::error::Result;
-use crate::pipeline::Sink;
+use crate::pipeline::{Sink, Times};
 use crate::profile::{Meta, Profile};
 
 /// Serves the live flame graph while the run lasts.
@@ -34,6 +34,14 @@ impl LiveSink {
 }
 
 impl Sink for LiveSink {
+    /// The page's timeline and ranges are drawn from the intervals.
+    fn times(&self) -> Times {
+        Times {
+            updates: true,
+            reports: false,
+        }
+    }
+
     fn begin(&mut self, meta: &Meta, _header: &str, _notes: &[String]) -> Result<()> {
         let store = Arc::new(Mutex::new(Store::new(meta.clone(), self.options.limits)));
         let server = Server::start(self.options.bind, Arc::clone(&store))?;
@@ -59,7 +67,7 @@ impl Sink for LiveSink {
             // store half-updated for readers: they only see whole
             // intervals.
             let mut store = store.lock().unwrap_or_else(|e| e.into_inner());
-            store.push(&delta.samples, delta.meta.lost, length);
+            store.push_profile(delta, length);
         }
         Ok(())
     }

@@ -32,6 +32,7 @@ fn store(keep: u64) -> Store {
         Limits {
             keep: Duration::from_secs(keep),
             max_stacks: 1000,
+            ..Limits::default()
         },
     )
 }
@@ -167,6 +168,7 @@ fn too_many_stacks_are_counted_not_dropped() {
         Limits {
             keep: Duration::from_secs(10),
             max_stacks: 2,
+            ..Limits::default()
         },
     );
     let names = ["a", "b", "c", "d"];

@@ -30,6 +30,9 @@ pub struct Tree {
     /// Labels used by the nodes: name and what the frame is.
     pub names: Vec<(String, Kind)>,
     pub nodes: Vec<Node>,
+    /// For a differential graph, each node's value in the baseline,
+    /// scaled to the graph's total (as `flare diff` scales "before").
+    pub before: Option<Vec<u64>>,
 }
 
 /// What a frame stands for, for colouring.
@@ -80,17 +83,42 @@ impl Tree {
     /// Builds the tree of `view`, leaving out frames whose value is below
     /// `min_value` (their value stays in their parent).
     pub fn build(store: &Store, view: &View, min_value: u64) -> Tree {
-        let trie = &store.trie;
-        let mut values = vec![0u64; trie.len()];
-        for &(id, value) in &view.counts {
+        Tree::build_counts(store, &view.counts, None, min_value)
+    }
+
+    /// The values of `counts` (stack id, value) summed into the trie.
+    fn trie_values(store: &Store, counts: &[(u32, u64)]) -> Vec<u64> {
+        let mut values = vec![0u64; store.trie.len()];
+        for &(id, value) in counts {
             values[0] += value;
             for &n in store.stacks[id as usize].nodes.iter() {
                 values[n as usize] += value;
             }
         }
+        values
+    }
+
+    /// The tree of `counts`, differential against `before` (stack id,
+    /// value) when given: widths are `counts`, each node also carries its
+    /// value in `before` scaled to the total of `counts`.
+    pub fn build_counts(
+        store: &Store,
+        counts: &[(u32, u64)],
+        before: Option<&[(u32, u64)]>,
+        min_value: u64,
+    ) -> Tree {
+        let trie = &store.trie;
+        let values = Tree::trie_values(store, counts);
+        let base = before.map(|b| Tree::trie_values(store, b));
+        let scale = match &base {
+            Some(b) if b[0] > 0 => values[0] as f64 / b[0] as f64,
+            _ => 1.0,
+        };
+        let mut before_out = base.as_ref().map(|_| Vec::new());
         let mut tree = Tree {
             names: vec![("all".to_string(), Kind::Root)],
             nodes: Vec::new(),
+            before: None,
         };
         // Store label -> tree name, by index (0: not yet used).
         let mut name_ids: Vec<u32> = vec![0; store.labels()];
@@ -116,6 +144,9 @@ impl Tree {
                 value: values[t as usize],
                 children: Vec::new(),
             });
+            if let (Some(out), Some(b)) = (&mut before_out, &base) {
+                out.push((b[t as usize] as f64 * scale).round() as u64);
+            }
             if let Some(p) = parent {
                 tree.nodes[p as usize].children.push(new);
             }
@@ -129,6 +160,7 @@ impl Tree {
             kids.sort_by(|&a, &b| label_name(b).cmp(label_name(a)));
             stack.extend(kids.into_iter().map(|c| (c, Some(new))));
         }
+        tree.before = before_out;
         tree
     }
 
@@ -156,7 +188,8 @@ impl Tree {
 
     /// The tree as JSON: `{"names":[[name,kind],..],"root":NODE}` with each
     /// node `[name index, value, [children..]]` (children left out when
-    /// there are none).
+    /// there are none); a differential tree's nodes are `[name index,
+    /// value, [children..], before]`, children always given.
     pub fn write_json(&self, out: &mut String) {
         out.push_str("{\"names\":[");
         for (i, (n, k)) in self.names.iter().enumerate() {
@@ -179,7 +212,11 @@ impl Tree {
     fn node_json(&self, out: &mut String, i: u32) {
         let n = &self.nodes[i as usize];
         let _ = write!(out, "[{},{}", n.name, n.value);
-        if !n.children.is_empty() {
+        let before = self
+            .before
+            .as_ref()
+            .and_then(|b| b.get(i as usize).copied());
+        if !n.children.is_empty() || before.is_some() {
             out.push_str(",[");
             for (j, &c) in n.children.iter().enumerate() {
                 if j > 0 {
@@ -188,6 +225,9 @@ impl Tree {
                 self.node_json(out, c);
             }
             out.push(']');
+        }
+        if let Some(b) = before {
+            let _ = write!(out, ",{b}");
         }
         out.push(']');
     }

@@ -8,7 +8,9 @@
 //! second of 10,000 distinct stacks costs little more than their counts.
 //! Memory is bounded: intervals older than the longest window are dropped,
 //! and past [`Limits::max_stacks`] distinct stacks new ones are counted
-//! under one `[too many stacks]` entry.
+//! under one `[too many stacks]` entry. Where the run keeps sample times,
+//! each interval also holds its samples' times ([`super::times`]), dropped
+//! with it.
 
 use std::borrow::Borrow;
 use std::collections::VecDeque;
@@ -16,6 +18,7 @@ use std::hash::Hash;
 use std::time::Duration;
 
 use super::fxhash::FxMap;
+use super::times::{IntervalTimes, Times};
 use crate::profile::{Frame, Lost, Meta, PathKind, Profile, Sample, TaskStack, Trace};
 
 /// Strings or frames stored once and referred to by index.
@@ -34,7 +37,7 @@ impl<T: Clone + Eq + Hash> Interner<T> {
     }
 
     /// The id of `item`, stored if new (only then is it copied).
-    fn id<Q>(&mut self, item: &Q) -> u32
+    pub(crate) fn id<Q>(&mut self, item: &Q) -> u32
     where
         T: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = T> + ?Sized,
@@ -145,6 +148,9 @@ pub struct Limits {
     pub keep: Duration,
     /// Distinct stacks remembered over the run.
     pub max_stacks: usize,
+    /// Sample times kept over [`Limits::keep`]: each interval may keep
+    /// its share of them (by its length), and counts what it drops.
+    pub max_events: usize,
 }
 
 impl Default for Limits {
@@ -152,18 +158,21 @@ impl Default for Limits {
         Limits {
             keep: Duration::from_secs(300),
             max_stacks: 200_000,
+            max_events: 4_000_000,
         }
     }
 }
 
 /// The counts one read of the kernel maps added.
 #[derive(Debug)]
-struct Interval {
+pub(crate) struct Interval {
     /// When the interval started and ended, since the start of the run.
-    start: Duration,
-    end: Duration,
+    pub(crate) start: Duration,
+    pub(crate) end: Duration,
     counts: Vec<(u32, u64)>,
-    lost: Lost,
+    pub(crate) lost: Lost,
+    /// When its samples happened, if the collector kept their times.
+    pub(crate) times: Option<IntervalTimes>,
 }
 
 /// Which part of the profile to look at.
@@ -203,16 +212,18 @@ pub const TOO_MANY: &str = "[too many stacks]";
 #[derive(Debug)]
 pub struct Store {
     pub(crate) meta: Meta,
-    limits: Limits,
+    pub(crate) limits: Limits,
     /// Flame graph labels: a name (in `strings`) and what it stands for.
     names: Interner<(u32, PathKind)>,
-    strings: Interner<String>,
+    pub(crate) strings: Interner<String>,
     frames: Interner<Frame>,
     index: FxMap<StackKey, u32>,
     pub(crate) stacks: Vec<Stack>,
     pub(crate) trie: Trie,
     overflow: Option<u32>,
-    intervals: VecDeque<Interval>,
+    pub(crate) intervals: VecDeque<Interval>,
+    /// Threads and the time base of the intervals' times.
+    pub(crate) times: Times,
     totals: Vec<u64>,
     total_lost: Lost,
     elapsed: Duration,
@@ -233,6 +244,7 @@ impl Store {
             trie: Trie::new(),
             overflow: None,
             intervals: VecDeque::new(),
+            times: Times::default(),
             totals: Vec::new(),
             total_lost: Lost::default(),
             elapsed: Duration::ZERO,
@@ -348,6 +360,18 @@ impl Store {
         self.push_interval(Vec::new(), samples.to_vec(), lost, length);
     }
 
+    /// Adds one interval's profile: its samples, and their times when it
+    /// has a timeline.
+    pub fn push_profile(&mut self, delta: &Profile, length: Duration) {
+        let ids = self.push_interval(Vec::new(), delta.samples.clone(), delta.meta.lost, length);
+        if let Some(timeline) = &delta.timeline {
+            let times = self.ingest_times(timeline, &delta.samples, &ids, length);
+            if let Some(last) = self.intervals.back_mut() {
+                last.times = Some(times);
+            }
+        }
+    }
+
     /// Adds an interval made of counts of stacks already in the store
     /// (`known`: id, value) and of newly symbolized `samples`; returns the
     /// ids the new samples were given, in order.
@@ -394,6 +418,7 @@ impl Store {
             end: self.elapsed,
             counts,
             lost,
+            times: None,
         });
         // Keep what the longest window needs (plus the interval that
         // straddles its start).
@@ -447,6 +472,18 @@ impl Store {
                 (counts, self.elapsed - start)
             }
         };
+        self.finish_view(all, span, lost, sel.pid)
+    }
+
+    /// A view of `all` (stack id, value) over `span`: the process list of
+    /// all of them, the counts of `pid`'s only.
+    pub(crate) fn finish_view(
+        &self,
+        all: Vec<(u32, u64)>,
+        span: Duration,
+        lost: Lost,
+        pid: Option<u32>,
+    ) -> View {
         let mut procs: FxMap<Option<u32>, (u32, u64)> = FxMap::default();
         for &(id, v) in &all {
             let s = &self.stacks[id as usize];
@@ -456,7 +493,7 @@ impl Store {
         let mut processes: Vec<(Option<u32>, u32, u64)> =
             procs.into_iter().map(|(p, (c, v))| (p, c, v)).collect();
         processes.sort_unstable_by(|a, b| b.2.cmp(&a.2).then(a.0.cmp(&b.0)));
-        let counts = match sel.pid {
+        let counts = match pid {
             None => all,
             Some(pid) => all
                 .into_iter()
@@ -495,7 +532,11 @@ impl Store {
     /// and for the final output of a run. Samples are in bcc's order
     /// (ascending value).
     pub fn profile(&self, sel: Selection) -> Profile {
-        let view = self.view(sel);
+        self.profile_of(&self.view(sel))
+    }
+
+    /// A view as a [`Profile`] (see [`Store::profile`]).
+    pub fn profile_of(&self, view: &View) -> Profile {
         let mut meta = self.meta.clone();
         meta.duration = view.span;
         meta.lost = view.lost;

@@ -5,7 +5,7 @@ use std::fmt;
 use std::io::{self, Write};
 use std::path::Path;
 
-use super::{folded, offcpu, pprof, speedscope, stackcount, svg, text, StackStyle};
+use super::{firefox, folded, offcpu, pprof, speedscope, stackcount, svg, text, StackStyle};
 use crate::profile::{Kind, Profile};
 
 /// An output format.
@@ -21,17 +21,21 @@ pub enum Format {
     Pprof,
     /// A speedscope JSON file.
     Speedscope,
+    /// A gzipped Firefox Profiler file (samply's `profile.json.gz`), with
+    /// every sample's time.
+    Firefox,
 }
 
 /// The names `--format` accepts, for messages.
-pub const FORMAT_NAMES: &str = "text, folded, svg, pprof, speedscope (or json)";
+pub const FORMAT_NAMES: &str = "text, folded, svg, pprof, speedscope (or json), firefox";
 
 /// The extensions `-o` recognises, for messages.
-pub const EXTENSIONS: &str = ".svg, .folded, .txt, .pb.gz, .pprof, .json";
+pub const EXTENSIONS: &str = ".svg, .folded, .txt, .pb.gz, .pprof, .json, .json.gz";
 
 impl Format {
     /// The format a file name asks for by its extension: `.svg`,
-    /// `.folded`/`.txt` (folded stacks), `.pb.gz`/`.pprof`, `.json`.
+    /// `.folded`/`.txt` (folded stacks), `.pb.gz`/`.pprof`, `.json`
+    /// (speedscope), `.json.gz` (the Firefox Profiler).
     pub fn from_path(path: &Path) -> Option<Format> {
         let name = path.file_name()?.to_str()?.to_ascii_lowercase();
         let ext = |e: &str| name.len() > e.len() && name.ends_with(e);
@@ -43,6 +47,8 @@ impl Format {
             Format::Pprof
         } else if ext(".json") {
             Format::Speedscope
+        } else if ext(".json.gz") {
+            Format::Firefox
         } else {
             return None;
         })
@@ -56,8 +62,20 @@ impl Format {
             "svg" | "flamegraph" => Format::Svg,
             "pprof" | "pb.gz" => Format::Pprof,
             "speedscope" | "json" => Format::Speedscope,
+            "firefox" | "json.gz" => Format::Firefox,
             _ => return None,
         })
+    }
+
+    /// True for formats that show when samples happened: a run writing
+    /// one keeps each sample's time.
+    pub fn keeps_time(self) -> bool {
+        match self {
+            Format::Text | Format::Folded | Format::Svg | Format::Pprof | Format::Speedscope => {
+                false
+            }
+            Format::Firefox => true,
+        }
     }
 
     /// Writes `profile` in this format. Text and folded output keep the
@@ -75,6 +93,7 @@ impl Format {
             Format::Svg => svg::write(w, profile),
             Format::Pprof => pprof::write(w, profile),
             Format::Speedscope => speedscope::write(w, profile),
+            Format::Firefox => firefox::write(w, profile),
         }
     }
 }
@@ -119,6 +138,7 @@ impl fmt::Display for Format {
             Format::Svg => "svg",
             Format::Pprof => "pprof",
             Format::Speedscope => "speedscope",
+            Format::Firefox => "firefox",
         })
     }
 }
@@ -138,6 +158,9 @@ mod tests {
             ("cpu.pprof", Some(Format::Pprof)),
             ("p.json", Some(Format::Speedscope)),
             ("p.gz", None),
+            ("profile.json.gz", Some(Format::Firefox)),
+            ("P.JSON.GZ", Some(Format::Firefox)),
+            (".json.gz", None),
             ("svg", None),
             (".svg", None),
             ("noext", None),
@@ -146,5 +169,8 @@ mod tests {
         }
         assert_eq!(Format::from_name("JSON"), Some(Format::Speedscope));
         assert_eq!(Format::from_name("png"), None);
+        assert_eq!(Format::from_name("firefox"), Some(Format::Firefox));
+        assert!(Format::Firefox.keeps_time());
+        assert_eq!(Format::Firefox.to_string(), "firefox");
     }
 }

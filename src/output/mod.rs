@@ -1,8 +1,10 @@
 //! Output formats. Each module writes a [`Profile`](crate::profile::Profile)
 //! to any `impl Write`; none of them knows how the profile was collected.
 
+pub mod firefox;
 pub mod folded;
 pub mod format;
+pub mod heatmap;
 pub mod offcpu;
 pub mod pprof;
 pub mod speedscope;

@@ -5,13 +5,20 @@
 //! Weights are in the profile's time unit where there is one (CPU
 //! nanoseconds for `profile`, microseconds for the off-CPU family) so that
 //! speedscope shows times, and plain counts otherwise.
+//!
+//! A profile with a timeline is written one profile per thread instead,
+//! its samples in time order, so that speedscope's time-order view shows
+//! when each stack ran: `startValue` is the thread's first event (from
+//! the profile's start, in the unit), and where a time unit places the
+//! events, the time between them is an empty-stack sample (idle, which
+//! speedscope draws as a gap).
 
 use std::collections::HashMap;
 use std::io::{self, Write};
 
 use serde::Serialize;
 
-use crate::profile::{FrameKind, PathKind, Profile, ValueUnit};
+use crate::profile::{Event, FrameKind, PathKind, Profile, Sample, Timeline, ValueUnit};
 
 const SCHEMA: &str = "https://www.speedscope.app/file-format-schema.json";
 
@@ -64,33 +71,17 @@ fn unit(profile: &Profile) -> (&'static str, u64) {
     }
 }
 
-/// Writes the profile as a speedscope JSON file.
-pub fn write<W: Write>(mut w: W, profile: &Profile) -> io::Result<()> {
-    let (unit, factor) = unit(profile);
-    let mut frames: Vec<FrameOut> = Vec::new();
-    let mut frame_index: HashMap<FrameOut, usize> = HashMap::new();
-    // Processes in order of first appearance, keyed by pid and name.
-    let mut order: Vec<(Option<u32>, String)> = Vec::new();
-    let mut by_process: HashMap<(Option<u32>, String), Sampled> = HashMap::new();
-    for s in &profile.samples {
-        let key = (s.task.pid, s.task.comm.clone());
-        let sampled = by_process.entry(key.clone()).or_insert_with(|| {
-            order.push(key.clone());
-            Sampled {
-                kind: "sampled",
-                name: match key.0 {
-                    Some(pid) => format!("{} ({pid})", key.1),
-                    None => key.1.clone(),
-                },
-                unit,
-                start_value: 0,
-                end_value: 0,
-                samples: Vec::new(),
-                weights: Vec::new(),
-            }
-        });
-        let stack = s
-            .path()
+/// The shared frame table, built as stacks are added.
+#[derive(Default)]
+struct FrameTable {
+    frames: Vec<FrameOut>,
+    index: HashMap<FrameOut, usize>,
+}
+
+impl FrameTable {
+    /// A sample's stack, root first, as indices into the table.
+    fn stack(&mut self, s: &Sample) -> Vec<usize> {
+        s.path()
             .iter()
             .filter(|p| p.kind != PathKind::Process)
             .map(|p| {
@@ -111,19 +102,22 @@ pub fn write<W: Write>(mut w: W, profile: &Profile) -> io::Result<()> {
                     file,
                     line: f.and_then(|f| f.line()),
                 };
-                *frame_index.entry(out.clone()).or_insert_with(|| {
-                    frames.push(out);
-                    frames.len() - 1
+                *self.index.entry(out.clone()).or_insert_with(|| {
+                    self.frames.push(out);
+                    self.frames.len() - 1
                 })
             })
-            .collect();
-        let weight = s.value * factor;
-        sampled.samples.push(stack);
-        sampled.weights.push(weight);
-        sampled.end_value += weight;
+            .collect()
     }
-    let mut profiles: Vec<Sampled> = order.iter().filter_map(|k| by_process.remove(k)).collect();
-    profiles.sort_by_key(|p| std::cmp::Reverse(p.end_value));
+}
+
+/// Writes the profile as a speedscope JSON file.
+pub fn write<W: Write>(mut w: W, profile: &Profile) -> io::Result<()> {
+    let mut table = FrameTable::default();
+    let profiles = match &profile.timeline {
+        Some(t) => by_thread(profile, t, &mut table),
+        None => by_process(profile, &mut table),
+    };
     let meta = &profile.meta;
     let mut name = format!("flare {}: {}", meta.tool, meta.event);
     if !meta.target.is_empty() {
@@ -135,9 +129,106 @@ pub fn write<W: Write>(mut w: W, profile: &Profile) -> io::Result<()> {
         name,
         exporter: format!("flare {}", env!("CARGO_PKG_VERSION")),
         active_profile_index: 0,
-        shared: Shared { frames },
+        shared: Shared {
+            frames: table.frames,
+        },
         profiles,
     };
     serde_json::to_writer(&mut w, &file).map_err(io::Error::other)?;
     writeln!(w)
+}
+
+/// One profile per thread, its events in time order; idle time between
+/// them (where the unit is a time) as empty-stack samples.
+fn by_thread(profile: &Profile, timeline: &Timeline, table: &mut FrameTable) -> Vec<Sampled> {
+    let (unit, factor) = unit(profile);
+    // Nanoseconds per unit, to place events; none for counts.
+    let ns_per_unit = match unit {
+        "nanoseconds" => Some(1),
+        "microseconds" => Some(1000),
+        _ => None,
+    };
+    let mut events: Vec<&Event> = timeline.events.iter().collect();
+    events.sort_by_key(|e| e.time_ns);
+    let mut order: Vec<(u32, u32)> = Vec::new();
+    let mut threads: HashMap<(u32, u32), (Sampled, u64)> = HashMap::new();
+    let mut stacks: HashMap<u32, Vec<usize>> = HashMap::new();
+    for e in events {
+        let Some(s) = profile.samples.get(e.sample as usize) else {
+            continue;
+        };
+        let pid = s.task.pid.unwrap_or(0);
+        let key = (pid, e.tid);
+        let at = ns_per_unit.map_or(0, |n| timeline.offset_ns(e) / n);
+        let (sampled, end) = threads.entry(key).or_insert_with(|| {
+            order.push(key);
+            let name = match s.task.pid {
+                Some(pid) if pid != e.tid => format!("{} ({pid}/{})", s.task.comm, e.tid),
+                Some(pid) => format!("{} ({pid})", s.task.comm),
+                None => format!("{} ({})", s.task.comm, e.tid),
+            };
+            let sampled = Sampled {
+                kind: "sampled",
+                name,
+                unit,
+                start_value: at,
+                end_value: at,
+                samples: Vec::new(),
+                weights: Vec::new(),
+            };
+            (sampled, at)
+        });
+        if ns_per_unit.is_some() && at > *end {
+            sampled.samples.push(Vec::new());
+            sampled.weights.push(at - *end);
+            sampled.end_value += at - *end;
+        }
+        let stack = stacks
+            .entry(e.sample)
+            .or_insert_with(|| table.stack(s))
+            .clone();
+        let weight = e.value * factor;
+        sampled.samples.push(stack);
+        sampled.weights.push(weight);
+        sampled.end_value += weight;
+        *end = sampled.end_value;
+    }
+    order
+        .iter()
+        .filter_map(|k| threads.remove(k).map(|t| t.0))
+        .collect()
+}
+
+/// One profile per process, heaviest first, each stack once.
+fn by_process(profile: &Profile, table: &mut FrameTable) -> Vec<Sampled> {
+    let (unit, factor) = unit(profile);
+    // Processes in order of first appearance, keyed by pid and name.
+    let mut order: Vec<(Option<u32>, String)> = Vec::new();
+    let mut by_process: HashMap<(Option<u32>, String), Sampled> = HashMap::new();
+    for s in &profile.samples {
+        let key = (s.task.pid, s.task.comm.clone());
+        let sampled = by_process.entry(key.clone()).or_insert_with(|| {
+            order.push(key.clone());
+            Sampled {
+                kind: "sampled",
+                name: match key.0 {
+                    Some(pid) => format!("{} ({pid})", key.1),
+                    None => key.1.clone(),
+                },
+                unit,
+                start_value: 0,
+                end_value: 0,
+                samples: Vec::new(),
+                weights: Vec::new(),
+            }
+        });
+        let stack = table.stack(s);
+        let weight = s.value * factor;
+        sampled.samples.push(stack);
+        sampled.weights.push(weight);
+        sampled.end_value += weight;
+    }
+    let mut profiles: Vec<Sampled> = order.iter().filter_map(|k| by_process.remove(k)).collect();
+    profiles.sort_by_key(|p| std::cmp::Reverse(p.end_value));
+    profiles
 }

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use crate::collect::{Collection, Collector};
 use crate::error::Result;
 use crate::procmaps::{self, Mappings, Scope};
-use crate::profile::{Meta, Profile, Sample};
+use crate::profile::{Event, Meta, Profile, Sample, Timeline};
 use crate::symbolize::{self, Background};
 
 pub use resolve::Resolver;
@@ -48,10 +48,33 @@ pub struct Plan {
     pub symbolize: symbolize::Options,
 }
 
+/// Where a sink needs each sample's time ([`Sink::times`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Times {
+    /// In the intervals' updates (the live page's timeline).
+    pub updates: bool,
+    /// In reports (files with times, OTLP's sample timestamps): a
+    /// periodic run then keeps the whole run's times for the last one.
+    pub reports: bool,
+}
+
+impl Times {
+    /// True when the run must keep times at all.
+    pub fn any(self) -> bool {
+        self.updates || self.reports
+    }
+}
+
 /// Where profiles go: a printer, files, the live view, a push exporter.
 /// Every method has a default that does nothing, so a sink implements
 /// only what it needs.
 pub trait Sink {
+    /// Whether the sink shows when samples happened: a run whose sinks
+    /// need no times counts in the kernel.
+    fn times(&self) -> Times {
+        Times::default()
+    }
+
     /// Once, when the collector is attached: what is measured, and bcc's
     /// header line for the run.
     fn begin(&mut self, _meta: &Meta, _header: &str, _notes: &[String]) -> Result<()> {
@@ -88,16 +111,23 @@ fn each(sinks: &mut [&mut dyn Sink], mut f: impl FnMut(&mut dyn Sink) -> Result<
     first
 }
 
-/// Merges and sorts tidied samples into a profile.
+/// Merges and sorts tidied samples into a profile, with their `events`
+/// (if the collector kept times) on a timeline that starts at `origin`.
 fn finish(
     mut meta: Meta,
     samples: Vec<Sample>,
     c_lost: crate::profile::Lost,
     duration: Duration,
+    events: Option<Vec<Event>>,
+    origin: &Timeline,
 ) -> Profile {
     meta.duration = duration;
     meta.lost = c_lost;
-    let mut profile = Profile { meta, samples };
+    let mut profile = Profile::untimed(meta, samples);
+    profile.timeline = events.map(|events| Timeline {
+        events,
+        ..origin.clone_empty()
+    });
     profile.merge_identical();
     profile.sort_ascending();
     profile
@@ -210,6 +240,7 @@ fn once(
     let symbolizer =
         Background::with_mappings(plan.symbolize, mappings, warm.kernel, warm.pids, namers);
     let started = Instant::now();
+    let origin = Timeline::starting_now();
     each(sinks, |s| {
         s.begin(&meta, &collector.header(), &collector.notes())
     })?;
@@ -220,10 +251,14 @@ fn once(
         wait(stop, deadline);
     }
     let elapsed = started.elapsed();
-    let Collection { samples, lost } = collector.collect(false)?;
+    let Collection {
+        samples,
+        lost,
+        events,
+    } = collector.collect(false)?;
     let mut samples = symbolizer.resolve(samples);
     collector.tidy(&mut samples);
-    let profile = finish(meta, samples, lost, elapsed);
+    let profile = finish(meta, samples, lost, elapsed, events, &origin);
     let reported = each(sinks, |s| s.report(&profile));
     let ended = each(sinks, |s| s.end());
     // Detaching (closing the BPF objects and perf events) takes a while
@@ -244,12 +279,15 @@ fn periodic(
     let meta = collector.meta();
     let mut resolver = Resolver::new(plan.symbolize, mappings, collector.namers());
     let started = Instant::now();
+    let origin = Timeline::starting_now();
     // A duration or interval too long to add to the clock is forever.
     let end = plan.duration.and_then(|d| started.checked_add(d));
     each(sinks, |s| {
         s.begin(&meta, &collector.header(), &collector.notes())
     })?;
     let mut whole = Profile::new(meta.clone());
+    // The whole run's times are kept only for a sink that reports them.
+    let whole_times = sinks.iter().any(|s| s.times().reports);
     let mut last_read = started;
     let mut next = started.checked_add(interval);
     loop {
@@ -261,17 +299,24 @@ fn periodic(
         let now = Instant::now();
         let length = now - last_read;
         last_read = now;
-        let Collection { samples, lost } = collector.collect(true)?;
+        let Collection {
+            samples,
+            lost,
+            events,
+        } = collector.collect(true)?;
         // Tidied by the resolver, once per stack it names.
         let samples = resolver.resolve(&*collector, samples);
-        let delta = finish(meta.clone(), samples, lost, length);
+        let delta = finish(meta.clone(), samples, lost, length, events, &origin);
         each(sinks, |s| s.update(&delta, length))?;
         if report_each {
             each(sinks, |s| s.report(&delta))?;
         } else {
             whole.meta.lost.add(&delta.meta.lost);
-            whole.samples.extend(delta.samples);
-            whole.merge_identical();
+            let mut delta = delta;
+            if !whole_times {
+                delta.timeline = None;
+            }
+            whole.absorb(delta);
         }
         if stopped {
             break;

@@ -72,7 +72,9 @@ impl Resolver {
             known.insert(k, n.clone());
             Some(n)
         };
-        let mut out = Vec::with_capacity(raw.len());
+        // Samples stay in the order of `raw`: a timeline's events name
+        // them by index.
+        let mut out: Vec<Option<Sample>> = Vec::with_capacity(raw.len());
         let mut new = Vec::new();
         let mut new_keys = Vec::new();
         for s in raw {
@@ -81,23 +83,25 @@ impl Resolver {
                 waker: s.waker,
             };
             match lookup(&key) {
-                Some((task, waker)) => out.push(Sample::new(task, waker, s.value)),
+                Some((task, waker)) => out.push(Some(Sample::new(task, waker, s.value))),
                 None => {
                     new.push(RawSample {
                         task: key.task.clone(),
                         waker: key.waker.clone(),
                         value: s.value,
                     });
-                    new_keys.push(key);
+                    new_keys.push((key, out.len()));
+                    out.push(None);
                 }
             }
         }
         let mut named = self.symbolizer.resolve(new);
         collector.tidy(&mut named);
-        for (key, s) in new_keys.into_iter().zip(&named) {
+        for ((key, at), s) in new_keys.into_iter().zip(named) {
             self.known.insert(key, (s.task.clone(), s.waker.clone()));
+            out[at] = Some(s);
         }
-        out.extend(named);
+        let out: Vec<Sample> = out.into_iter().flatten().collect();
         // A process whose exit was known when the previous interval was
         // named had exited before this interval's counts were read: all
         // its samples are named now, and its mappings can go.

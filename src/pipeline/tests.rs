@@ -18,7 +18,7 @@ use crate::error::Error;
 use crate::live::{Limits, Selection, Store};
 use crate::output::format::write_folded;
 use crate::output::StackStyle;
-use crate::profile::{Kind, Lost};
+use crate::profile::{Event, Kind, Lost};
 
 /// A collector that returns one prepared read per call (then nothing),
 /// logs whether each read cleared, and can send a stop after `n` reads.
@@ -84,6 +84,7 @@ fn read(samples: Vec<RawSample>, stacks_lost: u64) -> Collection {
             stacks: stacks_lost,
             ..Lost::default()
         },
+        events: None,
     }
 }
 
@@ -409,4 +410,82 @@ fn runtime_frames_are_named_while_their_process_lives() {
         "{:?}",
         rec.events
     );
+}
+
+/// A sink keeping each update's events as (comm, time) pairs.
+#[derive(Default)]
+struct Times(Vec<Vec<(String, u64)>>);
+
+impl Sink for Times {
+    fn update(&mut self, delta: &Profile, _length: Duration) -> Result<()> {
+        // The read after the last prepared one is empty and untimed.
+        let Some(t) = delta.timeline.as_ref() else {
+            return Ok(());
+        };
+        let mut sums = vec![0u64; delta.samples.len()];
+        let mut seen: Vec<(String, u64)> = t
+            .events
+            .iter()
+            .map(|e| {
+                sums[e.sample as usize] += e.value;
+                (
+                    delta.samples[e.sample as usize].task.comm.clone(),
+                    e.time_ns,
+                )
+            })
+            .collect();
+        for (s, sum) in delta.samples.iter().zip(sums) {
+            assert_eq!(
+                s.value, sum,
+                "{}: its value is its events' sum",
+                s.task.comm
+            );
+        }
+        seen.sort();
+        self.0.push(seen);
+        Ok(())
+    }
+}
+
+#[test]
+fn events_keep_their_stacks_when_an_interval_mixes_known_and_new_ones() {
+    // The second interval reads a stack named before ("a") after a new
+    // one ("b"): the resolver names "b" now and takes "a" from what it
+    // knows; each event must still point at its own stack.
+    let timed = |samples: Vec<RawSample>, times: &[(u32, u64)]| Collection {
+        events: Some(
+            times
+                .iter()
+                .map(|&(sample, time_ns)| Event {
+                    time_ns,
+                    value: 1,
+                    sample,
+                    tid: 1,
+                    cpu: crate::profile::UNKNOWN_CPU,
+                })
+                .collect(),
+        ),
+        ..read(samples, 0)
+    };
+    let log = Rc::new(RefCell::new(Vec::new()));
+    let (tx, stop) = mpsc::channel();
+    let fake = Fake {
+        reads: VecDeque::from([
+            timed(vec![raw("a", &[1], 1)], &[(0, 10)]),
+            timed(
+                vec![raw("b", &[2], 2), raw("a", &[1], 1)],
+                &[(0, 20), (0, 21), (1, 22)],
+            ),
+        ]),
+        log: Rc::clone(&log),
+        stop_after: Some((2, tx)),
+    };
+    let mut times = Times::default();
+    let mode = Mode::Periodic {
+        interval: Duration::from_millis(1),
+        report_each: true,
+    };
+    run(Box::new(fake), &mut [&mut times], &plan(None, mode), &stop).unwrap();
+    let second: Vec<(&str, u64)> = times.0[1].iter().map(|(c, t)| (c.as_str(), *t)).collect();
+    assert_eq!(second, [("a+", 22), ("b+", 20), ("b+", 21)]);
 }

@@ -14,8 +14,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 mod path;
+mod timeline;
 
 pub use path::{PathFrame, PathKind};
+pub use timeline::{monotonic_ns, Event, Timeline, UNKNOWN_CPU};
 
 /// What a sample's value counts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -430,11 +432,15 @@ impl Meta {
     }
 }
 
-/// A whole profile: metadata and samples.
+/// A whole profile: metadata and samples, and when they happened where
+/// the collection kept their times.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Profile {
     pub meta: Meta,
     pub samples: Vec<Sample>,
+    /// Each sample's times, for outputs that show when (`None` when the
+    /// run did not keep them).
+    pub timeline: Option<Timeline>,
 }
 
 /// What two samples must share to be merged: the tasks and the frame
@@ -470,6 +476,40 @@ fn same_key(a: &Sample, b: &Sample) -> bool {
         }
 }
 
+/// Samples already merged, by [`key_hash`]: indices into their list.
+struct Index {
+    slots: HashMap<u64, Vec<usize>>,
+}
+
+impl Index {
+    fn with_capacity(n: usize) -> Self {
+        Index {
+            slots: HashMap::with_capacity(n),
+        }
+    }
+
+    /// Adds `sample` to the one in `merged` with the same key, or to the
+    /// end of `merged`; returns its index there.
+    fn merge(&mut self, merged: &mut Vec<Sample>, sample: Sample) -> u32 {
+        let slot = self.slots.entry(key_hash(&sample)).or_default();
+        match slot.iter().find(|&&i| same_key(&merged[i], &sample)) {
+            Some(&i) => {
+                let m = &mut merged[i];
+                m.value = m.value.saturating_add(sample.value);
+                for (a, b) in m.extra.iter_mut().zip(sample.extra.iter()) {
+                    *a += b;
+                }
+                i as u32
+            }
+            None => {
+                slot.push(merged.len());
+                merged.push(sample);
+                (merged.len() - 1) as u32
+            }
+        }
+    }
+}
+
 /// A hash consistent with [`same_key`].
 fn key_hash(s: &Sample) -> u64 {
     fn task<H: Hasher>(t: &TaskStack, h: &mut H) {
@@ -502,6 +542,16 @@ impl Profile {
         Profile {
             meta,
             samples: Vec::new(),
+            timeline: None,
+        }
+    }
+
+    /// A profile of `samples` without times.
+    pub fn untimed(meta: Meta, samples: Vec<Sample>) -> Self {
+        Profile {
+            meta,
+            samples,
+            timeline: None,
         }
     }
 
@@ -516,32 +566,111 @@ impl Profile {
     /// addresses in one function become one entry), keeping the first
     /// sample's frame details. Order of first appearance is kept.
     pub fn merge_identical(&mut self) {
-        // Hash -> indices into `merged` of the samples with that hash.
-        let mut index: HashMap<u64, Vec<usize>> = HashMap::with_capacity(self.samples.len());
+        let mut index = Index::with_capacity(self.samples.len());
         let mut merged: Vec<Sample> = Vec::with_capacity(self.samples.len());
-        for sample in self.samples.drain(..) {
-            let slot = index.entry(key_hash(&sample)).or_default();
-            match slot.iter().find(|&&i| same_key(&merged[i], &sample)) {
-                Some(&i) => {
-                    let m = &mut merged[i];
-                    m.value = m.value.saturating_add(sample.value);
-                    for (a, b) in m.extra.iter_mut().zip(sample.extra.iter()) {
-                        *a += b;
-                    }
-                }
-                None => {
-                    slot.push(merged.len());
-                    merged.push(sample);
-                }
+        // Old index -> merged index, for the timeline.
+        let map: Vec<u32> = self
+            .samples
+            .drain(..)
+            .map(|s| index.merge(&mut merged, s))
+            .collect();
+        self.samples = merged;
+        if let Some(t) = &mut self.timeline {
+            t.remap(&map);
+        }
+    }
+
+    /// Merges `other`'s samples into this merged profile, and appends its
+    /// events, in time proportional to this profile's samples and
+    /// `other`'s events (a long run's whole profile absorbs each interval
+    /// without walking every event it already holds).
+    pub fn absorb(&mut self, other: Profile) {
+        let mut index = Index::with_capacity(self.samples.len() + other.samples.len());
+        for (i, s) in self.samples.iter().enumerate() {
+            index.slots.entry(key_hash(s)).or_default().push(i);
+        }
+        let map: Vec<u32> = other
+            .samples
+            .into_iter()
+            .map(|s| index.merge(&mut self.samples, s))
+            .collect();
+        if let Some(mut o) = other.timeline {
+            o.remap(&map);
+            match &mut self.timeline {
+                Some(t) => t.events.extend(o.events),
+                None => self.timeline = Some(o),
             }
         }
-        self.samples = merged;
     }
 
     /// Sorts samples by value, smallest first (bcc's order), ties kept in
     /// a stable order.
     pub fn sort_ascending(&mut self) {
-        self.samples.sort_by_key(|s| s.value);
+        let Some(timeline) = &mut self.timeline else {
+            self.samples.sort_by_key(|s| s.value);
+            return;
+        };
+        let mut order: Vec<u32> = (0..self.samples.len() as u32).collect();
+        order.sort_by_key(|&i| self.samples[i as usize].value);
+        let mut map = vec![0u32; order.len()];
+        for (new, &old) in order.iter().enumerate() {
+            map[old as usize] = new as u32;
+        }
+        let mut old: Vec<Option<Sample>> = self.samples.drain(..).map(Some).collect();
+        self.samples = order
+            .iter()
+            .filter_map(|&i| old[i as usize].take())
+            .collect();
+        timeline.remap(&map);
+    }
+
+    /// The profile of the events from `from_ns` to `to_ns` (offsets from
+    /// the start, `to_ns` excluded), each sample valued by its events in
+    /// that range and dropped when it has none; its timeline keeps those
+    /// events. `None` for a profile without times. Extra values are
+    /// scaled with the main one.
+    pub fn range(&self, from_ns: u64, to_ns: u64) -> Option<Profile> {
+        let timeline = self.timeline.as_ref()?;
+        let mut values = vec![0u64; self.samples.len()];
+        let mut events = Vec::new();
+        for e in &timeline.events {
+            let at = timeline.offset_ns(e);
+            if at >= from_ns && at < to_ns {
+                if let Some(v) = values.get_mut(e.sample as usize) {
+                    *v += e.value;
+                    events.push(*e);
+                }
+            }
+        }
+        let mut map = vec![u32::MAX; self.samples.len()];
+        let mut samples = Vec::new();
+        for (i, (s, &v)) in self.samples.iter().zip(&values).enumerate() {
+            if v == 0 {
+                continue;
+            }
+            map[i] = samples.len() as u32;
+            let mut s = s.clone();
+            if s.value > 0 {
+                for x in s.extra.iter_mut() {
+                    *x = (*x as u128 * v as u128 / s.value as u128) as u64;
+                }
+            }
+            s.value = v;
+            samples.push(s);
+        }
+        for e in &mut events {
+            e.sample = map[e.sample as usize];
+        }
+        let mut meta = self.meta.clone();
+        meta.duration = Duration::from_nanos(to_ns.saturating_sub(from_ns));
+        Some(Profile {
+            meta,
+            samples,
+            timeline: Some(Timeline {
+                events,
+                ..timeline.clone_empty()
+            }),
+        })
     }
 }
 

@@ -20,10 +20,7 @@ fn sample(comm: &str, pid: u32, user: &[&str], kernel: &[&str], value: u64) -> S
 }
 
 fn profile(samples: Vec<Sample>) -> Profile {
-    Profile {
-        meta: Meta::new(Kind::Cpu, "cpu-clock"),
-        samples,
-    }
+    Profile::untimed(Meta::new(Kind::Cpu, "cpu-clock"), samples)
 }
 
 #[test]
@@ -134,4 +131,128 @@ fn names_are_cleaned_of_control_characters_and_folded_separators() {
     assert_eq!(clean_name("a\x1b[31mred\r\t"), "a?[31mred??");
     assert_eq!(folded_safe("ns::f;g\n"), "ns::f:g?");
     assert_eq!(folded_safe("plain"), "plain");
+}
+
+fn event(time_ns: u64, sample: u32, tid: u32) -> Event {
+    Event {
+        time_ns,
+        value: 1,
+        sample,
+        tid,
+        cpu: 0,
+    }
+}
+
+fn timed(samples: Vec<Sample>, events: Vec<Event>) -> Profile {
+    let mut p = profile(samples);
+    p.timeline = Some(Timeline {
+        origin_ns: 1_000,
+        origin_unix_ns: 0,
+        events,
+    });
+    p
+}
+
+/// The leaf of each event's sample, in event order.
+fn leaves(p: &Profile) -> Vec<(u64, &str)> {
+    let t = p.timeline.as_ref().unwrap();
+    t.events
+        .iter()
+        .map(|e| {
+            let s = &p.samples[e.sample as usize];
+            (t.offset_ns(e), &*s.task.user.frames()[0].name)
+        })
+        .collect()
+}
+
+#[test]
+fn merging_and_sorting_keep_events_on_their_stacks() {
+    let mut p = timed(
+        vec![
+            sample("app", 1, &["f", "main"], &[], 2),
+            sample("app", 1, &["g", "main"], &[], 1),
+            sample("app", 1, &["f", "main"], &[], 1),
+        ],
+        vec![
+            event(1_100, 0, 1),
+            event(1_200, 1, 1),
+            event(1_300, 2, 2),
+            event(1_400, 0, 1),
+        ],
+    );
+    let before: Vec<(u64, String)> = leaves(&p)
+        .into_iter()
+        .map(|(t, n)| (t, n.to_string()))
+        .collect();
+    p.merge_identical();
+    p.sort_ascending();
+    assert_eq!(p.samples.len(), 2);
+    assert_eq!(&*p.samples[0].task.user.frames()[0].name, "g", "sorted");
+    let after: Vec<(u64, String)> = leaves(&p)
+        .into_iter()
+        .map(|(t, n)| (t, n.to_string()))
+        .collect();
+    assert_eq!(before, after);
+}
+
+#[test]
+fn absorbing_offsets_the_other_profiles_events() {
+    let mut whole = Profile::new(Meta::new(Kind::Cpu, "cpu-clock"));
+    whole.absorb(timed(
+        vec![sample("app", 1, &["f"], &[], 1)],
+        vec![event(1_100, 0, 1)],
+    ));
+    whole.absorb(timed(
+        vec![sample("app", 1, &["g"], &[], 1)],
+        vec![event(1_200, 0, 1)],
+    ));
+    assert_eq!(leaves(&whole), vec![(100, "f"), (200, "g")]);
+}
+
+#[test]
+fn a_range_is_the_profile_of_its_events() {
+    let mut wall = timed(
+        vec![
+            sample("app", 1, &["early"], &[], 2),
+            sample("app", 1, &["late"], &[], 2),
+        ],
+        vec![
+            event(1_100, 0, 1),
+            event(1_200, 0, 1),
+            event(1_600, 1, 1),
+            event(1_900, 1, 1),
+        ],
+    );
+    wall.samples[1].extra = vec![40].into();
+    let r = wall.range(500, 800).unwrap();
+    assert_eq!(r.samples.len(), 1);
+    assert_eq!(&*r.samples[0].task.user.frames()[0].name, "late");
+    assert_eq!(r.samples[0].value, 1);
+    assert_eq!(&*r.samples[0].extra, &[20], "extra values scale");
+    assert_eq!(leaves(&r), vec![(600, "late")]);
+    assert_eq!(r.meta.duration, Duration::from_nanos(300));
+    assert_eq!(wall.range(0, 1_000).unwrap().total(), 4);
+    assert!(profile(vec![]).range(0, 1).is_none(), "no times");
+}
+
+#[test]
+fn absorbing_merges_stacks_and_keeps_their_events() {
+    let mut whole = Profile::new(Meta::new(Kind::Cpu, "cpu-clock"));
+    whole.absorb(timed(
+        vec![
+            sample("app", 1, &["f"], &[], 1),
+            sample("app", 1, &["g"], &[], 1),
+        ],
+        vec![event(1_100, 0, 1), event(1_150, 1, 1)],
+    ));
+    whole.absorb(timed(
+        vec![sample("app", 1, &["g"], &[], 2)],
+        vec![event(1_200, 0, 1), event(1_300, 0, 2)],
+    ));
+    assert_eq!(whole.samples.len(), 2);
+    assert_eq!(whole.samples[1].value, 3);
+    assert_eq!(
+        leaves(&whole),
+        vec![(100, "f"), (150, "g"), (200, "g"), (300, "g")]
+    );
 }

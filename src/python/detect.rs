@@ -25,7 +25,7 @@ use std::sync::Arc;
 use super::layout::{self, Layout, DEBUG_OFFSETS_SIZE};
 use super::memory::Memory;
 use super::Process;
-use crate::unwind::elf::{vaddr_of_offset, Segment};
+use crate::unwind::elf::{vaddr_of_offset, Machine, Segment};
 use crate::unwind::procs::{Backing, ExecMapping};
 
 /// What a process runs, as far as Python goes.
@@ -186,6 +186,12 @@ impl Detector {
             seen.push(m);
             let base = path.rsplit('/').next().unwrap_or(path);
             let named = parse_name(base);
+            if named.is_some() && Machine::HOST != Machine::X86_64 {
+                refused.get_or_insert_with(|| {
+                    format!("CPython frames are read on x86-64 only so far: {base}'s native frames are shown")
+                });
+                continue;
+            }
             let Some(object) = self.object(pid, m, named.is_some()) else {
                 continue;
             };

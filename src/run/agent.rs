@@ -17,7 +17,7 @@ use crate::cli::agent::AgentArgs;
 pub fn run(args: &AgentArgs) -> Result<()> {
     // Before the senders' threads exist.
     flare::agent::limit_heaps();
-    let config = args.config();
+    let mut config = args.config();
     let dir = args.output_dir.clone().map(|d| (d, args.keep as usize));
     let push = args.push.config(dir)?;
     if push.is_empty() {
@@ -27,6 +27,7 @@ pub fn run(args: &AgentArgs) -> Result<()> {
     }
     let host = labels::hostname();
     let mut sink = PushSink::new(push.senders(&host).map_err(anyhow::Error::msg)?, &host);
+    config.profile.timed = flare::pipeline::Sink::times(&sink).any();
     let (_, stop, _) = super::stop_signal()?;
     eprintln!(
         "flare agent: sampling {} at {} Hz, pushing every {} s to {}",

@@ -79,7 +79,6 @@ pub fn run(request: Request) -> Result<u8> {
         tool.launch(held.pid(), held.program())?;
         command = Some(launch::CommandSink::new(held, stop_tx));
     }
-    let collector = tools::start(tool)?;
     let mut printer = Printer::new(request.printer);
     let mut warnings = Warnings;
     let mut files = Files::new(request.destinations, request.style);
@@ -92,6 +91,17 @@ pub fn run(request: Request) -> Result<u8> {
         }
         None => None,
     };
+    // The live page's timeline, files with times and OTLP's sample
+    // timestamps need each sample's time; other runs count in the kernel.
+    let times = [
+        files.times(),
+        live.as_ref().map(Sink::times).unwrap_or_default(),
+        push.as_ref().map(Sink::times).unwrap_or_default(),
+    ];
+    if times.iter().any(|t| t.any()) {
+        tool.keep_times();
+    }
+    let collector = tools::start(tool)?;
     let mut sinks: Vec<&mut dyn Sink> = vec![&mut printer, &mut warnings, &mut files];
     if let Some(l) = live.as_mut() {
         sinks.push(l);

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
 use crate::output::{Format, StackStyle};
-use crate::pipeline::Sink;
+use crate::pipeline::{Sink, Times};
 use crate::profile::Profile;
 use crate::untrusted::cstring;
 
@@ -22,6 +22,15 @@ pub enum Destination {
     File(PathBuf, Format),
     /// `--format` without `-o`: the format takes standard output.
     Stdout(Format),
+}
+
+impl Destination {
+    /// The format written there.
+    pub fn format(&self) -> Format {
+        match self {
+            Destination::File(_, f) | Destination::Stdout(f) => *f,
+        }
+    }
 }
 
 /// Writes every report to each destination.
@@ -75,6 +84,13 @@ impl Files {
 }
 
 impl Sink for Files {
+    fn times(&self) -> Times {
+        Times {
+            updates: false,
+            reports: self.destinations.iter().any(|d| d.format().keeps_time()),
+        }
+    }
+
     fn report(&mut self, profile: &Profile) -> Result<()> {
         self.write(profile)
     }

@@ -71,6 +71,16 @@ impl ToolConfig {
         }
         Ok(())
     }
+
+    /// Keeps each sample's time (for the timeline and files with times).
+    pub fn keep_times(&mut self) {
+        match self {
+            ToolConfig::Profile(c) => c.timed = true,
+            ToolConfig::OffCpu(c) => c.timed = true,
+            ToolConfig::Stackcount(c) => c.timed = true,
+            ToolConfig::Wallclock(c) => c.timed = true,
+        }
+    }
 }
 
 /// Storage for a skeleton's open object that lives as long as the

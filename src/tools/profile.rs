@@ -16,7 +16,8 @@ use libbpf_rs::{Link, MapCore, MapFlags, MapHandle, MapType, OpenObject};
 use crate::bpf::loader;
 use crate::bpf::perf::Sampling;
 use crate::bpf::skel::profile::{types, ProfileSkel};
-use crate::bpf::{comm_str, read_counts, PlainKey};
+use crate::bpf::{comm_str, PlainKey};
+use crate::collect::timed::{self, TimedRing};
 use crate::collect::{Collection, Collector, Periodic, RawSample, RawTask, Stacks, Target, WarmUp};
 use crate::error::{Error, Result};
 use crate::procmaps::Mappings;
@@ -49,6 +50,9 @@ pub struct Config {
     /// With [`Target::Pids`] of one launched command (`-- CMD`): the
     /// processes it starts are profiled too.
     pub follow_children: bool,
+    /// Keep each sample's time (for outputs that show when), sending
+    /// samples to user space instead of counting them in the kernel.
+    pub timed: bool,
 }
 
 impl Default for Config {
@@ -69,6 +73,7 @@ impl Default for Config {
             runtimes: crate::unwind::Runtimes::default(),
             include_self: false,
             follow_children: false,
+            timed: false,
         }
     }
 }
@@ -128,6 +133,9 @@ unsafe impl PlainKey for types::profile_key {}
 
 /// A loaded and attached profiler.
 pub struct Session<'obj> {
+    /// Drains the timed samples' ring (with [`Config::timed`]); dropped
+    /// before the skeleton that owns the ring.
+    timed: Option<TimedRing<types::profile_key>>,
     skel: ProfileSkel<'obj>,
     config: Config,
     /// Links attaching the program to each perf event; dropping them
@@ -175,6 +183,7 @@ fn plan(c: &Config) -> Plan<'_> {
         hash_storage_size: c.hash_storage_size,
         stack_storage_size: c.stack_storage_size,
         uprobes: None,
+        timed: c.timed,
     }
 }
 
@@ -228,8 +237,13 @@ impl<'obj> Session<'obj> {
         }
         let unwinder = plan.start_unwinder(&skel, mode)?;
         let prog = &skel.progs.flare_profile_sample;
+        let timed = config
+            .timed
+            .then(|| TimedRing::start(&skel.maps.timed_events))
+            .transpose()?;
         let links = start::sample(prog, &plan, config.sampling, true, "profile")?;
         Ok(Session {
+            timed,
             skel,
             config,
             _links: links,
@@ -270,7 +284,8 @@ impl Collector for Session<'_> {
     fn collect(&mut self, clear: bool) -> Result<Collection> {
         let mut stacks = self.periodic.reader(&self.skel.maps.stacks, clear);
         let mut samples = Vec::new();
-        for (k, count) in read_counts::<types::profile_key, _>(&self.skel.maps.counts, clear)? {
+        let read = timed::read(self.timed.as_ref(), &self.skel.maps.counts, clear)?;
+        for (k, count) in read.keys {
             let user = stacks.read(k.user_stack_id, self.config.stacks.user);
             let kernel = stacks.read(k.kernel_stack_id, self.config.stacks.kernel);
             samples.push(RawSample {
@@ -286,14 +301,16 @@ impl Collector for Session<'_> {
                 value: count,
             });
         }
-        let hash_full = self
-            .skel
-            .maps
-            .bss_data
-            .as_deref()
-            .map_or(0, |b| b.stats.hash_full);
-        let lost = stacks.lost(self.periodic.delta("hash_full", hash_full, clear));
+        let bss = self.skel.maps.bss_data.as_deref();
+        let hash_full = bss.map_or(0, |b| b.stats.hash_full);
+        let ring_full = bss.map_or(0, |b| b.stats.ring_full);
+        let mut lost = stacks.lost(self.periodic.delta("hash_full", hash_full, clear));
+        lost.samples = self.periodic.delta("ring_full", ring_full, clear);
         self.periodic.done(stacks, clear);
-        Ok(Collection { samples, lost })
+        Ok(Collection {
+            samples,
+            lost,
+            events: read.events,
+        })
     }
 }

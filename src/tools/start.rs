@@ -69,6 +69,8 @@ pub(crate) struct Plan<'a> {
     /// The binary of user probes (stackcount's): with no process watched,
     /// the unwinder loads the processes mapping it, not every process.
     pub uprobes: Option<&'a Path>,
+    /// Send each sample with its time (`bpf/timed.h`) instead of counting.
+    pub timed: bool,
 }
 
 impl Plan<'_> {
@@ -112,7 +114,8 @@ impl Plan<'_> {
         let follow = self.ids().first().copied().filter(|_| self.launched);
         let knobs = CommonKnobs::new(self.include_self)
             .recording(self.stacks.user, self.stacks.kernel)
-            .following(follow);
+            .following(follow)
+            .timed(self.timed.then(crate::collect::timed::ring_size));
         S::set_knobs(ro, knobs, mode);
         S::size_maps(&mut open, self, mode).map_err(load_err)?;
         Ok((open, mode))
@@ -289,6 +292,10 @@ macro_rules! skeleton {
                 let maps = &mut open.maps;
                 maps.counts.set_max_entries(plan.hash_storage_size)?;
                 maps.stacks.set_max_entries(plan.stack_storage_size)?;
+                maps.timed_events.set_max_entries(match plan.timed {
+                    true => crate::collect::timed::ring_size() as u32,
+                    false => crate::collect::timed::idle_ring_size() as u32,
+                })?;
                 $(maps.$targets.set_max_entries((plan.ids().len() as u32).max(1))?;)?
                 crate::unwind_size_maps!(maps, mode)
             }

@@ -22,13 +22,14 @@ use libbpf_rs::{Link, MapCore, MapFlags, OpenObject};
 use crate::bpf::loader;
 use crate::bpf::perf::Sampling;
 use crate::bpf::skel::wallclock::{types, WallclockSkel};
-use crate::bpf::{comm_str, probe, read_counts, PlainKey};
+use crate::bpf::{comm_str, probe, PlainKey};
+use crate::collect::timed::{self, TimedRing};
 use crate::collect::{
     Collection, Collector, Periodic, RawFrame, RawSample, RawTask, RawTrace, Stacks, Target, WarmUp,
 };
 use crate::error::{Error, Result};
 use crate::procmaps::Mappings;
-use crate::profile::{ExtraValue, FrameKind, Kind, Meta, Sample, Trace};
+use crate::profile::{monotonic_ns, ExtraValue, FrameKind, Kind, Meta, Sample, Trace};
 use crate::tools::offcpu::is_tracing_frame;
 use crate::tools::start::{self, Plan, Watch};
 use crate::unwind::{self, Unwinder};
@@ -98,6 +99,9 @@ pub struct Config {
     pub unwind: unwind::Mode,
     /// Runtime frames (--python, --java) in the user stacks of processes running them.
     pub runtimes: crate::unwind::Runtimes,
+    /// Keep each sample's time and each blocked period's start and
+    /// length, sending them to user space instead of summing them.
+    pub timed: bool,
 }
 
 impl Default for Config {
@@ -114,6 +118,7 @@ impl Default for Config {
             duration: None,
             include_self: false,
             follow_children: false,
+            timed: false,
             unwind: unwind::Mode::default(),
             runtimes: crate::unwind::Runtimes::default(),
         }
@@ -157,6 +162,9 @@ unsafe impl PlainKey for types::wallclock_key {}
 
 /// A loaded and attached wall-clock profiler.
 pub struct Session<'obj> {
+    /// Drains the timed ring (with [`Config::timed`]); dropped before the
+    /// skeleton that owns it.
+    timed: Option<TimedRing<types::wallclock_key>>,
     skel: WallclockSkel<'obj>,
     config: Config,
     /// Links of the perf events and the scheduler tracepoint; dropping
@@ -181,6 +189,7 @@ fn plan(c: &Config) -> Plan<'_> {
         hash_storage_size: c.hash_storage_size,
         stack_storage_size: c.stack_storage_size,
         uprobes: None,
+        timed: c.timed,
     }
 }
 
@@ -217,7 +226,12 @@ impl<'obj> Session<'obj> {
             .map_err(load_err)?;
         let skel = open.load().map_err(load_err)?;
         let unwinder = plan.start_unwinder(&skel, mode)?;
+        let timed = config
+            .timed
+            .then(|| TimedRing::start(&skel.maps.timed_events))
+            .transpose()?;
         let mut session = Session {
+            timed,
             skel,
             config,
             _links: Vec::new(),
@@ -258,7 +272,7 @@ impl<'obj> Session<'obj> {
     /// Threads blocked right now, with the time since they blocked (or
     /// since the last clearing read), which no switch has counted yet.
     /// With `clear`, their start is moved to now.
-    fn still_blocked(&self, clear: bool) -> Vec<(types::wallclock_key, u64)> {
+    fn still_blocked(&self, clear: bool) -> Vec<(types::wallclock_key, u64, u64)> {
         let now = monotonic_ns();
         let start = &self.skel.maps.start;
         let size = std::mem::size_of::<types::wallclock_start>();
@@ -278,7 +292,7 @@ impl<'obj> Session<'obj> {
             if s.ts >= now {
                 continue;
             }
-            out.push((s.key, now - s.ts));
+            out.push((s.key, now - s.ts, s.ts));
             if clear {
                 value[..8].copy_from_slice(&now.to_ne_bytes());
                 // Only if still blocked: a thread that ran meanwhile was
@@ -288,17 +302,6 @@ impl<'obj> Session<'obj> {
         }
         out
     }
-}
-
-/// CLOCK_MONOTONIC in nanoseconds: the clock of `bpf_ktime_get_ns`.
-fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: ts is a valid timespec for clock_gettime to fill.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// `trace` with the frame of state `STATES[index]` as its leaf.
@@ -377,12 +380,15 @@ impl Collector for Session<'_> {
     /// Reads the time counted per thread and stack (microseconds), and
     /// the time of threads blocked right now.
     fn collect(&mut self, clear: bool) -> Result<Collection> {
-        let mut entries = read_counts::<types::wallclock_key, _>(&self.skel.maps.counts, clear)?;
-        entries.extend(self.still_blocked(clear));
+        let mut read = timed::read(self.timed.as_ref(), &self.skel.maps.counts, clear)?;
+        for (key, ns, since) in self.still_blocked(clear) {
+            read.push(key, ns, since, key.tid);
+        }
+        let read = read.scale_down(1000);
         let want = self.config.stacks;
         let mut stacks = self.periodic.reader(&self.skel.maps.stacks, clear);
-        let mut samples = Vec::with_capacity(entries.len());
-        for (k, ns) in entries {
+        let mut samples = Vec::with_capacity(read.keys.len());
+        for (k, value) in read.keys {
             let mut user = stacks.read(k.user_stack_id, want.user);
             let mut kernel = stacks.read(k.kernel_stack_id, want.kernel);
             if k.state != ON_CPU {
@@ -392,10 +398,6 @@ impl Collector for Session<'_> {
                 } else {
                     user = with_state(user, state);
                 }
-            }
-            let value = ns / 1000;
-            if value == 0 {
-                continue;
             }
             samples.push(RawSample {
                 task: RawTask {
@@ -413,10 +415,16 @@ impl Collector for Session<'_> {
         let stats = self.skel.maps.bss_data.as_deref().map(|b| b.stats);
         let hash_full = stats.map_or(0, |s| s.hash_full);
         let start_full = stats.map_or(0, |s| s.start_full);
+        let ring_full = stats.map_or(0, |s| s.ring_full);
         let mut lost = stacks.lost(self.periodic.delta("hash_full", hash_full, clear));
         lost.untracked = self.periodic.delta("start_full", start_full, clear);
+        lost.samples = self.periodic.delta("ring_full", ring_full, clear);
         self.periodic.done(stacks, clear);
-        Ok(Collection { samples, lost })
+        Ok(Collection {
+            samples,
+            lost,
+            events: read.events,
+        })
     }
 }
 

@@ -1,8 +1,9 @@
 //! Just enough ELF reading for unwind tables: the load segments (to turn a
 //! mapping's file offset into the object's virtual addresses), the
 //! sections holding call-frame information, and the GNU build id that
-//! names an object across paths and runs. 64-bit little-endian only (the
-//! unwinder is x86-64 only); anything else is an error, never a panic.
+//! names an object across paths and runs. 64-bit little-endian x86-64
+//! and arm64 only (the unwinder's machines); anything else is an error,
+//! never a panic.
 
 use std::ops::Range;
 
@@ -22,9 +23,26 @@ pub struct Section {
     pub file: Range<usize>,
 }
 
+/// The architectures whose call-frame information the unwinder reads.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Machine {
+    #[default]
+    X86_64,
+    Aarch64,
+}
+
+impl Machine {
+    /// The machine flare runs on: the only one whose processes it walks.
+    #[cfg(target_arch = "aarch64")]
+    pub const HOST: Machine = Machine::Aarch64;
+    #[cfg(not(target_arch = "aarch64"))]
+    pub const HOST: Machine = Machine::X86_64;
+}
+
 /// What the unwinder needs from one ELF file.
 #[derive(Clone, Debug, Default)]
 pub struct Elf {
+    pub machine: Machine,
     pub segments: Vec<Segment>,
     pub eh_frame: Option<Section>,
     pub debug_frame: Option<Section>,
@@ -37,6 +55,7 @@ const SHT_NOBITS: u32 = 8;
 const SHF_COMPRESSED: u64 = 0x800;
 const NT_GNU_BUILD_ID: u32 = 3;
 const EM_X86_64: u16 = 62;
+const EM_AARCH64: u16 = 183;
 
 fn u16_at(d: &[u8], at: usize) -> Option<u16> {
     Some(u16::from_le_bytes(d.get(at..at + 2)?.try_into().ok()?))
@@ -53,14 +72,16 @@ fn u64_at(d: &[u8], at: usize) -> Option<u64> {
 impl Elf {
     /// Reads the headers of an ELF image held in `d` (a mapped file, or
     /// the vDSO's bytes). `None` when it is not a 64-bit little-endian
-    /// x86-64 ELF file or its headers are cut short.
+    /// x86-64 or arm64 ELF file or its headers are cut short.
     pub fn parse(d: &[u8]) -> Option<Elf> {
         if d.get(..4)? != b"\x7fELF" || *d.get(4)? != 2 || *d.get(5)? != 1 {
             return None;
         }
-        if u16_at(d, 18)? != EM_X86_64 {
-            return None;
-        }
+        let machine = match u16_at(d, 18)? {
+            EM_X86_64 => Machine::X86_64,
+            EM_AARCH64 => Machine::Aarch64,
+            _ => return None,
+        };
         let phoff = u64_at(d, 32)? as usize;
         let shoff = u64_at(d, 40)? as usize;
         let phentsize = u16_at(d, 54)? as usize;
@@ -68,7 +89,10 @@ impl Elf {
         let shentsize = u16_at(d, 58)? as usize;
         let shnum = u16_at(d, 60)? as usize;
         let shstrndx = u16_at(d, 62)? as usize;
-        let mut elf = Elf::default();
+        let mut elf = Elf {
+            machine,
+            ..Elf::default()
+        };
         for i in 0..phnum {
             let p = phoff.checked_add(i.checked_mul(phentsize)?)?;
             let kind = u32_at(d, p)?;

@@ -102,8 +102,8 @@ impl Mode {
 
 /// What this kernel (or machine) lacks for the unwinder, if anything.
 fn missing_support() -> Option<&'static str> {
-    if !cfg!(target_arch = "x86_64") {
-        return Some("the unwinder supports x86-64 only");
+    if !cfg!(any(target_arch = "x86_64", target_arch = "aarch64")) {
+        return Some("the unwinder supports x86-64 and arm64 only");
     }
     let helper = |id| {
         // SAFETY: the probe loads a tiny program; it takes no pointers

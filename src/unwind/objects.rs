@@ -20,7 +20,7 @@ use libbpf_rs::libbpf_sys as sys;
 use libbpf_rs::{MapCore, MapHandle, MapType};
 
 use super::cache::{self, DiskCache};
-use super::elf::{Elf, Segment};
+use super::elf::{Elf, Machine, Segment};
 use super::spares::{self, Spares};
 use super::table::{Row, Table, TableError};
 use crate::procmaps::vdso_image;
@@ -126,7 +126,7 @@ impl Objects {
         // would fault; executables and libraries in use are replaced by
         // rename, not rewritten in place.
         let data = unsafe { memmap2::Mmap::map(&file) }.ok()?;
-        let elf = Elf::parse(&data)?;
+        let elf = Elf::parse(&data).filter(|e| e.machine == Machine::HOST)?;
         let key = cache::key(elf.build_id.as_deref(), &meta);
         let missed = self.missed;
         let table = self.table(&key, name, &data, &elf);
@@ -302,7 +302,16 @@ pub fn load_table(
         }
         None if cache_only => None,
         None => {
-            let built = Table::from_parsed(data, elf);
+            let built = match Table::from_parsed(data, elf) {
+                // arm64's vDSO has no call-frame information; its
+                // functions are leaves (clock_gettime and the like).
+                Err(TableError::NoCfi)
+                    if key.starts_with("vdso-") && elf.machine == Machine::Aarch64 =>
+                {
+                    Ok(Table::leaves(elf))
+                }
+                built => built,
+            };
             stats.build_time += t0.elapsed();
             if let Ok(t) = &built {
                 stats.built += 1;

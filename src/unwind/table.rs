@@ -2,19 +2,23 @@
 //! information, evaluated by gimli into a sorted array of compact rows
 //! that the BPF unwinder searches. A row says, from its address up to the
 //! next row's, how to find the caller: the canonical frame address (CFA)
-//! from rsp or rbp plus an offset (or the PLT and signal-frame cases), and
-//! where rbp was saved. The return address is always at CFA - 8 (x86-64);
-//! rows where it is not, or whose rules are beyond these cases, say "no
-//! information", and the unwinder falls back to the frame pointer there.
+//! from the stack pointer or the frame pointer plus an offset (or the PLT
+//! and signal-frame cases), where the frame pointer was saved, and on
+//! arm64 where the return address is (still in x30, or saved beside x29
+//! or alone). On x86-64 the return address is always at CFA - 8. Rows
+//! whose rules are beyond these cases say "no information", and the
+//! unwinder falls back to the frame pointer there.
 //!
-//! The row layout is `struct unwind_row` in bpf/unwind.h.
+//! The rules are read for the ELF file's own machine (x86-64: rsp, rbp;
+//! arm64: sp, x29, x30); the BPF build for the host's reads them.
+//! The row layout is `struct unwind_row` in bpf/unwind_types.h.
 
 use gimli::{
-    BaseAddresses, CfaRule, CieOrFde, DebugFrame, EhFrame, EndianSlice, LittleEndian, RegisterRule,
-    UnwindContext, UnwindSection, X86_64,
+    AArch64, BaseAddresses, CfaRule, CieOrFde, DebugFrame, EhFrame, EndianSlice, LittleEndian,
+    RegisterRule, UnwindContext, UnwindSection, X86_64,
 };
 
-use super::elf::Elf;
+use super::elf::{Elf, Machine};
 
 /// No unwind information: fall back to the frame pointer.
 pub const CFA_NONE: u8 = 0;
@@ -37,6 +41,13 @@ pub const RBP_SAVED: u8 = 1;
 /// rbp's rule is beyond what the unwinder evaluates: unknown in the caller.
 pub const RBP_UNKNOWN: u8 = 2;
 
+/// arm64: the return address is still in x30 (a leaf, a prologue).
+pub const RA_LR: u8 = 0;
+/// arm64: saved after x29, at CFA + 8 * (`rbp_off` + 1) (a frame record).
+pub const RA_AFTER_FP: u8 = 1;
+/// arm64: saved at CFA + 8 * `rbp_off` (x29 not saved, or not beside it).
+pub const RA_SAVED: u8 = 2;
+
 /// One row, as BPF reads it (8 bytes, `struct unwind_row`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -45,9 +56,11 @@ pub struct Row {
     pub pc: u32,
     /// The CFA offset in bytes (or the PLT threshold).
     pub cfa_off: u16,
-    /// The CFA rule (low 4 bits) and the rbp rule (high 4 bits).
+    /// The CFA rule (low 4 bits), the rbp rule (bits 4-5) and, on
+    /// arm64, the return address's (bits 6-7).
     pub kind: u8,
-    /// Where rbp was saved, in 8-byte words from the CFA.
+    /// Where rbp (arm64: x29, or x30 under [`RA_SAVED`]) was saved, in
+    /// 8-byte words from the CFA.
     pub rbp_off: i8,
 }
 
@@ -57,7 +70,12 @@ impl Row {
     }
 
     pub fn rbp(&self) -> u8 {
-        self.kind >> 4
+        (self.kind >> 4) & 3
+    }
+
+    /// arm64's return-address rule.
+    pub fn ra(&self) -> u8 {
+        self.kind >> 6
     }
 
     /// The row as the 8-byte array element BPF reads (`struct unwind_row`
@@ -74,7 +92,7 @@ impl Row {
         Row {
             pc,
             cfa_off: rule.cfa_off,
-            kind: rule.cfa | rule.rbp << 4,
+            kind: rule.cfa | rule.rbp << 4 | rule.ra << 6,
             rbp_off: rule.rbp_off,
         }
     }
@@ -87,6 +105,7 @@ struct Rule {
     cfa_off: u16,
     rbp: u8,
     rbp_off: i8,
+    ra: u8,
 }
 
 const NONE: Rule = Rule {
@@ -94,6 +113,7 @@ const NONE: Rule = Rule {
     cfa_off: 0,
     rbp: RBP_SAME,
     rbp_off: 0,
+    ra: RA_LR,
 };
 
 /// An object's rows, sorted by address; addresses are `base + pc`, in the
@@ -109,7 +129,7 @@ pub struct Table {
 /// Why an object has no table.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum TableError {
-    #[error("not a 64-bit x86-64 ELF file")]
+    #[error("not a 64-bit x86-64 or arm64 ELF file")]
     NotElf,
     #[error("no .eh_frame or .debug_frame")]
     NoCfi,
@@ -143,17 +163,40 @@ impl Table {
             let mut section = EhFrame::new(&data[s.file.clone()], LittleEndian);
             section.set_address_size(8);
             let bases = BaseAddresses::default().set_eh_frame(s.addr);
-            bad += collect(&section, &bases, &mut spans)?;
+            bad += collect(&section, &bases, elf.machine, &mut spans)?;
         } else if let Some(s) = &elf.debug_frame {
             let mut section = DebugFrame::new(&data[s.file.clone()], LittleEndian);
             section.set_address_size(8);
-            bad += collect(&section, &BaseAddresses::default(), &mut spans)?;
+            bad += collect(&section, &BaseAddresses::default(), elf.machine, &mut spans)?;
         } else {
             return Err(TableError::NoCfi);
         }
         let mut table = rows_of(spans)?;
         table.bad_fdes = bad;
         Ok(table)
+    }
+
+    /// An arm64 table saying that every function of `elf`'s executable
+    /// segments is a leaf: the return address in x30, the CFA at sp. For
+    /// the vDSO, which has no call-frame information on arm64 and whose
+    /// functions call nothing (its C is built with the kernel's flags,
+    /// `-momit-leaf-frame-pointer` included, so frame pointers would lose
+    /// the caller).
+    pub fn leaves(elf: &Elf) -> Table {
+        let spans = elf
+            .segments
+            .iter()
+            .filter(|s| s.executable && s.filesz > 0)
+            .map(|s| Span {
+                start: s.vaddr,
+                end: s.vaddr + s.filesz,
+                rule: Rule {
+                    cfa: CFA_RSP,
+                    ..NONE
+                },
+            })
+            .collect();
+        rows_of(spans).unwrap_or_default()
     }
 
     /// The row covering virtual address `addr`, as BPF finds it.
@@ -210,6 +253,7 @@ where
 fn collect<'a, S>(
     section: &S,
     bases: &BaseAddresses,
+    machine: Machine,
     spans: &mut Vec<Span>,
 ) -> Result<usize, TableError>
 where
@@ -250,7 +294,10 @@ where
                             ..NONE
                         }
                     } else {
-                        rule_of(section, row)
+                        match machine {
+                            Machine::X86_64 => rule_of(section, row),
+                            Machine::Aarch64 => arm64_rule_of(row),
+                        }
                     };
                     spans.push(Span {
                         start: row.start_address(),
@@ -285,29 +332,23 @@ where
         Some(RegisterRule::Offset(-8)) | None => {}
         Some(_) => return NONE,
     }
-    let (cfa, cfa_off) = match row.cfa() {
-        CfaRule::RegisterAndOffset { register, offset } => {
-            let Ok(off) = u16::try_from(*offset) else {
-                return NONE;
-            };
-            match *register {
-                X86_64::RSP => (CFA_RSP, off),
-                X86_64::RBP => (CFA_RBP, off),
-                _ => return NONE,
-            }
-        }
-        CfaRule::Expression(e) => {
-            match e.get(section).ok().and_then(|x| plt_threshold(x.0.slice())) {
-                Some(t) => (CFA_PLT, t),
-                None => return NONE,
-            }
-        }
+    let cfa = match row.cfa() {
+        CfaRule::Expression(e) => e
+            .get(section)
+            .ok()
+            .and_then(|x| plt_threshold(x.0.slice()))
+            .map(|t| (CFA_PLT, t)),
+        rule => register_cfa(rule, X86_64::RSP, X86_64::RBP),
+    };
+    let Some((cfa, cfa_off)) = cfa else {
+        return NONE;
     };
     let (rbp, rbp_off) = match row.register(X86_64::RBP) {
         None | Some(RegisterRule::SameValue) | Some(RegisterRule::Undefined) => (RBP_SAME, 0),
-        Some(RegisterRule::Offset(o)) if o % 8 == 0 && i8::try_from(o / 8).is_ok() => {
-            (RBP_SAVED, (o / 8) as i8)
-        }
+        Some(RegisterRule::Offset(o)) => match words(o) {
+            Some(w) => (RBP_SAVED, w),
+            None => (RBP_UNKNOWN, 0),
+        },
         Some(_) => (RBP_UNKNOWN, 0),
     };
     Rule {
@@ -315,7 +356,81 @@ where
         cfa_off,
         rbp,
         rbp_off,
+        ra: RA_LR,
     }
+}
+
+/// The arm64 rule of one gimli row, or [`NONE`] where it is beyond the
+/// cases the unwinder evaluates. A function's CIE leaves x30 without a
+/// rule (the return address is in the register) until its prologue saves
+/// it, usually beside x29 in a frame record (`stp x29, x30, [sp, #-N]!`).
+fn arm64_rule_of(row: &gimli::UnwindTableRow<usize>) -> Rule {
+    let ra = match row.register(AArch64::X30) {
+        Some(RegisterRule::Undefined) => {
+            return Rule {
+                cfa: CFA_END,
+                ..NONE
+            }
+        }
+        None | Some(RegisterRule::SameValue) => None,
+        Some(RegisterRule::Offset(o)) => match words(o) {
+            Some(w) => Some(w),
+            None => return NONE,
+        },
+        Some(_) => return NONE,
+    };
+    let Some((cfa, cfa_off)) = register_cfa(row.cfa(), AArch64::SP, AArch64::X29) else {
+        return NONE;
+    };
+    let fp = match row.register(AArch64::X29) {
+        None | Some(RegisterRule::SameValue) => Some(None),
+        Some(RegisterRule::Offset(o)) => words(o).map(Some),
+        Some(_) => None,
+    };
+    let rule = |rbp, rbp_off, ra| Rule {
+        cfa,
+        cfa_off,
+        rbp,
+        rbp_off,
+        ra,
+    };
+    match (fp, ra) {
+        (Some(None), None) => rule(RBP_SAME, 0, RA_LR),
+        (Some(Some(f)), None) => rule(RBP_SAVED, f, RA_LR),
+        (Some(None), Some(r)) => rule(RBP_SAME, r, RA_SAVED),
+        (Some(Some(f)), Some(r)) if r == f.wrapping_add(1) => rule(RBP_SAVED, f, RA_AFTER_FP),
+        // x29 apart from x30, or beyond the rules: the caller's x29 is
+        // unknown, its return address still found.
+        (_, Some(r)) => rule(RBP_UNKNOWN, r, RA_SAVED),
+        (None, None) => rule(RBP_UNKNOWN, 0, RA_LR),
+    }
+}
+
+/// A CFA of the stack pointer `sp` or the frame pointer `fp` plus an
+/// offset, as a row's CFA rule and offset; `None` for any other rule.
+fn register_cfa(
+    rule: &CfaRule<usize>,
+    sp: gimli::Register,
+    fp: gimli::Register,
+) -> Option<(u8, u16)> {
+    let CfaRule::RegisterAndOffset { register, offset } = rule else {
+        return None;
+    };
+    let off = u16::try_from(*offset).ok()?;
+    match *register {
+        r if r == sp => Some((CFA_RSP, off)),
+        r if r == fp => Some((CFA_RBP, off)),
+        _ => None,
+    }
+}
+
+/// A save slot's offset from the CFA in 8-byte words, when it is whole
+/// words within a row's `i8`.
+fn words(offset: i64) -> Option<i8> {
+    if offset % 8 != 0 {
+        return None;
+    }
+    i8::try_from(offset / 8).ok()
 }
 
 /// The threshold of the CFA expression the linker writes for `.plt`:

@@ -14,18 +14,23 @@ fn kinds(t: &Table, cfa: u8) -> usize {
 
 /// Builds `src` with gcc and `flags` into a temporary directory.
 fn build(name: &str, src: &str, flags: &[&str]) -> (tempfile::TempDir, PathBuf) {
+    build_with("gcc", name, src, flags)
+}
+
+/// [`build`] with the compiler `cc` (a cross compiler for arm64).
+fn build_with(cc: &str, name: &str, src: &str, flags: &[&str]) -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().expect("tempdir");
     let c = dir.path().join(format!("{name}.c"));
     std::fs::write(&c, src).expect("writing C source");
     let exe = dir.path().join(name);
-    let status = Command::new("gcc")
+    let status = Command::new(cc)
         .args(flags)
         .arg("-o")
         .arg(&exe)
         .arg(&c)
         .status()
-        .expect("running gcc");
-    assert!(status.success(), "gcc failed");
+        .unwrap_or_else(|e| panic!("running {cc} (scripts/deps.sh --test installs it): {e}"));
+    assert!(status.success(), "{cc} failed");
     (dir, exe)
 }
 
@@ -108,6 +113,79 @@ fn gcc_o2_without_frame_pointers() {
     assert_eq!(t.lookup(start + 4).map(Row::cfa), Some(CFA_END));
 }
 
+const ARM64_PROGRAM: &str = r#"
+volatile int sink;
+__attribute__((noinline)) int leaf(int x) { return x * 3 + sink; }
+__attribute__((noinline)) int mid(int x) {
+    int a[8];
+    for (int i = 0; i < 8; i++) a[i] = leaf(x + i);
+    return a[x & 7];
+}
+__attribute__((noinline)) int framed(int x) { return mid(x) + leaf(x); }
+int main(int argc, char **argv) { return framed(argc); }
+"#;
+
+/// The rows of an arm64 build of [`ARM64_PROGRAM`] at each function's
+/// first instruction and just past its prologue's store.
+fn arm64_rows(flags: &[&str]) -> Vec<(&'static str, Row, Row)> {
+    let (_dir, exe) = build_with("aarch64-linux-gnu-gcc", "arm64", ARM64_PROGRAM, flags);
+    let data = std::fs::read(&exe).unwrap();
+    let t = Table::from_elf(&data).expect("arm64 table");
+    assert_eq!(t.bad_fdes, 0);
+    ["leaf", "mid", "framed"]
+        .into_iter()
+        .map(|f| {
+            let at = symbol(&exe, f);
+            (f, *t.lookup(at).unwrap(), *t.lookup(at + 4).unwrap())
+        })
+        .collect()
+}
+
+#[test]
+fn arm64_rows_say_where_x30_is() {
+    // Without frame pointers: each function enters with its return
+    // address in x30 (CFA = sp); mid and framed then store x30 alone at
+    // the top of their frames (`str x30, [sp, #-N]!`).
+    let rows = arm64_rows(&["-O2", "-fomit-frame-pointer"]);
+    for (f, entry, _) in &rows {
+        assert_eq!(
+            (entry.cfa(), entry.cfa_off, entry.ra(), entry.rbp()),
+            (CFA_RSP, 0, RA_LR, RBP_SAME),
+            "{f} at entry"
+        );
+    }
+    let (_, _, leaf) = rows[0];
+    assert_eq!((leaf.cfa(), leaf.cfa_off, leaf.ra()), (CFA_RSP, 0, RA_LR));
+    let (_, _, mid) = rows[1];
+    assert_eq!((mid.cfa(), mid.cfa_off), (CFA_RSP, 48));
+    assert_eq!((mid.ra(), mid.rbp_off, mid.rbp()), (RA_SAVED, -6, RBP_SAME));
+    // With frame pointers: a frame record (x29, then x30) at the bottom.
+    let rows = arm64_rows(&["-O2", "-fno-omit-frame-pointer"]);
+    let (_, _, mid) = rows[1];
+    assert_eq!((mid.cfa(), mid.cfa_off), (CFA_RSP, 48));
+    assert_eq!(
+        (mid.rbp(), mid.rbp_off, mid.ra()),
+        (RBP_SAVED, -6, RA_AFTER_FP)
+    );
+    let (_, _, framed) = rows[2];
+    assert_eq!(
+        (framed.rbp(), framed.rbp_off, framed.ra()),
+        (RBP_SAVED, -2, RA_AFTER_FP)
+    );
+}
+
+#[test]
+fn an_arm64_object_is_no_x86_64_object() {
+    // The loader walks only the host's objects; tables read each file's
+    // own machine.
+    let (_dir, exe) = build_with("aarch64-linux-gnu-gcc", "arm64", ARM64_PROGRAM, &["-O2"]);
+    let data = std::fs::read(&exe).unwrap();
+    let elf = Elf::parse(&data).expect("an ELF file");
+    assert_eq!(elf.machine, Machine::Aarch64);
+    let native = Elf::parse(&std::fs::read(LIBC).unwrap()).unwrap();
+    assert_eq!(native.machine, Machine::HOST);
+}
+
 #[test]
 fn debug_frame_alone_is_read() {
     // -fno-asynchronous-unwind-tables with -g: CFI only in .debug_frame.
@@ -168,4 +246,36 @@ fn missing_and_malformed_information_is_an_error_or_partial_never_a_panic() {
         assert!(t.rows.windows(2).all(|w| w[0].pc < w[1].pc));
         assert!(t.bad_fdes > 0);
     }
+}
+
+#[test]
+fn a_table_of_leaves_covers_the_code_with_x30_rows() {
+    // What arm64's vDSO gets: CFA = sp, the return address in x30, over
+    // each executable segment, and no information past it.
+    let elf = Elf {
+        machine: Machine::Aarch64,
+        segments: vec![
+            crate::unwind::elf::Segment {
+                offset: 0,
+                vaddr: 0,
+                filesz: 0x1000,
+                executable: false,
+            },
+            crate::unwind::elf::Segment {
+                offset: 0x1000,
+                vaddr: 0x1000,
+                filesz: 0x800,
+                executable: true,
+            },
+        ],
+        ..Elf::default()
+    };
+    let t = Table::leaves(&elf);
+    let r = t.lookup(0x1400).expect("a row in the code");
+    assert_eq!(
+        (r.cfa(), r.cfa_off, r.ra(), r.rbp()),
+        (CFA_RSP, 0, RA_LR, RBP_SAME)
+    );
+    assert_eq!(t.lookup(0x1800).map(Row::cfa), Some(CFA_NONE));
+    assert_eq!(t.lookup(0x800), None);
 }

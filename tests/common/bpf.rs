@@ -88,13 +88,26 @@ pub fn workload(name: &str) -> PathBuf {
 
 /// Builds `tests/workloads/<src>` with `command` (a compiler and its
 /// flags, before `-o OUT SRC`) into `workload-<out>`, once per test
-/// binary, and returns the executable's path.
+/// binary, and returns the executable's path. With `FLARE_WORKLOADS=DIR`
+/// (no compiler, as in `scripts/vmtest`'s guests) it is prebuilt, as
+/// `DIR/variants/workload-<out>`: a directory of its own, as `out` may
+/// name a `workload()` built with other flags (`pipeblock`).
 pub fn build(out: &str, src: &str, command: &[&str]) -> PathBuf {
     static BUILT: OnceLock<Mutex<HashMap<String, PathBuf>>> = OnceLock::new();
     let built = BUILT.get_or_init(Default::default);
     let mut built = built.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(p) = built.get(out) {
         return p.clone();
+    }
+    if let Some(dir) = std::env::var_os("FLARE_WORKLOADS") {
+        let p = PathBuf::from(dir).join(format!("variants/workload-{out}"));
+        assert!(
+            p.exists(),
+            "{} is not prebuilt: scripts/vmtest must build {src} with {command:?}",
+            p.display()
+        );
+        built.insert(out.to_string(), p.clone());
+        return p;
     }
     let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("tests/workloads/{src}"));
     let exe = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("workload-{out}"));

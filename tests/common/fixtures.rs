@@ -99,6 +99,7 @@ pub fn cpu_profile() -> Profile {
                 extra: Default::default(),
             })
             .collect(),
+        timeline: None,
     }
 }
 
@@ -201,5 +202,6 @@ pub fn stack_counts() -> Profile {
                 extra: Default::default(),
             })
             .collect(),
+        timeline: None,
     }
 }

@@ -14,4 +14,5 @@ pub mod schema;
 pub mod serve;
 pub mod session;
 pub mod stackcount;
+pub mod timed;
 pub mod webdriver;

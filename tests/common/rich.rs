@@ -97,7 +97,7 @@ pub fn offcpu() -> Profile {
             extra: Default::default(),
         },
     ];
-    Profile { meta, samples }
+    Profile::untimed(meta, samples)
 }
 
 /// A `stackcount` result: kernel stacks with event counts.
@@ -130,5 +130,5 @@ pub fn counts() -> Profile {
             extra: Default::default(),
         },
     ];
-    Profile { meta, samples }
+    Profile::untimed(meta, samples)
 }

@@ -412,13 +412,7 @@ mod tests {
         };
         let mut sample = Sample::new(task, None, 3);
         sample.extra = vec![700].into();
-        let p = build(
-            &Profile {
-                meta,
-                samples: vec![sample],
-            },
-            0,
-        );
+        let p = build(&Profile::untimed(meta, vec![sample]), 0);
         let names: Vec<&str> = p
             .sample_type
             .iter()

@@ -115,6 +115,10 @@ pub struct Config {
     pub follow_children: bool,
     /// offcputime's `-s`: frame names with the offset into their function.
     pub offsets: bool,
+    /// Keep each blocked period's start and length (for outputs that
+    /// show when), sending periods to user space instead of summing them
+    /// in the kernel.
+    pub timed: bool,
 }
 
 impl Config {
@@ -143,6 +147,7 @@ impl Config {
             include_self: false,
             follow_children: false,
             offsets: false,
+            timed: false,
         }
     }
 

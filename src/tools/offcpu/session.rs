@@ -10,7 +10,8 @@ use super::{header, tidy_samples};
 use super::{thread_context, Attach, Config, Threads, Tool};
 use crate::bpf::loader;
 use crate::bpf::skel::offcpu::{types, OffcpuSkel};
-use crate::bpf::{comm_str, probe, read_counts, PlainKey};
+use crate::bpf::{comm_str, probe, PlainKey};
+use crate::collect::timed::{self, TimedRing};
 use crate::collect::{Collection, Collector, Periodic, RawSample, RawTask, RawTrace, WarmUp};
 use crate::error::{Error, Result};
 use crate::procmaps::Mappings;
@@ -34,6 +35,9 @@ unsafe impl PlainKey for types::offcpu_key {}
 
 /// A loaded and attached off-CPU tracer.
 pub struct Session<'obj> {
+    /// Drains the timed periods' ring (with [`Config::timed`]); dropped
+    /// before the skeleton that owns the ring.
+    timed: Option<TimedRing<types::offcpu_key>>,
     skel: OffcpuSkel<'obj>,
     config: Config,
     attach: Attach,
@@ -90,6 +94,7 @@ fn plan(c: &Config) -> Plan<'_> {
         hash_storage_size: c.hash_storage_size,
         stack_storage_size: c.stack_storage_size,
         uprobes: None,
+        timed: c.timed,
     }
 }
 
@@ -153,7 +158,12 @@ impl<'obj> Session<'obj> {
         }
         let skel = open.load().map_err(load_err)?;
         let unwinder = plan.start_unwinder(&skel, mode)?;
+        let timed = config
+            .timed
+            .then(|| TimedRing::start(&skel.maps.timed_events))
+            .transpose()?;
         let mut session = Session {
+            timed,
             skel,
             config,
             attach,
@@ -224,12 +234,12 @@ impl<'obj> Session<'obj> {
         Ok(())
     }
 
-    /// How the programs were attached.
     /// The tool this session serves.
     pub fn tool(&self) -> Tool {
         self.config.tool
     }
 
+    /// How the programs were attached.
     pub fn attach(&self) -> Attach {
         self.attach
     }
@@ -300,7 +310,8 @@ impl Collector for Session<'_> {
             user: stacks.read(t.user_stack_id, want.user),
             kernel: stacks.read(t.kernel_stack_id, want.kernel),
         };
-        for (k, us) in read_counts::<types::offcpu_key, _>(&self.skel.maps.counts, clear)? {
+        let read = timed::read(self.timed.as_ref(), &self.skel.maps.counts, clear)?;
+        for (k, us) in read.keys {
             let sample = match self.config.tool {
                 Tool::OffCpu => RawSample {
                     task: task(&k.target),
@@ -336,7 +347,12 @@ impl Collector for Session<'_> {
             .unwrap_or_default();
         let mut lost = stacks.lost(self.periodic.delta("hash_full", stats.hash_full, clear));
         lost.untracked = self.periodic.delta("start_full", stats.start_full, clear);
+        lost.samples = self.periodic.delta("ring_full", stats.ring_full, clear);
         self.periodic.done(stacks, clear);
-        Ok(Collection { samples, lost })
+        Ok(Collection {
+            samples,
+            lost,
+            events: read.events,
+        })
     }
 }

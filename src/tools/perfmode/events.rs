@@ -71,6 +71,10 @@ fn attr(plan: &Plan<'_>, build_id: bool) -> sys::perf_event_attr {
         Sampling::Period(n) => a.__bindgen_anon_1.sample_period = n,
     }
     a.sample_type = plan.layout.sample_type();
+    // Sample times on the clock the timeline and the workloads use (the
+    // default, the scheduler's clock, drifts from it by milliseconds).
+    a.set_use_clockid(1);
+    a.clockid = libc::CLOCK_MONOTONIC;
     if plan.layout.user_stack {
         a.sample_regs_user = REGS_MASK;
         a.sample_stack_user = STACK_BYTES;

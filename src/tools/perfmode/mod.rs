@@ -39,11 +39,12 @@ use crate::collect::{Collection, Collector, RawFrame, RawSample, RawTask, RawTra
 use crate::error::{Error, Result};
 use crate::procmaps::perf::{self as records, Record, Ring};
 use crate::procmaps::{procfs, Mappings};
-use crate::profile::{Lost, Meta};
+use crate::profile::{Event, Lost, Meta, UNKNOWN_CPU};
 use crate::python::Registry;
 use crate::system;
 use crate::tools::profile::Config;
 use crate::unwind::cache::DiskCache;
+use crate::unwind::elf::Machine;
 use crate::unwind::Mode;
 
 /// Frames kept per stack (as the BPF side's FLARE_MAX_STACK_DEPTH).
@@ -113,7 +114,11 @@ struct State {
     kernel: bool,
     per_thread: bool,
     max_keys: usize,
-    counts: HashMap<Key, u64>,
+    /// Each distinct key's place in `counts`.
+    index: HashMap<Key, u32>,
+    counts: Vec<(Key, u64)>,
+    /// With times kept: an event per sample, pointing into `counts`.
+    events: Option<Vec<Event>>,
     stacks: std::collections::HashSet<Arc<[RawFrame]>>,
     comms: HashMap<u32, Arc<str>>,
     tables: Tables,
@@ -218,14 +223,19 @@ impl State {
                 let tables = &mut self.tables;
                 let row = |addr| tables.row(space.as_ref()?, addr);
                 let java = self.java.as_mut();
+                let first = walk::Start {
+                    machine: Machine::HOST,
+                    regs,
+                    lr: s.lr,
+                };
                 let w = match java.and_then(|j| j.stepper(s.pid, start, s.r13, mappings)) {
                     Some(mut java) => {
                         let words = |a| stack.read(a);
-                        walk::walk_with(mode, regs, &stack, MAX_DEPTH, row, |r, ra| {
+                        walk::walk_with(mode, first, &stack, MAX_DEPTH, row, |r, ra| {
                             java.step(&words, r, ra)
                         })
                     }
-                    None => walk::walk(mode, regs, &stack, MAX_DEPTH, row),
+                    None => walk::walk_with(mode, first, &stack, MAX_DEPTH, row, |_, _| None),
                 };
                 Some(w.pcs)
             }
@@ -245,12 +255,29 @@ impl State {
             user,
             kernel,
         };
-        if let Some(n) = self.counts.get_mut(&key) {
-            *n += 1;
-        } else if self.counts.len() >= self.max_keys {
-            self.lost.hash_full += 1;
-        } else {
-            self.counts.insert(key, 1);
+        let tid = s.tid;
+        let i = match self.index.get(&key) {
+            Some(&i) => i,
+            None if self.counts.len() >= self.max_keys => {
+                self.lost.hash_full += 1;
+                return;
+            }
+            None => {
+                let i = self.counts.len() as u32;
+                self.index.insert(key.clone(), i);
+                self.counts.push((key, 0));
+                i
+            }
+        };
+        self.counts[i as usize].1 += 1;
+        if let Some(events) = &mut self.events {
+            events.push(Event {
+                time_ns: s.time,
+                value: 1,
+                sample: i,
+                tid,
+                cpu: UNKNOWN_CPU,
+            });
         }
     }
 }
@@ -335,7 +362,10 @@ impl Session {
         let wanted_kernel = config.stacks.kernel;
         config.stacks.kernel = kernel;
         let user = config.stacks.user;
-        let mode = match (user, cfg!(target_arch = "x86_64")) {
+        let mode = match (
+            user,
+            cfg!(any(target_arch = "x86_64", target_arch = "aarch64")),
+        ) {
             (true, true) => config.unwind,
             _ => Mode::Fp,
         };
@@ -384,7 +414,9 @@ impl Session {
                 kernel,
                 per_thread: config.per_thread || matches!(config.target, Target::Tids(_)),
                 max_keys: config.hash_storage_size as usize,
-                counts: HashMap::new(),
+                index: HashMap::new(),
+                counts: Vec::new(),
+                events: config.timed.then(Vec::new),
                 stacks: Default::default(),
                 comms: HashMap::new(),
                 tables: Tables::new(DiskCache::from_env()),
@@ -514,7 +546,7 @@ impl Collector for Session {
         let samples = state
             .counts
             .iter()
-            .map(|(k, &n)| RawSample {
+            .map(|&(ref k, n)| RawSample {
                 task: RawTask {
                     pid: Some(k.pid),
                     start: k.start,
@@ -527,12 +559,18 @@ impl Collector for Session {
                 value: n,
             })
             .collect();
-        let lost = if clear {
+        let (lost, events) = if clear {
             state.counts.clear();
-            std::mem::take(&mut state.lost)
+            state.index.clear();
+            let events = state.events.as_mut().map(std::mem::take);
+            (std::mem::take(&mut state.lost), events)
         } else {
-            state.lost
+            (state.lost, state.events.clone())
         };
-        Ok(Collection { samples, lost })
+        Ok(Collection {
+            samples,
+            lost,
+            events,
+        })
     }
 }

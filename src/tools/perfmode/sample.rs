@@ -17,13 +17,29 @@ pub struct Layout {
 }
 
 /// x86-64 perf register numbers (arch/x86/include/uapi/asm/perf_regs.h).
-const REG_BP: u64 = 6;
-const REG_SP: u64 = 7;
-const REG_IP: u64 = 8;
-/// Where HotSpot's interpreter keeps its bytecode pointer.
-const REG_R13: u64 = 21;
-/// The user registers asked for; they come in register-number order.
-pub const REGS_MASK: u64 = 1 << REG_BP | 1 << REG_SP | 1 << REG_IP | 1 << REG_R13;
+#[cfg(not(target_arch = "aarch64"))]
+mod regs {
+    const REG_BP: u64 = 6;
+    const REG_SP: u64 = 7;
+    const REG_IP: u64 = 8;
+    /// Where HotSpot's interpreter keeps its bytecode pointer.
+    const REG_R13: u64 = 21;
+    /// The user registers asked for; they come in register-number order.
+    pub const MASK: u64 = 1 << REG_BP | 1 << REG_SP | 1 << REG_IP | 1 << REG_R13;
+}
+
+/// arm64 perf register numbers (arch/arm64/include/uapi/asm/perf_regs.h):
+/// the frame pointer, the link register, sp and pc.
+#[cfg(target_arch = "aarch64")]
+mod regs {
+    const REG_X29: u64 = 29;
+    const REG_LR: u64 = 30;
+    const REG_SP: u64 = 31;
+    const REG_PC: u64 = 32;
+    pub const MASK: u64 = 1 << REG_X29 | 1 << REG_LR | 1 << REG_SP | 1 << REG_PC;
+}
+
+pub use regs::MASK as REGS_MASK;
 
 /// Callchain entries at or above this are context markers, not addresses.
 const CONTEXT_MAX: u64 = (-4095i64) as u64;
@@ -56,7 +72,9 @@ pub struct Sample<'a> {
     /// ip, sp, bp: `None` when the sample interrupted no user code (a
     /// kernel thread).
     pub regs: Option<(u64, u64, u64)>,
-    /// r13 (0 without registers): a HotSpot interpreter's bytecode
+    /// arm64's link register, x30 (0 on x86-64 or without registers).
+    pub lr: u64,
+    /// r13 (0 without registers or on arm64): a HotSpot interpreter's bytecode
     /// pointer.
     pub r13: u64,
     /// The copied user stack, from sp up (only the bytes the kernel
@@ -128,9 +146,16 @@ pub fn parse_sample(rec: &[u8], layout: Layout) -> Option<Sample<'_>> {
     if layout.user_stack {
         let abi = r.u64()?;
         if abi != 0 {
-            let (bp, sp, ip) = (r.u64()?, r.u64()?, r.u64()?);
-            s.regs = Some((ip, sp, bp));
-            s.r13 = r.u64()?;
+            // In register-number order: x86-64 bp, sp, ip, r13; arm64
+            // x29, x30, sp, pc.
+            let (a, b, c, d) = (r.u64()?, r.u64()?, r.u64()?, r.u64()?);
+            if cfg!(target_arch = "aarch64") {
+                s.regs = Some((d, c, a));
+                s.lr = b;
+            } else {
+                s.regs = Some((c, b, a));
+                s.r13 = d;
+            }
         }
         let size = usize::try_from(r.u64()?).ok()?;
         let data = r.bytes(size)?;

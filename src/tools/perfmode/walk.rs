@@ -6,10 +6,16 @@
 //! and the top of the stack, and flare walks them here, with the semantics
 //! BPF has — rows where an object has them, the frame pointer where it has
 //! none (`--unwind auto`; `dwarf` ends the stack there), the PLT and
-//! signal-frame rows — so that both modes give the same stacks.
+//! signal-frame rows — so that both modes give the same stacks. Both
+//! architectures' rules are here (x86-64's return address at CFA - 8;
+//! arm64's in x30 or where its row says, with pointer-authentication bits
+//! stripped), chosen by [`Start::machine`], so that each is tested on any
+//! host.
 
+use crate::unwind::elf::Machine;
 use crate::unwind::table::{
-    Row, CFA_END, CFA_PLT, CFA_RBP, CFA_RSP, CFA_SIGNAL, RBP_SAVED, RBP_UNKNOWN,
+    Row, CFA_END, CFA_PLT, CFA_RBP, CFA_RSP, CFA_SIGNAL, RA_AFTER_FP, RA_LR, RA_SAVED, RBP_SAVED,
+    RBP_UNKNOWN,
 };
 use crate::unwind::Mode;
 
@@ -42,18 +48,46 @@ pub struct Walk {
     pub complete: bool,
 }
 
+/// Where a walk starts: the sampled registers, on which machine.
+#[derive(Clone, Copy, Debug)]
+pub struct Start {
+    pub machine: Machine,
+    pub regs: Regs,
+    /// arm64's link register (x30) at the sample; 0 on x86-64.
+    pub lr: u64,
+}
+
+/// arm64 user addresses have 48 bits; a return address's bits above hold
+/// its pointer-authentication code (as in bpf/unwind.h).
+const ARM64_ADDR_MASK: u64 = (1 << 48) - 1;
+
 /// The state carried from one step to the next.
 struct State {
+    machine: Machine,
     regs: Regs,
+    /// arm64's x30 while it still holds a return address (the sampled
+    /// frame, or one a signal interrupted); 0 once the walk left it.
+    lr: u64,
     /// `pc` is a return address (every frame but the first): its row is
     /// looked up at `pc - 1`, inside the call.
     return_address: bool,
 }
 
-/// Walks the stack from `regs` over `stack`, at most `max` frames. `row`
-/// gives the row covering an address (`None`: no mapping, no table, or
-/// no information there). `mode` is `auto` or `dwarf` (with `fp` no rows
-/// are asked for: the frame pointer alone).
+impl State {
+    /// A return address as the machine stores it, made an address.
+    fn strip(&self, ra: u64) -> u64 {
+        match self.machine {
+            Machine::Aarch64 => ra & ARM64_ADDR_MASK,
+            Machine::X86_64 => ra,
+        }
+    }
+}
+
+/// Walks an x86-64 stack from `regs` over `stack`, at most `max` frames.
+/// `row` gives the row covering an address (`None`: no mapping, no table,
+/// or no information there). `mode` is `auto` or `dwarf` (with `fp` no
+/// rows are asked for: the frame pointer alone).
+#[cfg(test)]
 pub fn walk(
     mode: Mode,
     regs: Regs,
@@ -61,7 +95,12 @@ pub fn walk(
     max: usize,
     row: impl FnMut(u64) -> Option<Row>,
 ) -> Walk {
-    walk_with(mode, regs, stack, max, row, |_, _| None)
+    let start = Start {
+        machine: Machine::X86_64,
+        regs,
+        lr: 0,
+    };
+    walk_with(mode, start, stack, max, row, |_, _| None)
 }
 
 /// [`walk`], with `runtime` offered each frame first: a runtime's step
@@ -71,7 +110,7 @@ pub fn walk(
 /// for a native frame.
 pub fn walk_with(
     mode: Mode,
-    regs: Regs,
+    start: Start,
     stack: &StackCopy<'_>,
     max: usize,
     mut row: impl FnMut(u64) -> Option<Row>,
@@ -79,7 +118,9 @@ pub fn walk_with(
 ) -> Walk {
     let mut out = Walk::default();
     let mut s = State {
-        regs,
+        machine: start.machine,
+        regs: start.regs,
+        lr: start.lr,
         return_address: false,
     };
     while s.regs.pc != 0 && out.pcs.len() < max {
@@ -91,6 +132,7 @@ pub fn walk_with(
             }
             out.pcs.extend(words);
             s.regs = caller;
+            s.lr = 0;
             s.return_address = true;
             continue;
         }
@@ -107,7 +149,12 @@ pub fn walk_with(
                     false
                 }
                 CFA_SIGNAL => signal_step(&mut s, stack),
-                CFA_RSP | CFA_RBP | CFA_PLT => row_step(&mut s, stack, &r),
+                CFA_RSP | CFA_RBP if s.machine == Machine::Aarch64 => {
+                    arm64_row_step(&mut s, stack, &r)
+                }
+                CFA_RSP | CFA_RBP | CFA_PLT if s.machine == Machine::X86_64 => {
+                    row_step(&mut s, stack, &r)
+                }
                 _ => fp_step(mode, &mut s, stack),
             },
             None => fp_step(mode, &mut s, stack),
@@ -129,10 +176,11 @@ fn fp_step(mode: Mode, s: &mut State, stack: &StackCopy<'_>) -> bool {
         return false;
     };
     s.regs = Regs {
-        pc: ra,
+        pc: s.strip(ra),
         sp: bp.wrapping_add(16),
         bp: next_bp,
     };
+    s.lr = 0;
     s.return_address = true;
     true
 }
@@ -177,6 +225,56 @@ fn row_step(s: &mut State, stack: &StackCopy<'_>, r: &Row) -> bool {
     true
 }
 
+/// One arm64 step by a row whose CFA is sp- or x29-based; the return
+/// address is still in x30 (a leaf, a prologue) or saved in the frame.
+fn arm64_row_step(s: &mut State, stack: &StackCopy<'_>, r: &Row) -> bool {
+    let Regs { pc, sp, bp } = s.regs;
+    let off = u64::from(r.cfa_off);
+    let cfa = match r.cfa() {
+        CFA_RSP => sp.wrapping_add(off),
+        _ => bp.wrapping_add(off),
+    };
+    // A leaf may have no frame: its CFA is sp.
+    if cfa < sp {
+        return false;
+    }
+    let slot = |words: i64| cfa.wrapping_add_signed(words * 8);
+    let ra = match r.ra() {
+        RA_LR if s.lr != 0 => s.lr,
+        RA_AFTER_FP => match stack.read(slot(i64::from(r.rbp_off) + 1)) {
+            Some(v) => v,
+            None => return false,
+        },
+        RA_SAVED => match stack.read(slot(i64::from(r.rbp_off))) {
+            Some(v) => v,
+            None => return false,
+        },
+        _ => return false,
+    };
+    let ra = s.strip(ra);
+    // A frame whose return address is in x30 and that moves no sp would
+    // step to itself.
+    if cfa == sp && ra == pc {
+        return false;
+    }
+    let bp = match r.rbp() {
+        RBP_SAVED => match stack.read(slot(i64::from(r.rbp_off))) {
+            Some(v) => v,
+            None => return false,
+        },
+        RBP_UNKNOWN => 0,
+        _ => bp,
+    };
+    s.regs = Regs {
+        pc: ra,
+        sp: cfa,
+        bp,
+    };
+    s.lr = 0;
+    s.return_address = true;
+    true
+}
+
 /// Offsets in the `ucontext` a signal trampoline finds at rsp: its
 /// mcontext (x86-64 sigcontext) holds the interrupted rbp, rsp and rip.
 const UC_MCONTEXT: u64 = 40;
@@ -184,15 +282,34 @@ const MC_RBP: u64 = UC_MCONTEXT + 10 * 8;
 const MC_RSP: u64 = UC_MCONTEXT + 15 * 8;
 const MC_RIP: u64 = UC_MCONTEXT + 16 * 8;
 
+/// arm64: sp points at the kernel's `rt_sigframe`: a siginfo (128
+/// bytes), then the ucontext, whose mcontext (at 176) is a sigcontext:
+/// fault_address, then x0..x30, sp, pc.
+const ARM64_REGS: u64 = 128 + 176 + 8;
+
 /// One step out of a signal handler, to the interrupted code.
 fn signal_step(s: &mut State, stack: &StackCopy<'_>) -> bool {
     let sp = s.regs.sp;
+    let (bp_at, sp_at, pc_at) = match s.machine {
+        Machine::X86_64 => (MC_RBP, MC_RSP, MC_RIP),
+        Machine::Aarch64 => (
+            ARM64_REGS + 29 * 8,
+            ARM64_REGS + 31 * 8,
+            ARM64_REGS + 32 * 8,
+        ),
+    };
     let (Some(bp), Some(nsp), Some(pc)) = (
-        stack.read(sp + MC_RBP),
-        stack.read(sp + MC_RSP),
-        stack.read(sp + MC_RIP),
+        stack.read(sp + bp_at),
+        stack.read(sp + sp_at),
+        stack.read(sp + pc_at),
     ) else {
         return false;
+    };
+    s.lr = match s.machine {
+        Machine::Aarch64 => stack
+            .read(sp + ARM64_REGS + 30 * 8)
+            .map_or(0, |lr| s.strip(lr)),
+        Machine::X86_64 => 0,
     };
     s.regs = Regs { pc, sp: nsp, bp };
     // The interrupted pc is no return address: its own row counts.

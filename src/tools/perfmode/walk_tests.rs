@@ -204,3 +204,151 @@ fn an_epilogue_past_its_rbp_pop_keeps_rbp() {
     assert_eq!(w.pcs, vec![0x8000, 0x3050, 0x4010]);
     assert!(w.complete);
 }
+
+/// An arm64 row: CFA rule and offset, x29 rule, x30 rule, and the word
+/// offset they share.
+fn arm64_row(cfa: u8, cfa_off: u16, fp: u8, ra: u8, off: i8) -> Row {
+    Row {
+        pc: 0,
+        cfa_off,
+        kind: cfa | fp << 4 | ra << 6,
+        rbp_off: off,
+    }
+}
+
+/// arm64 code, by address range:
+/// - 0x1000..0x1100 `leaf`, frameless: CFA = sp, return address in x30;
+/// - 0x2000..0x2100 `caller`, built without frame pointers: 32 bytes of
+///   frame, x30 alone at CFA - 8 (`str x30, [sp, #-32]!`);
+/// - 0x3000..0x3100 `main`, a frame record at the bottom of 48 bytes
+///   (`stp x29, x30, [sp, #-48]!; mov x29, sp`): CFA = x29 + 48, x29 at
+///   CFA - 48, x30 after it;
+/// - 0x4000..0x4100 `_start`, the outermost frame.
+fn arm64_rows(addr: u64) -> Option<Row> {
+    match addr {
+        0x1000..=0x10ff => Some(arm64_row(CFA_RSP, 0, RBP_SAME, RA_LR, 0)),
+        0x2000..=0x20ff => Some(arm64_row(CFA_RSP, 32, RBP_SAME, RA_SAVED, -1)),
+        0x3000..=0x30ff => Some(arm64_row(CFA_RBP, 48, RBP_SAVED, RA_AFTER_FP, -6)),
+        0x4000..=0x40ff => Some(arm64_row(CFA_END, 0, RBP_SAME, RA_LR, 0)),
+        _ => None,
+    }
+}
+
+fn arm64(pc: u64, bp: u64, lr: u64) -> Start {
+    Start {
+        machine: Machine::Aarch64,
+        regs: Regs { pc, sp: S, bp },
+        lr,
+    }
+}
+
+/// leaf (no frame) -> caller (32 bytes at S) -> main (48 bytes at S + 32,
+/// its frame record at the bottom) -> _start; the return addresses carry
+/// pointer-authentication codes in their top bits.
+fn arm64_stack() -> Vec<u8> {
+    image(
+        &[
+            (24, 0x002a_0000_0000_3050), // caller's x30, into main (signed)
+            (32, 0),                     // main's frame record: x29 (none)
+            (40, 0x0055_0000_0000_4010), // and x30, into _start (signed)
+        ],
+        128,
+    )
+}
+
+#[test]
+fn arm64_rows_find_a_frameless_leafs_caller_in_x30() {
+    let data = arm64_stack();
+    let stack = StackCopy { sp: S, data: &data };
+    let w = walk_with(
+        Mode::Auto,
+        arm64(0x1010, S + 32, 0x2050),
+        &stack,
+        64,
+        arm64_rows,
+        |_, _| None,
+    );
+    assert_eq!(w.pcs, vec![0x1010, 0x2050, 0x3050, 0x4010]);
+    assert!(w.complete);
+}
+
+#[test]
+fn arm64_x30_holds_no_return_address_past_the_first_frame() {
+    // A caller whose row says its return address is still in x30 cannot
+    // be: x30 was the leaf's. The walk ends rather than loop or invent.
+    let data = arm64_stack();
+    let stack = StackCopy { sp: S, data: &data };
+    let w = walk_with(
+        Mode::Auto,
+        arm64(0x1010, S + 32, 0x2050),
+        &stack,
+        64,
+        |a| match a {
+            0x2000..=0x20ff => Some(arm64_row(CFA_RSP, 32, RBP_SAME, RA_LR, 0)),
+            _ => arm64_rows(a),
+        },
+        |_, _| None,
+    );
+    assert_eq!(w.pcs, vec![0x1010, 0x2050]);
+    // Nor does a frameless frame whose x30 is its own pc step to itself.
+    let w = walk_with(
+        Mode::Auto,
+        arm64(0x1010, 0, 0x1010),
+        &stack,
+        64,
+        arm64_rows,
+        |_, _| None,
+    );
+    assert_eq!(w.pcs, vec![0x1010]);
+}
+
+#[test]
+fn arm64_frame_pointers_strip_authentication_codes() {
+    // Without rows: x29 -> main's frame record; the leaf's caller (in
+    // x30) is lost, as the kernel's own walk loses it.
+    let data = arm64_stack();
+    let stack = StackCopy { sp: S, data: &data };
+    let w = walk_with(
+        Mode::Auto,
+        arm64(0x5010, S + 32, 0x2050),
+        &stack,
+        64,
+        |_| None,
+        |_, _| None,
+    );
+    assert_eq!(w.pcs, vec![0x5010, 0x4010]);
+}
+
+#[test]
+fn an_arm64_signal_frame_restores_x30() {
+    // The trampoline's sp points at the rt_sigframe; the interrupted
+    // frameless leaf finds its caller in the saved x30.
+    let interrupted_sp = S + 1024;
+    let at = |reg: u64| ARM64_REGS + reg * 8;
+    let data = image(
+        &[
+            (at(29), interrupted_sp + 32),
+            (at(30), 0x2050),
+            (at(31), interrupted_sp),
+            (at(32), 0x1010),
+            (1024 + 24, 0x3050),
+            (1024 + 32, 0),
+            (1024 + 40, 0x4010),
+        ],
+        2048,
+    );
+    let stack = StackCopy { sp: S, data: &data };
+    let w = walk_with(
+        Mode::Auto,
+        arm64(0x7008, 0, 0),
+        &stack,
+        64,
+        |a| match a {
+            0x7000..=0x70ff => Some(arm64_row(CFA_SIGNAL, 0, RBP_SAME, RA_LR, 0)),
+            _ => arm64_rows(a),
+        },
+        |_, _| None,
+    );
+    assert_eq!(w.pcs, vec![0x7008, 0x1010, 0x2050, 0x3050, 0x4010]);
+    assert!(w.complete);
+}

@@ -281,10 +281,13 @@ impl Session<'_> {
                 }
             }
             KernelAttach::Fentry => {
-                let link = progs
-                    .flare_sc_fentry
-                    .attach_trace()
-                    .map_err(|e| super::attach::no_kernel_probes(&self.pattern, &e))?;
+                // A refusal (no BPF trampolines: arm64 before 6.0's, -ENOTSUPP)
+                // is explained here: keep libbpf's line about it out of the way.
+                let print = libbpf_rs::set_print(None);
+                let attached = progs.flare_sc_fentry.attach_trace();
+                libbpf_rs::set_print(print);
+                let link =
+                    attached.map_err(|e| super::attach::no_kernel_probes(&self.pattern, &e))?;
                 self._links.push(link);
                 for f in &functions[1..] {
                     self.attach_fentry_extra(f)?;

@@ -23,7 +23,8 @@ use libbpf_rs::skel::OpenSkel;
 use libbpf_rs::{Link, Object, OpenObject};
 
 use crate::bpf::skel::stackcount::{types, StackcountSkel};
-use crate::bpf::{comm_str, probe, read_counts, PlainKey};
+use crate::bpf::{comm_str, probe, PlainKey};
+use crate::collect::timed::{self, TimedRing};
 use crate::collect::{Collection, Collector, Periodic, RawSample, RawTask, WarmUp};
 use crate::error::{Error, Result};
 use crate::procmaps::Mappings;
@@ -72,6 +73,9 @@ pub struct Config {
     /// How to attach kernel functions; `None` chooses (multi-kprobes,
     /// kprobes, fentry: the first this kernel has).
     pub attach: Option<KernelAttach>,
+    /// Keep each event's time, sending events to user space instead of
+    /// counting them in the kernel.
+    pub timed: bool,
 }
 
 impl Default for Config {
@@ -91,6 +95,7 @@ impl Default for Config {
             include_self: false,
             command: None,
             attach: None,
+            timed: false,
         }
     }
 }
@@ -170,6 +175,9 @@ pub struct Session<'obj> {
     /// With fentry, one more object per kernel function after the first,
     /// sharing the first one's maps.
     _extra: Vec<Object>,
+    /// Drains the timed events' ring (with [`Config::timed`]); dropped
+    /// before the skeleton that owns the ring.
+    timed: Option<TimedRing<types::stackcount_key>>,
     skel: StackcountSkel<'obj>,
     config: Config,
     pattern: Pattern,
@@ -255,6 +263,7 @@ fn plan(c: &Config) -> Plan<'_> {
         hash_storage_size: c.hash_storage_size,
         stack_storage_size: c.stack_storage_size,
         uprobes: None,
+        timed: c.timed,
     }
 }
 
@@ -293,7 +302,12 @@ impl<'obj> Session<'obj> {
         }
         let skel = loaded.map_err(|e| attach::load_error(&pattern, &targets, e))?;
         let unwinder = plan.start_unwinder(&skel, mode)?;
+        let timed = config
+            .timed
+            .then(|| TimedRing::start(&skel.maps.timed_events))
+            .transpose()?;
         let mut session = Session {
+            timed,
             skel,
             _extra: Vec::new(),
             _links: Vec::new(),
@@ -380,7 +394,8 @@ impl Collector for Session<'_> {
     fn collect(&mut self, clear: bool) -> Result<Collection> {
         let mut stacks = self.periodic.reader(&self.skel.maps.stacks, clear);
         let mut samples = Vec::new();
-        for (k, count) in read_counts::<types::stackcount_key, _>(&self.skel.maps.counts, clear)? {
+        let read = timed::read(self.timed.as_ref(), &self.skel.maps.counts, clear)?;
+        for (k, count) in read.keys {
             let user = stacks.read(k.user_stack_id, self.config.stacks.user);
             let kernel = stacks.read(k.kernel_stack_id, self.config.stacks.kernel);
             // Stacks of all processes counted together have no process:
@@ -404,16 +419,18 @@ impl Collector for Session<'_> {
                 value: count,
             });
         }
-        let hash_full = self
-            .skel
-            .maps
-            .bss_data
-            .as_deref()
-            .map_or(0, |b| b.stats.hash_full);
+        let stats = self.skel.maps.bss_data.as_deref().map(|b| b.stats);
+        let hash_full = stats.map_or(0, |s| s.hash_full);
+        let ring_full = stats.map_or(0, |s| s.ring_full);
         let misses = self.recursion_misses();
         let mut lost = stacks.lost(self.periodic.delta("hash_full", hash_full, clear));
         lost.missed_events = self.periodic.delta("recursion_misses", misses, clear);
+        lost.samples = self.periodic.delta("ring_full", ring_full, clear);
         self.periodic.done(stacks, clear);
-        Ok(Collection { samples, lost })
+        Ok(Collection {
+            samples,
+            lost,
+            events: read.events,
+        })
     }
 }
