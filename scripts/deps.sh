@@ -67,9 +67,23 @@ done
 if [ ${#missing[@]} -gt 0 ] || [ $update = 1 ]; then
     $sudo_cmd apt-get update -qq
 fi
+# QEMU's packages must all be of one version. Some machines carry a newer
+# qemu-utils (from backports) than any qemu-system their sources offer,
+# which breaks the install; qemu-utils then follows the system emulator
+# to the version the sources have (flare's VMs use no qemu-img).
+apt_extra=()
+if [ $vm = 1 ] && [ ${#missing[@]} -gt 0 ]; then
+    utils=$(dpkg-query -W -f='${Version}' qemu-utils 2>/dev/null || true)
+    common=$(apt-cache policy qemu-system-common 2>/dev/null | awk '/Candidate:/ {print $2}')
+    if [ -n "$utils" ] && [ -n "$common" ] && [ "$common" != "(none)" ] && [ "$utils" != "$common" ]; then
+        echo "flare: qemu-utils $utils does not match qemu-system $common; installing qemu-utils $common" >&2
+        missing+=("qemu-utils=$common")
+        apt_extra+=(--allow-downgrades)
+    fi
+fi
 if [ ${#missing[@]} -gt 0 ]; then
     echo "flare: installing ${missing[*]}" >&2
-    DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${missing[@]}" >/dev/null
+    DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${apt_extra[@]}" "${missing[@]}" >/dev/null
 fi
 # Rust's arm64 standard library, from rustup (as the toolchain itself).
 if [ $arm64 = 1 ] && ! rustup target list --installed 2>/dev/null | grep -qx aarch64-unknown-linux-gnu; then
