@@ -279,7 +279,7 @@ fn assert_naps(p: &Profile, shape: &Shape, what: &str) {
             len >= 299_000_000,
             "{what}: a nap of 300 ms lasted {len} ns"
         );
-        if emulated() {
+        if common::bpf::emulated() {
             continue;
         }
         assert!(
@@ -292,13 +292,6 @@ fn assert_naps(p: &Profile, shape: &Shape, what: &str) {
             n1 - n0
         );
     }
-}
-
-/// True inside scripts/vmtest's emulated guests, where a runnable thread
-/// can wait tens of milliseconds for a virtual CPU: times there are
-/// checked for order and containment, not to within 5 ms.
-fn emulated() -> bool {
-    std::env::var_os("FLARE_KERNEL_CAN").is_some()
 }
 
 #[test]
@@ -365,7 +358,7 @@ fn stackcount_events_happen_at_each_call() {
             "nap was entered at {t}, outside the workload's call {n0} .. return {n1}"
         );
         assert!(
-            emulated() || t - n0 <= 5_000_000,
+            common::bpf::emulated() || t - n0 <= 5_000_000,
             "nap was entered at {t}, the workload called it at {n0}"
         );
     }

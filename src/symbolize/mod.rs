@@ -76,7 +76,7 @@ pub(crate) fn convert(
     kind: FrameKind,
     options: Options,
 ) -> Option<Resolved> {
-    let sym = sym.into_sym()?;
+    let sym = sym.into_sym().filter(|s| !is_mapping_symbol(&s.name))?;
     let location = |c: Option<&CodeInfo<'_>>| {
         c.map(|c| {
             Box::new(SourceLine {
@@ -110,6 +110,18 @@ pub(crate) fn convert(
         }
     }
     Some(frames)
+}
+
+/// True for an Arm ELF mapping symbol (`$x`, `$d`, `$a`, `$t`, perhaps
+/// with a `.suffix`): a marker where code or data begins, which arm64
+/// objects keep in `.symtab` and blazesym takes for a function when no
+/// function symbol is nearer (in the PLT, in start-up code). Such an
+/// address is unnamed, not in a function called `$x`.
+fn is_mapping_symbol(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars.next() == Some('$')
+        && matches!(chars.next(), Some('x' | 'd' | 'a' | 't'))
+        && matches!(chars.next(), None | Some('.'))
 }
 
 impl Symbolizer {

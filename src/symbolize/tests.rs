@@ -150,3 +150,64 @@ fn kernel_frames_are_named_from_the_boot_copy() {
         assert!(text.lines().any(|l| l.ends_with(" schedule")));
     }
 }
+
+#[test]
+fn arm64_mapping_symbols_name_no_function() {
+    // An arm64 program (cross-built) keeps `$x`/`$d` markers in .symtab;
+    // at an address past a `$x` with no function symbol between (start-up
+    // code, the PLT), blazesym answers `$x`, which is no function name.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let src = dir.path().join("p.c");
+    std::fs::write(
+        &src,
+        "#include <stdio.h>\nint main(void) { puts(\"hi\"); return 0; }\n",
+    )
+    .unwrap();
+    let exe = dir.path().join("p");
+    let status = Command::new("aarch64-linux-gnu-gcc")
+        .args(["-O2", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .status()
+        .expect("running aarch64-linux-gnu-gcc (scripts/deps.sh --test installs it)");
+    assert!(status.success());
+    // nm hides mapping symbols; readelf lists them.
+    let out = Command::new("aarch64-linux-gnu-readelf")
+        .arg("-sW")
+        .arg(&exe)
+        .output()
+        .expect("running aarch64-linux-gnu-readelf");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let syms: Vec<(u64, &str)> = text
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            Some((u64::from_str_radix(f.get(1)?, 16).ok()?, *f.get(7)?))
+        })
+        .filter(|&(a, _)| a != 0)
+        .collect();
+    // `$x` markers that no other symbol shares an address with.
+    let lone: Vec<u64> = syms
+        .iter()
+        .filter(|(a, n)| *n == "$x" && syms.iter().filter(|(b, _)| b == a).count() == 1)
+        .map(|(a, _)| *a)
+        .collect();
+    assert!(!lone.is_empty(), "no lone $x in {text}");
+    let symbolizer = blazesym::symbolize::Symbolizer::new();
+    let source = Source::Elf(blazesym::symbolize::source::Elf::new(&exe));
+    let found = symbolizer
+        .symbolize(&source, Input::VirtOffset(&lone))
+        .expect("symbolizing");
+    let mut named_x = 0;
+    for (addr, sym) in lone.iter().zip(found) {
+        if sym.as_sym().is_some_and(|s| s.name == "$x") {
+            named_x += 1;
+        }
+        let frames = convert(*addr, sym, FrameKind::Native, Options::default());
+        for f in frames.iter().flatten() {
+            assert!(!f.name.starts_with('$'), "{addr:#x} named {}", f.name);
+        }
+    }
+    // blazesym does name them so: this test would see the fix undone.
+    assert!(named_x > 0, "blazesym named no lone $x address $x");
+}

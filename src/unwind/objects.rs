@@ -59,6 +59,11 @@ pub struct Stats {
     pub cache_time: Duration,
 }
 
+/// A table that is not in the disk cache, asked for while loading from
+/// the cache only.
+#[derive(Clone, Copy, Debug)]
+struct Missed;
+
 /// Every object seen in this run.
 pub struct Objects {
     cache: DiskCache,
@@ -128,13 +133,12 @@ impl Objects {
         let data = unsafe { memmap2::Mmap::map(&file) }.ok()?;
         let elf = Elf::parse(&data).filter(|e| e.machine == Machine::HOST)?;
         let key = cache::key(elf.build_id.as_deref(), &meta);
-        let missed = self.missed;
         let table = self.table(&key, name, &data, &elf);
         let object = Arc::new(Object {
             segments: elf.segments,
-            table,
+            table: table.unwrap_or(None),
         });
-        if self.missed == missed {
+        if table.is_ok() {
             self.by_file.insert(id, object.clone());
             self.by_inode.insert((id.0, id.1), object.clone());
         }
@@ -157,22 +161,30 @@ impl Objects {
                 .trim()
                 .to_string(),
         };
-        let missed = self.missed;
         let table = self.table(&format!("vdso-{name}"), "[vdso]", data, &elf);
         let object = Arc::new(Object {
             segments: elf.segments,
-            table,
+            table: table.unwrap_or(None),
         });
-        if self.missed == missed {
+        if table.is_ok() {
             self.by_file.insert(key, object.clone());
         }
         Some(object)
     }
 
     /// The table of the object `key`, installed in BPF on first use.
-    fn table(&mut self, key: &str, name: &str, data: &[u8], elf: &Elf) -> Option<Installed> {
+    /// `Err(Missed)` while loading from the cache only and it is not
+    /// there (sets `missed`): the object must not be remembered without
+    /// its table, or a later full load would find it so.
+    fn table(
+        &mut self,
+        key: &str,
+        name: &str,
+        data: &[u8],
+        elf: &Elf,
+    ) -> Result<Option<Installed>, Missed> {
         if let Some(t) = self.by_key.get(key) {
-            return *t;
+            return Ok(*t);
         }
         let Some(table) = load_table(
             &self.cache,
@@ -183,7 +195,7 @@ impl Objects {
             self.cache_only,
         ) else {
             self.missed = true;
-            return None;
+            return Err(Missed);
         };
         let installed = match table {
             Ok(t) if t.rows.len() > MAX_ROWS => {
@@ -210,7 +222,7 @@ impl Objects {
             }
         };
         self.by_key.insert(key.to_string(), installed);
-        installed
+        Ok(installed)
     }
 
     /// Waits until every table is in place: the targets named on the

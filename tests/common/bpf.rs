@@ -8,6 +8,15 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
+/// True inside scripts/vmtest's emulated guests (which set
+/// FLARE_KERNEL_CAN), where a runnable thread can wait tens of
+/// milliseconds for a virtual CPU and work runs many times slower: there
+/// times are checked for order and containment, not to within
+/// milliseconds, and what takes milliseconds here may take seconds.
+pub fn emulated() -> bool {
+    std::env::var_os("FLARE_KERNEL_CAN").is_some()
+}
+
 /// True when this test may load BPF programs. Without root or BTF the test
 /// is skipped, unless `FLARE_REQUIRE_BPF=1`, when it fails.
 pub fn require_bpf() -> bool {
