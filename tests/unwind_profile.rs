@@ -91,6 +91,13 @@ fn profile(exe: &Path, mode: &str, root: &dyn Fn(&[&str]) -> bool) -> Result {
     }
 }
 
+/// True for a stack (root first) walked to a thread's root: the main
+/// thread's `_start`, or the two libc frames above nofp's `worker`.
+fn walked_to_a_root(frames: &[String]) -> bool {
+    let names: Vec<&str> = frames.iter().map(|f| bare(f)).collect();
+    names.first() == Some(&"_start") || (names.len() > 3 && names[2] == "worker")
+}
+
 /// Profiles the whole system (user stacks, 997 Hz) while each of `exes`
 /// in turn starts and works for `seconds`: processes flare meets only
 /// when their first samples arrive, so that the time it takes to load
@@ -120,7 +127,7 @@ fn profile_new_processes(exes: &[&Path], seconds: &str) -> Vec<Result> {
         .map(|exe| {
             let name = exe.file_name().expect("a file name").to_string_lossy();
             let comm: String = name.chars().take(15).collect();
-            let (mut samples, mut done, mut a) = (0, 0, 0);
+            let (mut samples, mut done, mut a, mut whole_elsewhere) = (0, 0, 0, 0);
             let mut incomplete = Vec::new();
             for (frames, n) in folded.iter().filter(|(f, _)| f[0] == comm) {
                 samples += n;
@@ -131,9 +138,14 @@ fn profile_new_processes(exes: &[&Path], seconds: &str) -> Vec<Result> {
                             a += n;
                         }
                     }
+                    // Whole stacks outside worker's run (start-up, exit,
+                    // printf): the main thread's from _start, the worker
+                    // thread's from its root. Not in the shares.
+                    None if walked_to_a_root(&frames[1..]) => whole_elsewhere += n,
                     None => incomplete.push(format!("{} {n}", frames.join(";"))),
                 }
             }
+            let samples = samples - whole_elsewhere;
             assert!(
                 samples > 500,
                 "{comm}: too few samples ({samples}); stderr: {err}"
