@@ -145,6 +145,9 @@ pub(crate) struct Symbols {
     /// An undefined `Py_BytesMain` or `Py_Main`: a `python` executable
     /// that runs the interpreter of a library.
     pub calls_main: bool,
+    /// glibc's `_thread_db_sizeof_pthread` (for libthread_db): the size of
+    /// `struct pthread`, which sits below the thread pointer on arm64.
+    pub sizeof_pthread: Option<Sym>,
 }
 
 /// What detection needs of one object's file.
@@ -156,6 +159,8 @@ pub(crate) struct Object {
     pub version_hex: Option<u32>,
     /// `.symtab` was read too (else `.dynsym` alone).
     pub full: bool,
+    /// The value of `_thread_db_sizeof_pthread` (glibc's libc).
+    pub pthread_size: Option<u32>,
 }
 
 impl Detector {
@@ -186,12 +191,6 @@ impl Detector {
             seen.push(m);
             let base = path.rsplit('/').next().unwrap_or(path);
             let named = parse_name(base);
-            if named.is_some() && Machine::HOST != Machine::X86_64 {
-                refused.get_or_insert_with(|| {
-                    format!("CPython frames are read on x86-64 only so far: {base}'s native frames are shown")
-                });
-                continue;
-            }
             let Some(object) = self.object(pid, m, named.is_some()) else {
                 continue;
             };
@@ -235,7 +234,14 @@ impl Detector {
                     continue;
                 }
             };
-            match build(m, &object, &version, base, maps, mem) {
+            let below = match self.thread_pointer_offset(pid, maps) {
+                Ok(b) => b,
+                Err(why) => {
+                    refused.get_or_insert(why);
+                    continue;
+                }
+            };
+            match build(m, &object, &version, base, maps, mem, below) {
                 Detected::Unsupported(why) => {
                     refused.get_or_insert(why);
                 }
@@ -250,9 +256,34 @@ impl Detector {
         }
     }
 
+    /// How far below the thread pointer (what BPF reads: x86-64's fs base,
+    /// arm64's tpidr_el0) glibc's `struct pthread` begins: 0 on x86-64
+    /// (TLS variant II: the thread pointer is `pthread_self()`); on arm64
+    /// (variant I) the thread pointer follows the `struct pthread`, whose
+    /// size libc tells libthread_db in `_thread_db_sizeof_pthread`.
+    fn thread_pointer_offset(&mut self, pid: u32, maps: &[ExecMapping]) -> Result<u64, String> {
+        if Machine::HOST == Machine::X86_64 {
+            return Ok(0);
+        }
+        let libc = maps.iter().find(|m| match &m.backing {
+            Backing::File(p) => p
+                .rsplit('/')
+                .next()
+                .is_some_and(|b| b.starts_with("libc.so")),
+            _ => false,
+        });
+        let size = libc
+            .and_then(|m| self.object(pid, m, false))
+            .and_then(|o| o.pthread_size);
+        match size {
+            Some(n) if (0x100..0x10000).contains(&n) => Ok(u64::from(n)),
+            _ => Err("its libc gives no size of struct pthread (_thread_db_sizeof_pthread): CPython frames need glibc on arm64".into()),
+        }
+    }
+
     /// What the file of mapping `m` says, from the cache or read now
     /// (with `.symtab` if `full`): nothing for a file that is not a
-    /// 64-bit x86-64 ELF file; `None` when it cannot be opened (not kept:
+    /// 64-bit ELF file of the host's machine; `None` when it cannot be opened (not kept:
     /// the process may be gone, the next one may open it).
     fn object(&mut self, pid: u32, m: &ExecMapping, full: bool) -> Option<Arc<Object>> {
         let key = m.dev_ino;
@@ -302,6 +333,7 @@ impl Version {
 
 /// The Python process whose interpreter is `object`, mapped (executable)
 /// at `m`.
+#[allow(clippy::too_many_arguments)]
 fn build(
     m: &ExecMapping,
     object: &Object,
@@ -309,6 +341,7 @@ fn build(
     base: &str,
     maps: &[ExecMapping],
     mem: &dyn Memory,
+    below_tp: u64,
 ) -> Detected {
     let Version { major, minor, .. } = *version;
     if let Some(why) = refusal(major, minor, &version.abiflags) {
@@ -362,8 +395,10 @@ fn build(
     if runtime.size != 0 && runtime_end > runtime.size {
         return unsupported("_PyRuntime is smaller than its layout says");
     }
-    let tstate_slot = match tstate_slot(&layout, runtime_at, maps, mem) {
-        Ok(slot) => slot,
+    // The slot is found from each thread's pthread_self(); BPF reads it
+    // from the thread pointer.
+    let (tstate_slot, layout) = match autotss_and_slot(layout, runtime_at, maps, mem) {
+        Ok((slot, layout)) => (slot.wrapping_sub(below_tp), layout),
         Err(Detected::Unsupported(why)) => return unsupported(&why),
         Err(other) => return other,
     };
@@ -377,6 +412,44 @@ fn build(
         eval: [range(eval), cold],
         tstate_slot,
     })
+}
+
+/// Where `_PyRuntime` keeps `autoTSSkey` past the layout's x86-64 offset,
+/// on other machines: before it lie the GIL's pthread mutexes (3.8-3.12),
+/// 40 bytes on x86-64 but 48 on arm64. Each is tried in turn; only the
+/// one whose key's thread-specific slot holds every thread's state passes
+/// [`tstate_slot`]'s check.
+const AUTOTSS_SHIFTS: [u16; 7] = [0, 8, 16, 24, 32, 40, 48];
+
+/// The thread-state slot (from `pthread_self()`) and the layout with
+/// `autoTSSkey` where it was found: the layout's own offset on x86-64,
+/// else the first of [`AUTOTSS_SHIFTS`] that holds. The error of the
+/// layout's own offset when none does.
+fn autotss_and_slot(
+    layout: Layout,
+    runtime: u64,
+    maps: &[ExecMapping],
+    mem: &dyn Memory,
+) -> Result<(u64, Layout), Detected> {
+    let shifts: &[u16] = if Machine::HOST == Machine::X86_64 {
+        &AUTOTSS_SHIFTS[..1]
+    } else {
+        &AUTOTSS_SHIFTS
+    };
+    let mut first = None;
+    for &shift in shifts {
+        let l = Layout {
+            runtime_autotss: layout.runtime_autotss.saturating_add(shift),
+            ..layout.clone()
+        };
+        match tstate_slot(&l, runtime, maps, mem) {
+            Ok(slot) => return Ok((slot, l)),
+            Err(e) => {
+                first.get_or_insert(e);
+            }
+        }
+    }
+    Err(first.unwrap_or(Detected::NotReady))
 }
 
 /// What a failed read of the process's memory means: it may be gone or
@@ -603,7 +676,12 @@ const SHT_SYMTAB: u32 = 2;
 pub(crate) const SHT_DYNSYM: u32 = 11;
 const PT_LOAD: u32 = 1;
 const PF_X: u32 = 1;
-const EM_X86_64: u16 = 62;
+/// The ELF machine of the objects read: the host's (x86-64 62, arm64 183).
+const EM_HOST: u16 = if cfg!(target_arch = "aarch64") {
+    183
+} else {
+    62
+};
 
 fn u16_at(d: &[u8], at: usize) -> Option<u16> {
     Some(u16::from_le_bytes(
@@ -644,12 +722,12 @@ pub(crate) struct ElfHeaders<'f> {
 }
 
 impl<'f> ElfHeaders<'f> {
-    /// `None` unless `file` is a 64-bit little-endian x86-64 executable or
-    /// shared object.
+    /// `None` unless `file` is a 64-bit little-endian executable or
+    /// shared object of the host's machine.
     pub(crate) fn read(file: &'f File) -> Option<ElfHeaders<'f>> {
         let size = file.metadata().ok()?.len();
         let h = read_at(file, size, 0, 64, 64)?;
-        if h.get(..4)? != b"\x7fELF" || h[4] != 2 || h[5] != 1 || u16_at(&h, 18)? != EM_X86_64 {
+        if h.get(..4)? != b"\x7fELF" || h[4] != 2 || h[5] != 1 || u16_at(&h, 18)? != EM_HOST {
             return None;
         }
         if !matches!(u16_at(&h, 16)?, 2 | 3) {
@@ -759,7 +837,7 @@ pub(crate) fn each_symbol(syms: &[u8], strs: &[u8], mut f: impl FnMut(ElfSymbol<
 /// Reads what detection needs of the ELF file `file`: its load segments,
 /// the symbols of [`Symbols`] from `.dynsym` (and `.symtab` if `full` or
 /// the object defines `_PyRuntime`), and `Py_Version`'s value. `None`
-/// unless a 64-bit little-endian x86-64 executable or shared object.
+/// unless a 64-bit little-endian executable or shared object of the host's machine.
 pub(crate) fn read_object(file: &File, full: bool) -> Option<Object> {
     let elf = ElfHeaders::read(file)?;
     let mut object = Object::default();
@@ -782,6 +860,11 @@ pub(crate) fn read_object(file: &File, full: bool) -> Option<Object> {
         .py_version
         .and_then(|v| elf.u64_at_vaddr(v.value))
         .and_then(|v| u32::try_from(v).ok());
+    object.pthread_size = object
+        .symbols
+        .sizeof_pthread
+        .and_then(|v| elf.u64_at_vaddr(v.value))
+        .map(|v| v as u32);
     object.segments = elf.segments;
     Some(object)
 }
@@ -821,6 +904,7 @@ pub(crate) fn scan_symbols(syms: &[u8], strs: &[u8], out: &mut Symbols) {
             b"PyCode_Type" => &mut out.code_type,
             EVAL => &mut out.eval,
             b"Py_Version" => &mut out.py_version,
+            b"_thread_db_sizeof_pthread" => &mut out.sizeof_pthread,
             b"_Py_NegativeRefcount" => {
                 out.debug_build = true;
                 return;

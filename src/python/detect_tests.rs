@@ -605,3 +605,26 @@ fn a_runtime_not_set_up_is_not_ready() {
     };
     assert_eq!(f.slot(&[]), Err(Detected::NotReady));
 }
+
+#[test]
+fn libc_says_how_large_its_struct_pthread_is() {
+    // arm64 finds thread states below the thread pointer by this size
+    // (glibc's _thread_db_sizeof_pthread): read here from the host's libc,
+    // whose value readelf and the file agree on (x86-64 2.36: 0x940; arm64
+    // 2.36: 0x740).
+    let lib = if cfg!(target_arch = "aarch64") {
+        "/lib/aarch64-linux-gnu/libc.so.6"
+    } else {
+        "/lib/x86_64-linux-gnu/libc.so.6"
+    };
+    let file = std::fs::File::open(lib).expect("the host's libc");
+    let o = read_object(&file, false).expect("libc reads");
+    let size = o.pthread_size.expect("_thread_db_sizeof_pthread");
+    assert!(
+        (0x100..0x10000).contains(&size) && size % 64 == 0,
+        "sizeof(struct pthread) = {size:#x}"
+    );
+    if cfg!(target_arch = "x86_64") {
+        assert_eq!(size, 0x940, "Debian 12's glibc 2.36");
+    }
+}
