@@ -509,15 +509,29 @@ static __always_inline bool unwind_user_regs(struct unwind_walk *w, struct pt_re
  * id, or a negative errno as flare_store_stack gives one (-EFAULT: no
  * user stack).
  */
+/* Zeros for a walk's start, read by a helper (flare_unwind_user). */
+struct unwind_walk unwind_zero_walk;
+
 static __always_inline __s64 flare_unwind_user(__u32 pid)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
-	struct unwind_walk w = {};
+	struct unwind_walk w;
 	struct unwind_proc *proc;
 	struct flare_stack *out;
 	struct pt_regs *regs;
 	__u32 zero = 0;
 
+	/*
+	 * Zeroed by a helper, so that the verifier does not know the fields
+	 * unwind_step sets for a later step (py.pending, native_done,
+	 * return_address). Before Linux 6.7 ("verify callbacks as if they
+	 * are called unknown number of times") it checks bpf_loop's callback
+	 * once, from this state, and would take them as always zero and drop
+	 * the code that reads them as dead: on 6.1, every Python frame was
+	 * lost so.
+	 */
+	if (bpf_probe_read_kernel(&w, sizeof(w), &unwind_zero_walk))
+		return -FLARE_EFAULT;
 	if (!BPF_CORE_READ(task, mm))
 		return -FLARE_EFAULT;
 	regs = (struct pt_regs *)bpf_task_pt_regs(task);

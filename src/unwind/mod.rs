@@ -82,7 +82,7 @@ impl Mode {
                 static WARN: Once = Once::new();
                 WARN.call_once(|| {
                     crate::notes::note(format!(
-                        "WARNING: --unwind {}: {why}; user stacks are walked by frame pointers.",
+                        "WARNING: --unwind {}: {why}; user stacks are walked by frame pointers, without Python or Java frames.",
                         self.name()
                     ))
                 });
