@@ -72,6 +72,10 @@ struct {
 	__uint(max_entries, 4096);
 } unwind_reported SEC(".maps");
 
+/* Zeros a walk starts from, read by a helper (flare_unwind_user); in both
+ * builds, whose globals must match. */
+__u64 unwind_zeros[32];
+
 #ifdef FLARE_FP_ONLY
 /*
  * The frame-pointer build of every object (build.rs): no walk, so no
@@ -509,9 +513,6 @@ static __always_inline bool unwind_user_regs(struct unwind_walk *w, struct pt_re
  * id, or a negative errno as flare_store_stack gives one (-EFAULT: no
  * user stack).
  */
-/* Zeros for a walk's start, read by a helper (flare_unwind_user). */
-struct unwind_walk unwind_zero_walk;
-
 static __always_inline __s64 flare_unwind_user(__u32 pid)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
@@ -530,7 +531,8 @@ static __always_inline __s64 flare_unwind_user(__u32 pid)
 	 * the code that reads them as dead: on 6.1, every Python frame was
 	 * lost so.
 	 */
-	if (bpf_probe_read_kernel(&w, sizeof(w), &unwind_zero_walk))
+	_Static_assert(sizeof(w) <= sizeof(unwind_zeros), "unwind_zeros holds a walk");
+	if (bpf_probe_read_kernel(&w, sizeof(w), unwind_zeros))
 		return -FLARE_EFAULT;
 	if (!BPF_CORE_READ(task, mm))
 		return -FLARE_EFAULT;
