@@ -40,8 +40,10 @@ fi
 # g++ and rustc build the C++ and Rust workload variants that
 # tests/unwind_profile.rs would build in the guests (the guests have no
 # compiler); rustc comes with cargo.
+# python3.11: Debian's CPython, copied into the x86-64 guests for
+# tests/python_frames.rs.
 if [ $vm = 1 ]; then
-    packages+=(qemu-system-x86 qemu-system-arm busybox-static cpio g++)
+    packages+=(qemu-system-x86 qemu-system-arm busybox-static cpio g++ python3.11)
 fi
 # The arm64 build (cargo build --target aarch64-unknown-linux-gnu): the
 # cross compiler (also the linker, .cargo/config.toml) and binutils,
