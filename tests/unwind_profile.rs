@@ -68,10 +68,26 @@ fn profile(exe: &Path, mode: &str, root: &dyn Fn(&[&str]) -> bool) -> Result {
     w.go();
     w.wait_done();
     let (out, err) = flare.stop();
+    let r = tally(&parse_folded(&out), root, |_| false);
+    assert!(
+        r.samples > 200,
+        "too few samples ({}); stderr: {err}",
+        r.samples
+    );
+    r
+}
+
+/// Counts `stacks` (comm first, root first): complete ones (`root` holds
+/// above `run`, then func_a or func_b) and func_a's share of them. Stacks
+/// `elsewhere` accepts are whole but outside worker's run: in neither.
+fn tally(
+    stacks: &[(Vec<String>, u64)],
+    root: &dyn Fn(&[&str]) -> bool,
+    elsewhere: impl Fn(&[String]) -> bool,
+) -> Result {
     let (mut samples, mut done, mut a) = (0, 0, 0);
     let mut incomplete = Vec::new();
-    for (frames, n) in parse_folded(&out) {
-        samples += n;
+    for (frames, n) in stacks {
         match complete(&frames[1..], root) {
             Some(f) => {
                 done += n;
@@ -79,10 +95,11 @@ fn profile(exe: &Path, mode: &str, root: &dyn Fn(&[&str]) -> bool) -> Result {
                     a += n;
                 }
             }
+            None if elsewhere(&frames[1..]) => continue,
             None => incomplete.push(format!("{} {n}", frames.join(";"))),
         }
+        samples += n;
     }
-    assert!(samples > 200, "too few samples ({samples}); stderr: {err}");
     Result {
         samples,
         complete: done,
@@ -127,35 +144,21 @@ fn profile_new_processes(exes: &[&Path], seconds: &str) -> Vec<Result> {
         .map(|exe| {
             let name = exe.file_name().expect("a file name").to_string_lossy();
             let comm: String = name.chars().take(15).collect();
-            let (mut samples, mut done, mut a, mut whole_elsewhere) = (0, 0, 0, 0);
-            let mut incomplete = Vec::new();
-            for (frames, n) in folded.iter().filter(|(f, _)| f[0] == comm) {
-                samples += n;
-                match complete(&frames[1..], &thread_root) {
-                    Some(f) => {
-                        done += n;
-                        if f == "func_a" {
-                            a += n;
-                        }
-                    }
-                    // Whole stacks outside worker's run (start-up, exit,
-                    // printf): the main thread's from _start, the worker
-                    // thread's from its root. Not in the shares.
-                    None if walked_to_a_root(&frames[1..]) => whole_elsewhere += n,
-                    None => incomplete.push(format!("{} {n}", frames.join(";"))),
-                }
-            }
-            let samples = samples - whole_elsewhere;
+            let stacks: Vec<(Vec<String>, u64)> = folded
+                .iter()
+                .filter(|(f, _)| f[0] == comm)
+                .cloned()
+                .collect();
+            // Whole stacks outside worker's run (start-up, exit, printf):
+            // the main thread's from _start, the worker thread's from its
+            // root. Not in the shares.
+            let r = tally(&stacks, &thread_root, walked_to_a_root);
             assert!(
-                samples > 500,
-                "{comm}: too few samples ({samples}); stderr: {err}"
+                r.samples > 500,
+                "{comm}: too few samples ({}); stderr: {err}",
+                r.samples
             );
-            Result {
-                samples,
-                complete: done,
-                share_a: 100.0 * a as f64 / done.max(1) as f64,
-                incomplete,
-            }
+            r
         })
         .collect()
 }
