@@ -19,6 +19,7 @@ mod common;
 
 use std::sync::mpsc;
 use std::thread;
+use std::time::Duration;
 
 use common::bpf::{require_bpf, serial};
 use common::session::Workload;
@@ -229,6 +230,35 @@ fn perf_event_mode_samples_happen_when_the_workload_says() {
     });
     assert_sums(&p);
     assert_burst_in_its_window(&p, &shape, 5_000_000, "perf-event mode");
+}
+
+/// Walking samples may stall for seconds (unwind tables built on a slow
+/// or emulated CPU): the samples taken meanwhile wait to be walked, none
+/// lost. Here the walk is held back from the start until past the burst,
+/// which a reader that walked as it emptied the kernel's 1 MiB buffers
+/// (some 60 samples each) lost entirely.
+#[test]
+fn perf_event_mode_keeps_samples_while_the_walk_stalls() {
+    if !require_bpf() {
+        return;
+    }
+    let _cpu = serial();
+    let (p, shape) = run_with(|pid| {
+        let config = profile::Config {
+            target: Target::Pids(vec![pid]),
+            sampling: flare::bpf::perf::Sampling::Frequency(199),
+            per_thread: true,
+            timed: true,
+            ..Default::default()
+        };
+        let s = flare::tools::perfmode::Session::start(config).expect("perf events open");
+        // Thread 0's lead and burst take 1.5 s of its CPU time, about
+        // 2.25 s of wall time beside the two other threads on two CPUs.
+        s.pause_walking(Duration::from_secs(4));
+        Box::new(s)
+    });
+    assert_sums(&p);
+    assert_burst_in_its_window(&p, &shape, 5_000_000, "perf-event mode, walk held");
 }
 
 /// For each of the workload's naps, the longest blocked period of thread

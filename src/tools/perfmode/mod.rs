@@ -13,31 +13,31 @@
 //! which feed the [`Mappings`] the symbolizer and the walk read, so no
 //! privileged tracker is needed. Samples are counted into the same raw
 //! samples the BPF collector returns, so the pipeline, printers, files,
-//! `--serve` and warnings work unchanged. A thread drains the ring
-//! buffers as they fill ([`Reader`]).
+//! `--serve` and warnings work unchanged. One thread empties the ring
+//! buffers as they fill, another walks what it read ([`reader`]).
 
 mod events;
 mod java;
 mod python;
+mod reader;
 mod sample;
 mod tables;
 pub mod walk;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::thread::JoinHandle;
 
 use libbpf_rs::libbpf_sys as sys;
 
 use self::java::PerfJava;
 use self::python::PerfPython;
+use self::reader::{Reader, Threads};
 use self::sample::{Layout, Sample};
 use self::tables::Tables;
 use crate::collect::Target;
 use crate::collect::{Collection, Collector, RawFrame, RawSample, RawTask, RawTrace, WarmUp};
 use crate::error::{Error, Result};
-use crate::procmaps::perf::{self as records, Record, Ring};
+use crate::procmaps::perf::Ring;
 use crate::procmaps::{procfs, Mappings};
 use crate::profile::{Event, Lost, Meta, UNKNOWN_CPU};
 use crate::python::Registry;
@@ -76,20 +76,9 @@ pub struct Session {
     /// The JVMs found (`--java on`), for the namer.
     java: Option<crate::java::Registry>,
     reader: Arc<Reader>,
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
+    /// The reading threads, stopped when dropped.
+    _threads: Threads,
     note: String,
-}
-
-/// The ring buffers and what was read from them, shared by the reading
-/// thread and [`Collector::collect`].
-struct Reader {
-    rings: Mutex<Vec<Ring>>,
-    /// The events without a buffer of their own (open as long as the
-    /// reader lives).
-    _redirected: Vec<std::os::fd::OwnedFd>,
-    state: Mutex<State>,
-    mappings: Mappings,
 }
 
 /// A counted stack.
@@ -133,58 +122,31 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-impl Reader {
-    /// Reads every waiting record: mapping records first (in time order),
-    /// then names and samples, each sample walked against the mappings of
-    /// its moment.
-    fn drain(&self) {
-        let mut raw: Vec<Vec<u8>> = Vec::new();
-        for ring in lock(&self.rings).iter_mut() {
-            ring.read_raw(|rec| raw.push(rec.to_vec()));
-        }
-        if raw.is_empty() {
-            return;
-        }
-        raw.sort_by_key(|r| sample::time(r));
-        let mut maps = Vec::new();
-        let mut lost = 0;
-        for rec in &raw {
-            match records::parse(rec) {
-                Some(Record::Lost(n)) => lost += n,
-                Some(r) => maps.push(r),
-                None => {}
+impl State {
+    /// Takes in one record other than a mapping record.
+    fn record(&mut self, rec: &[u8], mappings: &Mappings) {
+        match sample::kind(rec) {
+            Some(sys::PERF_RECORD_SAMPLE) => {
+                if let Some(s) = sample::parse_sample(rec, self.layout) {
+                    self.add(&s, mappings);
+                }
             }
-        }
-        self.mappings.apply(maps);
-        let mut state = lock(&self.state);
-        state.lost.samples += lost;
-        for rec in &raw {
-            match sample::kind(rec) {
-                Some(sys::PERF_RECORD_SAMPLE) => {
-                    let layout = state.layout;
-                    if let Some(s) = sample::parse_sample(rec, layout) {
-                        state.add(&s, &self.mappings);
-                    }
+            Some(sys::PERF_RECORD_COMM) => {
+                if let Some((tid, comm)) = sample::parse_comm(rec) {
+                    self.comms.insert(tid, comm.into());
                 }
-                Some(sys::PERF_RECORD_COMM) => {
-                    if let Some((tid, comm)) = sample::parse_comm(rec) {
-                        state.comms.insert(tid, comm.into());
-                    }
-                }
-                Some(sys::PERF_RECORD_FORK) => {
-                    if let Some((tid, parent)) = sample::parse_fork(rec) {
-                        if let Some(c) = state.comms.get(&parent).cloned() {
-                            state.comms.insert(tid, c);
-                        }
-                    }
-                }
-                _ => {}
             }
+            Some(sys::PERF_RECORD_FORK) => {
+                if let Some((tid, parent)) = sample::parse_fork(rec) {
+                    if let Some(c) = self.comms.get(&parent).cloned() {
+                        self.comms.insert(tid, c);
+                    }
+                }
+            }
+            _ => {}
         }
     }
-}
 
-impl State {
     fn intern(&mut self, frames: Vec<RawFrame>) -> Arc<[RawFrame]> {
         if let Some(s) = self.stacks.get(frames.as_slice()) {
             return s.clone();
@@ -306,8 +268,15 @@ fn refused(pid: u32, paranoid: i32) -> Error {
 }
 
 impl Session {
+    /// Holds back the walking of samples for `pause`, as a slow walk
+    /// would (tables built under emulation): for tests that nothing is
+    /// lost meanwhile. Returns once the walk is held.
+    pub fn pause_walking(&self, pause: std::time::Duration) {
+        self.reader.pause_walking(pause);
+    }
+
     /// Checks that perf events can do what `config` asks, opens them and
-    /// starts the reading thread.
+    /// starts the reading threads.
     pub fn start(mut config: Config) -> Result<Session> {
         let paranoid = paranoid();
         for (set, option) in [
@@ -404,10 +373,10 @@ impl Session {
         let registry = python.as_ref().map(PerfPython::registry);
         let java = java.then(PerfJava::new);
         let java_registry = java.as_ref().map(PerfJava::registry);
-        let reader = Arc::new(Reader {
-            rings: Mutex::new(events.rings),
-            _redirected: events.redirected,
-            state: Mutex::new(State {
+        let reader = Arc::new(Reader::new(
+            events.rings,
+            events.redirected,
+            State {
                 layout,
                 mode,
                 user,
@@ -423,22 +392,12 @@ impl Session {
                 lost: Lost::default(),
                 python,
                 java,
-            }),
+            },
             mappings,
-        });
-        let stop = Arc::new(AtomicBool::new(false));
-        let thread = {
-            let (reader, stop) = (reader.clone(), stop.clone());
-            std::thread::Builder::new()
-                .name("flare-perf".into())
-                .spawn(move || read_until(&reader, &stop, &fds))
-                .map_err(|source| Error::Io {
-                    what: "starting the perf-event reader".into(),
-                    source,
-                })?
-        };
+        ));
+        let threads = Threads::start(&reader, fds)?;
         let what = match (user, kernel, wanted_kernel) {
-            (_, false, true) => "user stacks only; kernel stacks need root, CAP_PERFMON or kernel.perf_event_paranoid <= 1",
+            (_, false, true) => "user stacks only, time in the kernel unsampled; kernel stacks need root, CAP_PERFMON or kernel.perf_event_paranoid <= 1",
             (true, true, _) => "user and kernel stacks",
             (false, true, _) => "kernel stacks",
             (_, false, false) => "user stacks",
@@ -448,38 +407,9 @@ impl Session {
             python: registry,
             java: java_registry,
             reader,
-            stop,
-            thread: Some(thread),
+            _threads: threads,
             note: format!("{NOT_ROOT} ({what})"),
         })
-    }
-}
-
-/// The reading thread: drains the buffers whenever one fills past its
-/// watermark, or every [`POLL_MS`].
-fn read_until(reader: &Reader, stop: &AtomicBool, fds: &[i32]) {
-    let mut polls: Vec<libc::pollfd> = fds
-        .iter()
-        .map(|&fd| libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        })
-        .collect();
-    while !stop.load(Ordering::Relaxed) {
-        // SAFETY: polls is a valid array of pollfd of the given length; the
-        // descriptors stay open while the reader holds the rings.
-        unsafe { libc::poll(polls.as_mut_ptr(), polls.len() as libc::nfds_t, POLL_MS) };
-        reader.drain();
-    }
-}
-
-impl Drop for Session {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
     }
 }
 
