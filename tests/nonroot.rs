@@ -516,34 +516,38 @@ fn python_frames_without_root() {
         return;
     }
     let _g = serial();
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads/pyservice.py");
-    let sb = Sandbox::new(&[("pyservice.py", &script)]);
-    let out = sb.run(
-        &[
-            "profile",
-            "-F",
-            "997",
-            "-f",
-            "--",
-            "/usr/bin/python3.11",
-            "pyservice.py",
-            "4",
-        ],
-        &sb.path("cache"),
-        "go\n",
-    );
+    let sb = Sandbox::new(&[("pyservice.py", &pyservice())]);
+    python_shares_without_root(&sb, &["/usr/bin/python3.11"], "python3.11");
+}
+
+fn pyservice() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads/pyservice.py")
+}
+
+/// Runs pyservice.py for 4 s under `python` (a command line) started by
+/// flare as nobody in `sb`, and checks the chain and the shares of the
+/// samples of `comm` under serve().
+fn python_shares_without_root(sb: &Sandbox, python: &[&str], comm: &str) {
+    let mut args = vec!["profile", "-F", "997", "-f", "--"];
+    args.extend_from_slice(python);
+    args.extend_from_slice(&["pyservice.py", "4"]);
+    let out = sb.run(&args, &sb.path("cache"), "go\n");
     let err = String::from_utf8_lossy(&out.stderr);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "stderr: {err}");
     let (own, cpu) = figures(&stdout);
-    let stacks = stacks_of(&out.stdout, "python3.11");
-    let total: u64 = stacks.iter().map(|(_, n)| n).sum();
-    assert!(total >= 1000, "{total} samples:\n{stdout}\n{err}");
     // `name (dir/file.py:LINE)`: the Python function, or None.
     let function = |f: &str| -> Option<String> {
         let (name, rest) = f.split_once(" (")?;
         rest.contains(".py:").then(|| name.to_string())
     };
+    // The service's samples (its own clock runs only while it serves).
+    let stacks: Vec<(Vec<String>, u64)> = stacks_of(&out.stdout, comm)
+        .into_iter()
+        .filter(|(f, _)| f.iter().any(|x| function(x).as_deref() == Some("serve")))
+        .collect();
+    let total: u64 = stacks.iter().map(|(_, n)| n).sum();
+    assert!(total >= 1000, "{total} samples:\n{stdout}\n{err}");
     let with = |name: &str| samples_with(&stacks, &function, name);
     assert_shares(&own, cpu, "", &with, total, &stdout);
     let chained: u64 = stacks
@@ -558,6 +562,39 @@ fn python_frames_without_root() {
         chained * 100 >= with("parse_request") * 95,
         "{chained} samples with the whole chain:\n{stdout}"
     );
+}
+
+/// Python frames without root in a process that loads libpython only
+/// after 0.3 s of its own CPU time (tests/workloads/embed/latepy.c): its
+/// first samples have no Python in them, which must not rule Python out.
+#[test]
+fn python_frames_without_root_when_libpython_comes_late() {
+    if !can_run_as_nobody() {
+        return;
+    }
+    let lib = Path::new("/usr/lib/x86_64-linux-gnu/libpython3.11.so.1.0");
+    let lib_arm = Path::new("/usr/lib/aarch64-linux-gnu/libpython3.11.so.1.0");
+    if !lib.exists() && !lib_arm.exists() {
+        if std::env::var("FLARE_REQUIRE_BPF").as_deref() == Ok("1") {
+            panic!("libpython3.11.so.1.0 is missing: scripts/deps.sh --test installs libpython3.11-dev");
+        }
+        eprintln!("skipping: libpython3.11 is not installed");
+        return;
+    }
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads/embed/latepy.c");
+    let exe = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("latepy");
+    let status = Command::new("cc")
+        .args(["-O2", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .arg("-ldl")
+        .status()
+        .expect("cc");
+    assert!(status.success(), "building latepy");
+    let _g = serial();
+    let sb = Sandbox::new(&[("pyservice.py", &pyservice()), ("latepy", &exe)]);
+    let latepy = sb.path("latepy");
+    python_shares_without_root(&sb, &[latepy.to_str().unwrap(), "0.3"], "latepy");
 }
 
 /// Java without root: flare (as nobody) starts a JVM running

@@ -9,6 +9,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use super::NoRuntime;
 use crate::collect::stacks::frame_header;
 use crate::collect::Runtime;
 use crate::java::detect::Detector;
@@ -25,6 +26,8 @@ enum Entry {
     Retry(Instant),
     /// Native frames only.
     Native,
+    /// No runtime found yet (looked at again when it maps more).
+    NotYet(NoRuntime),
 }
 
 /// The perf-event collector's Java side.
@@ -90,9 +93,10 @@ impl PerfJava {
         r13: u64,
         mappings: &Mappings,
     ) -> Option<Stepper<'_>> {
-        let due = match self.procs.get(&(pid, start)) {
+        let due = match self.procs.get_mut(&(pid, start)) {
             None => true,
             Some(Entry::Retry(at)) => at.elapsed() >= RETRY_GAP,
+            Some(Entry::NotYet(no)) => no.due(pid, mappings),
             Some(_) => false,
         };
         if due {
@@ -129,7 +133,7 @@ impl PerfJava {
                 crate::java::note_unsupported(&mut self.said, why);
                 Entry::Native
             }
-            Found::No => Entry::Native,
+            Found::No => Entry::NotYet(NoRuntime::now(pid, mappings)),
         };
         self.procs.insert((pid, start), entry);
     }

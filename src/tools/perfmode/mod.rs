@@ -248,6 +248,40 @@ fn addrs(pcs: Vec<u64>) -> Vec<RawFrame> {
     pcs.into_iter().map(RawFrame::Addr).collect()
 }
 
+/// A process in which no runtime was found, as it was mapped then: the
+/// samples that come first may precede the runtime's library (a `java`
+/// launcher before it loads libjvm, a program that loads libpython
+/// later), so the process is looked at again, at most every
+/// [`RETRY_GAP`](crate::unwind::runtimes::RETRY_GAP), once it maps
+/// something else.
+pub(super) struct NoRuntime {
+    at: std::time::Instant,
+    objects: Option<usize>,
+}
+
+impl NoRuntime {
+    /// Found none in process `pid`, mapped as `mappings` say now.
+    pub(super) fn now(pid: u32, mappings: &Mappings) -> NoRuntime {
+        NoRuntime {
+            at: std::time::Instant::now(),
+            objects: objects(pid, mappings),
+        }
+    }
+
+    /// Whether to look again.
+    pub(super) fn due(&mut self, pid: u32, mappings: &Mappings) -> bool {
+        if self.at.elapsed() < crate::unwind::runtimes::RETRY_GAP {
+            return false;
+        }
+        self.at = std::time::Instant::now();
+        objects(pid, mappings) != self.objects
+    }
+}
+
+fn objects(pid: u32, mappings: &Mappings) -> Option<usize> {
+    mappings.space(pid, None).map(|s| s.mappings.len())
+}
+
 /// The error for an event the kernel refused on thread `tid` of `pid`.
 fn refused(pid: u32, paranoid: i32) -> Error {
     // SAFETY: geteuid has no preconditions.

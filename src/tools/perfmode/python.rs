@@ -10,6 +10,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use super::NoRuntime;
 use crate::collect::RawFrame;
 use crate::procmaps::Mappings;
 use crate::python::detect::{Detected, Detector};
@@ -37,6 +38,8 @@ enum Entry {
     },
     /// Native frames only.
     Native,
+    /// No runtime found yet (looked at again when it maps more).
+    NotYet(NoRuntime),
 }
 
 /// The perf-event collector's Python side.
@@ -77,9 +80,10 @@ impl PerfPython {
         mappings: &Mappings,
     ) -> Vec<RawFrame> {
         let native = |pcs: Vec<u64>| crate::collect::stacks::decode(&pcs);
-        let due = match self.procs.get(&(pid, start)) {
+        let due = match self.procs.get_mut(&(pid, start)) {
             None => true,
             Some(Entry::Retry { at, .. }) => at.elapsed() >= RETRY_GAP,
+            Some(Entry::NotYet(no)) => no.due(pid, mappings),
             Some(_) => false,
         };
         if due {
@@ -146,7 +150,7 @@ impl PerfPython {
                 self.say(why);
                 Entry::Native
             }
-            Detected::NotPython => Entry::Native,
+            Detected::NotPython => Entry::NotYet(NoRuntime::now(pid, mappings)),
         };
         self.procs.insert((pid, start), entry);
     }
