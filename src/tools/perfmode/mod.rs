@@ -398,7 +398,7 @@ impl Session {
                 inherit,
                 cpus: &cpus,
                 on_exec: launched,
-                wake_each: python,
+                wake_each: python || java,
             },
             &|tid, _| refused(pid_of.get(&tid).copied().unwrap_or(tid), paranoid),
         )?;
