@@ -214,31 +214,23 @@ fn profile_samples_happen_when_the_workload_says() {
 
 #[test]
 fn perf_event_mode_samples_happen_when_the_workload_says() {
-    if !require_bpf() {
-        return;
-    }
-    let _cpu = serial();
-    let (p, shape) = run_with(|pid| {
-        let config = profile::Config {
-            target: Target::Pids(vec![pid]),
-            sampling: flare::bpf::perf::Sampling::Frequency(199),
-            per_thread: true,
-            timed: true,
-            ..Default::default()
-        };
-        Box::new(flare::tools::perfmode::Session::start(config).expect("perf events open"))
-    });
-    assert_sums(&p);
-    assert_burst_in_its_window(&p, &shape, 5_000_000, "perf-event mode");
+    perf_event_mode_in_time(None, "perf-event mode");
 }
 
 /// Walking samples may stall for seconds (unwind tables built on a slow
 /// or emulated CPU): the samples taken meanwhile wait to be walked, none
 /// lost. Here the walk is held back from the start until past the burst,
-/// which a reader that walked as it emptied the kernel's 1 MiB buffers
-/// (some 60 samples each) lost entirely.
+/// which a reader that walked as it emptied the kernel's 4 MiB buffers
+/// (some 250 samples each) lost entirely.
 #[test]
 fn perf_event_mode_keeps_samples_while_the_walk_stalls() {
+    // Thread 0's lead and burst take 1.5 s of its CPU time, about 2.25 s
+    // of wall time beside the two other threads on two CPUs.
+    perf_event_mode_in_time(Some(Duration::from_secs(4)), "perf-event mode, walk held");
+}
+
+/// Perf-event mode's samples of timeshape, the walk held for `pause`.
+fn perf_event_mode_in_time(pause: Option<Duration>, what: &str) {
     if !require_bpf() {
         return;
     }
@@ -252,13 +244,13 @@ fn perf_event_mode_keeps_samples_while_the_walk_stalls() {
             ..Default::default()
         };
         let s = flare::tools::perfmode::Session::start(config).expect("perf events open");
-        // Thread 0's lead and burst take 1.5 s of its CPU time, about
-        // 2.25 s of wall time beside the two other threads on two CPUs.
-        s.pause_walking(Duration::from_secs(4));
+        if let Some(pause) = pause {
+            s.pause_walking(pause);
+        }
         Box::new(s)
     });
     assert_sums(&p);
-    assert_burst_in_its_window(&p, &shape, 5_000_000, "perf-event mode, walk held");
+    assert_burst_in_its_window(&p, &shape, 5_000_000, what);
 }
 
 /// For each of the workload's naps, the longest blocked period of thread

@@ -321,6 +321,31 @@ impl Rings {
     }
 }
 
+/// Calls `each` whenever one of the buffers `fds` fills past its
+/// watermark, or every `timeout_ms`, until `stop` is set. The descriptors
+/// must stay open meanwhile.
+pub(crate) fn poll_until(
+    fds: &[RawFd],
+    stop: &std::sync::atomic::AtomicBool,
+    timeout_ms: i32,
+    mut each: impl FnMut(),
+) {
+    let mut polls: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|&fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    while !stop.load(Ordering::Relaxed) {
+        // SAFETY: polls is a valid array of pollfd of the given length; the
+        // caller keeps the descriptors open.
+        unsafe { libc::poll(polls.as_mut_ptr(), polls.len() as libc::nfds_t, timeout_ms) };
+        each();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

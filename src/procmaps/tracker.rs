@@ -134,21 +134,10 @@ impl Drop for Tracker {
 
 fn run(shared: &Shared, stop: &AtomicBool, fds: &[i32], scope: &Scope) {
     snapshot(shared, scope);
-    let mut polls: Vec<libc::pollfd> = fds
-        .iter()
-        .map(|&fd| libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        })
-        .collect();
-    while !stop.load(Ordering::Relaxed) {
-        // SAFETY: polls is a valid array of pollfd of the given length; the
-        // descriptors stay open while `shared` holds the rings.
-        unsafe { libc::poll(polls.as_mut_ptr(), polls.len() as libc::nfds_t, POLL_MS) };
+    super::perf::poll_until(fds, stop, POLL_MS, || {
         shared.drain();
         shared.state().perf_maps.retry();
-    }
+    });
 }
 
 /// Reads the running processes in `scope` from `/proc`.

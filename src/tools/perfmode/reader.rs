@@ -184,22 +184,11 @@ impl Drop for Threads {
 /// Empties the buffers whenever one fills past its watermark, or every
 /// [`POLL_MS`].
 fn fetch_until(reader: &Reader, stop: &AtomicBool, fds: &[i32]) {
-    let mut polls: Vec<libc::pollfd> = fds
-        .iter()
-        .map(|&fd| libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        })
-        .collect();
-    while !stop.load(Ordering::Relaxed) {
-        // SAFETY: polls is a valid array of pollfd of the given length; the
-        // descriptors stay open while the reader holds the rings.
-        unsafe { libc::poll(polls.as_mut_ptr(), polls.len() as libc::nfds_t, POLL_MS) };
+    records::poll_until(fds, stop, POLL_MS, || {
         if reader.fetch() {
             reader.arrived.notify_one();
         }
-    }
+    });
 }
 
 /// Walks records as they arrive.
