@@ -133,7 +133,7 @@ impl PerfJava {
                 crate::java::note_unsupported(&mut self.said, why);
                 Entry::Native
             }
-            Found::No => Entry::NotYet(NoRuntime::now(pid, mappings)),
+            Found::No => Entry::NotYet(NoRuntime::new(maps.len())),
         };
         self.procs.insert((pid, start), entry);
     }

@@ -256,30 +256,27 @@ fn addrs(pcs: Vec<u64>) -> Vec<RawFrame> {
 /// something else.
 pub(super) struct NoRuntime {
     at: std::time::Instant,
-    objects: Option<usize>,
+    /// How many mappings the process had when looked at.
+    objects: usize,
 }
 
 impl NoRuntime {
-    /// Found none in process `pid`, mapped as `mappings` say now.
-    pub(super) fn now(pid: u32, mappings: &Mappings) -> NoRuntime {
+    /// Found none in a process of `objects` mappings.
+    pub(super) fn new(objects: usize) -> NoRuntime {
         NoRuntime {
             at: std::time::Instant::now(),
-            objects: objects(pid, mappings),
+            objects,
         }
     }
 
-    /// Whether to look again.
+    /// Whether to look at process `pid` again.
     pub(super) fn due(&mut self, pid: u32, mappings: &Mappings) -> bool {
         if self.at.elapsed() < crate::unwind::runtimes::RETRY_GAP {
             return false;
         }
         self.at = std::time::Instant::now();
-        objects(pid, mappings) != self.objects
+        mappings.space(pid, None).map(|s| s.mappings.len()) != Some(self.objects)
     }
-}
-
-fn objects(pid: u32, mappings: &Mappings) -> Option<usize> {
-    mappings.space(pid, None).map(|s| s.mappings.len())
 }
 
 /// The error for an event the kernel refused on thread `tid` of `pid`.

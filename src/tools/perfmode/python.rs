@@ -150,7 +150,7 @@ impl PerfPython {
                 self.say(why);
                 Entry::Native
             }
-            Detected::NotPython => Entry::NotYet(NoRuntime::now(pid, mappings)),
+            Detected::NotPython => Entry::NotYet(NoRuntime::new(maps.len())),
         };
         self.procs.insert((pid, start), entry);
     }

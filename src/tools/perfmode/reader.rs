@@ -3,8 +3,8 @@
 //! doing nothing else; the other walks what was read. Walking a sample
 //! (unwind tables built on first use, Python and Java frames read from
 //! the target) can take far longer than the kernel takes to fill a
-//! buffer of 1 MiB (some 60 samples of 16 KiB stacks): on a slow or
-//! emulated CPU, one reader doing both lost most of a second's samples.
+//! buffer (1 MiB held some 60 samples of 16 KiB stacks): on an emulated
+//! CPU, one reader doing both lost most of a second's samples.
 //! Copied out, samples wait in memory instead, up to [`MAX_PENDING`]
 //! bytes; past that, samples (never mapping records) are dropped and
 //! counted as lost.
