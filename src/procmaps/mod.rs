@@ -210,8 +210,13 @@ impl Mappings {
         let trusted = matches!(&recorded, Some((_, true))) && (state.tracking || pinned);
         if !trusted && (start == 0 || !procfs::started_after(pid, start)) {
             let state = &mut *state;
+            // Stamped before the read: an exec during the read (opening
+            // each object takes a while) then comes after the snapshot,
+            // and its records lay the new image over it. Stamped after,
+            // the old image read outlived the exec as the latest space.
+            let time = now();
             if let Some(maps) = procfs::read_mappings(pid, &mut state.objects) {
-                state.history.snapshot(pid, now(), maps.clone());
+                state.history.snapshot(pid, time, maps.clone());
                 state.perf_maps.notice(pid, &maps);
                 return Some(Space { mappings: maps });
             }
