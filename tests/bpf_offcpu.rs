@@ -12,7 +12,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{ChildStdin, Stdio};
 use std::time::{Duration, Instant};
 
-use common::bpf::{flare, require_bpf, serial, spawn_with_stdin, Reaper};
+use common::bpf::{attached, flare, require_bpf, serial, spawn_with_stdin, Reaper};
 
 const ROUNDS: u32 = 10;
 const MS: u32 = 50;
@@ -57,32 +57,6 @@ fn read_field(lines: &mut impl Iterator<Item = std::io::Result<String>>, name: &
     line.strip_prefix(&format!("{name} "))
         .unwrap_or_else(|| panic!("expected '{name} N', got {line:?}"))
         .to_string()
-}
-
-/// True once flare has `links` BPF links open and handles SIGINT, i.e. it
-/// is attached and will print what it traced when interrupted.
-fn attached(pid: u32, links: usize) -> bool {
-    let count = fs::read_dir(format!("/proc/{pid}/fd"))
-        .map(|d| {
-            d.filter_map(|e| fs::read_link(e.ok()?.path()).ok())
-                // Kernels before 5.15 attach kprobes through perf events,
-                // with no BPF link object.
-                .filter(|t| {
-                    let t = t.to_string_lossy();
-                    t == "anon_inode:bpf_link" || t == "anon_inode:[perf_event]"
-                })
-                .count()
-        })
-        .unwrap_or(0);
-    let sigint = fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("SigCgt:"))
-                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
-        })
-        .is_some_and(|mask| mask & (1 << (libc::SIGINT - 1)) != 0);
-    count >= links && sigint
 }
 
 /// Runs the workload under `flare TOOL ARGS` (`{pid}` and `{blocker}` in

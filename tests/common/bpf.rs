@@ -218,3 +218,29 @@ pub fn spawn_with_stdin(name: &str, args: &[&str]) -> (Child, std::process::Chil
     let stdin = child.stdin.take().expect("piped stdin");
     (child, stdin)
 }
+
+/// True once flare has `links` BPF links open and handles SIGINT, i.e. it
+/// is attached and will print what it traced when interrupted.
+pub fn attached(pid: u32, links: usize) -> bool {
+    let count = fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| {
+            d.filter_map(|e| fs::read_link(e.ok()?.path()).ok())
+                // Kernels before 5.15 attach kprobes through perf events,
+                // with no BPF link object.
+                .filter(|t| {
+                    let t = t.to_string_lossy();
+                    t == "anon_inode:bpf_link" || t == "anon_inode:[perf_event]"
+                })
+                .count()
+        })
+        .unwrap_or(0);
+    let sigint = fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("SigCgt:"))
+                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        })
+        .is_some_and(|mask| mask & (1 << (libc::SIGINT - 1)) != 0);
+    count >= links && sigint
+}

@@ -1,7 +1,7 @@
 /*
- * Ground truth for JIT symbol maps: copies a tiny counting loop into
- * anonymous executable memory, names it jit_spin_loop in
- * /tmp/perf-PID.map, and runs it.
+ * Ground truth for JIT symbol maps: copies a tiny counting loop (x86-64
+ * or arm64 machine code) into anonymous executable memory, names it
+ * jit_spin_loop in /tmp/perf-PID.map, and runs it.
  *
  * usage: jitmap SECONDS exit|stay [other|drop|symlink TARGET|fifo]
  *   other  the map is given to uid 65534 while the process stays root
@@ -22,8 +22,15 @@
 #include <time.h>
 #include <unistd.h>
 
+#if defined(__aarch64__)
+/* 1: subs x0, x0, #1; b.ne 1b; ret */
+static const unsigned char code[] = {
+	0x00, 0x04, 0x00, 0xf1, 0xe1, 0xff, 0xff, 0x54, 0xc0, 0x03, 0x5f, 0xd6,
+};
+#else
 /* mov rax, rdi; 1: dec rax; jnz 1b; ret */
 static const unsigned char code[] = {0x48, 0x89, 0xf8, 0x48, 0xff, 0xc8, 0x75, 0xfb, 0xc3};
+#endif
 
 static double now(void)
 {
@@ -54,6 +61,8 @@ int main(int argc, char **argv)
 	if (page == MAP_FAILED)
 		return 1;
 	memcpy(page, code, sizeof code);
+	/* arm64's instruction cache does not see the copy by itself. */
+	__builtin___clear_cache((char *)page, (char *)page + sizeof code);
 	char path[64];
 	snprintf(path, sizeof path, "/tmp/perf-%d.map", getpid());
 	/* Not a stale map of an earlier process with this PID (see jit.c). */
