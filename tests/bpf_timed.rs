@@ -155,8 +155,16 @@ fn assert_burst_in_its_window(p: &Profile, shape: &Shape, edge: u64, what: &str)
     let ((inside, n_in), (outside, n_out)) = burst_shares(p, shape, edge);
     let lost = &p.meta.lost;
     eprintln!("{what}: burst {inside:.1} % of {n_in} samples inside its window, {outside:.1} % of {n_out} outside; lost {lost:?}");
+    // Emulated guests sample unevenly (timers lag, a frequency's period
+    // is adjusted late): 5.10 under TCG once gave perf-event mode 13 of
+    // the burst's 100 or so samples, all of them inside its window.
+    let min_in = if std::env::var_os("FLARE_EMULATED").is_some() {
+        10
+    } else {
+        20
+    };
     assert!(
-        n_in >= 20 && n_out >= 40,
+        n_in >= min_in && n_out >= 2 * min_in,
         "{what}: too few samples of thread 0 ({n_in} in the burst, {n_out} outside; lost {lost:?})"
     );
     assert!(inside >= 90.0, "{what}: burst has {inside:.1} % of thread 0's {n_in} samples inside its window (>= 90 % expected)");
