@@ -102,6 +102,22 @@ pub(crate) struct State {
     pub(crate) tracking: bool,
 }
 
+impl State {
+    /// Reads `pid`'s mappings from `/proc` now and files them as its
+    /// latest address space (and its JIT map, if it writes one).
+    fn read_from_proc(&mut self, pid: u32) -> Option<Vec<Mapping>> {
+        // Stamped before the read: an exec during the read (opening each
+        // object takes a while) then comes after the snapshot, and its
+        // records lay the new image over it. Stamped after, the old image
+        // read outlived the exec as the latest space.
+        let time = now();
+        let maps = procfs::read_mappings(pid, &mut self.objects)?;
+        self.perf_maps.notice(pid, &maps);
+        self.history.snapshot(pid, time, maps.clone());
+        Some(maps)
+    }
+}
+
 pub(crate) struct Shared {
     pub(crate) state: Mutex<State>,
     /// The perf ring buffers, drained by the tracker's thread and by
@@ -209,16 +225,8 @@ impl Mappings {
         let recorded = recorded(&state.history);
         let trusted = matches!(&recorded, Some((_, true))) && (state.tracking || pinned);
         if !trusted && (start == 0 || !procfs::started_after(pid, start)) {
-            let state = &mut *state;
-            // Stamped before the read: an exec during the read (opening
-            // each object takes a while) then comes after the snapshot,
-            // and its records lay the new image over it. Stamped after,
-            // the old image read outlived the exec as the latest space.
-            let time = now();
-            if let Some(maps) = procfs::read_mappings(pid, &mut state.objects) {
-                state.history.snapshot(pid, time, maps.clone());
-                state.perf_maps.notice(pid, &maps);
-                return Some(Space { mappings: maps });
+            if let Some(mappings) = state.read_from_proc(pid) {
+                return Some(Space { mappings });
             }
         }
         recorded.map(|(mappings, _)| Space { mappings })

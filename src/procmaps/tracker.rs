@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use super::objects::{Object, ObjectStore};
 use super::perf::{Record, Rings};
-use super::procfs::{is_file_path, open_mapped, read_mappings};
-use super::{now, Backing, Mapping, Mappings, Shared, State};
+use super::procfs::{is_file_path, open_mapped};
+use super::{Backing, Mapping, Mappings, Shared, State};
 use crate::error::{Error, Result};
 
 /// Which running processes to read from `/proc` when tracking starts
@@ -158,15 +158,7 @@ pub(crate) fn snapshot(shared: &Shared, scope: &Scope) {
         }
         // Records drained between two processes keep the buffers free.
         shared.drain();
-        let time = now();
-        {
-            let mut state = shared.state();
-            let state = &mut *state;
-            if let Some(maps) = read_mappings(pid, &mut state.objects) {
-                state.perf_maps.notice(pid, &maps);
-                state.history.snapshot(pid, time, maps);
-            }
-        }
+        shared.state().read_from_proc(pid);
         // Let records in between: the snapshot must not starve them.
         thread::sleep(Duration::ZERO);
     }

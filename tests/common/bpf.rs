@@ -222,18 +222,11 @@ pub fn spawn_with_stdin(name: &str, args: &[&str]) -> (Child, std::process::Chil
 /// True once flare has `links` BPF links open and handles SIGINT, i.e. it
 /// is attached and will print what it traced when interrupted.
 pub fn attached(pid: u32, links: usize) -> bool {
-    let count = fs::read_dir(format!("/proc/{pid}/fd"))
-        .map(|d| {
-            d.filter_map(|e| fs::read_link(e.ok()?.path()).ok())
-                // Kernels before 5.15 attach kprobes through perf events,
-                // with no BPF link object.
-                .filter(|t| {
-                    let t = t.to_string_lossy();
-                    t == "anon_inode:bpf_link" || t == "anon_inode:[perf_event]"
-                })
-                .count()
-        })
-        .unwrap_or(0);
+    // Kernels before 5.15 attach kprobes through perf events, with no BPF
+    // link object.
+    let count = super::session::fds_matching(pid, |t| {
+        t == "anon_inode:bpf_link" || t == "anon_inode:[perf_event]"
+    });
     let sigint = fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|s| {

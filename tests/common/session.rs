@@ -140,15 +140,21 @@ pub struct Flare {
     child: Child,
 }
 
-/// Counts the perf-event descriptors `pid` holds.
-fn perf_event_fds(pid: u32) -> usize {
+/// Counts the descriptors `pid` holds whose target (`anon_inode:bpf_link`,
+/// `anon_inode:[perf_event]`, a path) `want` takes.
+pub fn fds_matching(pid: u32, want: impl Fn(&str) -> bool) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd"))
         .map(|d| {
             d.filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
-                .filter(|l| l.to_string_lossy().contains("perf_event"))
+                .filter(|l| want(&l.to_string_lossy()))
                 .count()
         })
         .unwrap_or(0)
+}
+
+/// Counts the perf-event descriptors `pid` holds.
+fn perf_event_fds(pid: u32) -> usize {
+    fds_matching(pid, |t| t.contains("perf_event"))
 }
 
 impl Flare {
