@@ -6,13 +6,17 @@
  * a native frame: the walk finds the code blob holding it through its
  * code heap's segment map, records a Java frame and steps to the caller
  * the way that kind of blob's frames are laid out:
- * - the interpreter: frames chained by rbp, the Method* and bytecode
- *   pointer in fixed slots below it (the leaf's bytecode pointer is in
- *   r13), the caller's stack pointer in another;
+ * - the interpreter: frames chained by the frame pointer (rbp; x29 on
+ *   arm64), the Method* and bytecode pointer in fixed slots below it (the
+ *   leaf's bytecode pointer is in r13; x22 on arm64), the caller's stack
+ *   pointer in another;
  * - compiled methods and native wrappers (nmethods): a fixed frame size,
- *   the return address and saved rbp at its top, rbp free for other use;
- *   a leaf in its prologue or epilogue has a smaller frame;
- * - other stubs: their frame size, or rbp when they have none.
+ *   the return address and saved frame pointer at its top, the frame
+ *   pointer free for other use; a leaf in its prologue or epilogue has a
+ *   smaller frame (x86-64) or its return address in x30 (arm64), told
+ *   from its code's bytes;
+ * - other stubs: their frame size, or the frame pointer when they have
+ *   none.
  * Each frame is a runtime frame (pointer, kind | pc offset or bytecode
  * index, cookie) that user space names from the live process
  * (src/java/namer.rs): a Method* with its ConstMethod* as cookie, or an
@@ -33,6 +37,14 @@
 /* Words above a compiled frame searched for its return address (x86-64
  * code may have pushed a few more than its frame size says). */
 #define JAVA_RA_SLOTS		6
+
+/* A return address's bits (arm64: without its pointer-authentication
+ * code, as unwind.h strips it). */
+#if defined(__TARGET_ARCH_arm64)
+#define JAVA_ADDR_MASK		0x0000ffffffffffffULL
+#else
+#define JAVA_ADDR_MASK		(~0ULL)
+#endif
 
 /* Frame kinds (src/java/mod.rs Kind), in the top byte of the second
  * identifier; bit 55 says the pc is a return address. */
@@ -85,6 +97,12 @@ struct java_stats {
 
 struct java_stats java_stats = {};
 
+/* arm64 instructions read around a leaf's pc: JAVA_A64_BEFORE before it,
+ * then the pc's and those after it (an nmethod's prologue, from its
+ * inline cache check to its frame's completion, fits). */
+#define JAVA_A64_BEFORE		8
+#define JAVA_A64_WORDS		48
+
 /* Bytes of a code blob read at once: its header and, for an nmethod,
  * the members BPF reads (JDK 17's compile id lies at 304). */
 #define JAVA_BLOB_READ		320
@@ -109,12 +127,15 @@ struct java_scratch {
 	__u64 ra, caller_sp, caller_bp;
 	__s64 frame_size, complete;
 	__u32 first, kind;
+	__u64 lr;			/* arm64: the leaf's x30 (0 past the leaf) */
 	bool return_address;		/* pc is a return address */
+	bool used_lr;			/* the caller's pc came from lr */
 	/* The segment map walk: the blob's heap, its segment. */
 	__u64 heap_low, segmap, segment, shift;
 	__u8 blob_bytes[JAVA_BLOB_READ];
 	__u64 frame[JAVA_FRAME_WORDS];
 	__u8 code[16];
+	__u32 insns[JAVA_A64_WORDS];
 };
 
 struct {
@@ -246,16 +267,88 @@ static __always_inline __u64 java_epilogue(struct java_scratch *js, __u64 pc)
 	return 0;
 }
 
-/* The leaf's r13, where the interpreter keeps its bytecode pointer. */
-static __always_inline __u64 java_leaf_r13(void)
+/* The leaf's bytecode pointer register, where the interpreter keeps it:
+ * r13 (x86-64), x22 (arm64). */
+static __always_inline __u64 java_leaf_bcp(void)
 {
-#if defined(__TARGET_ARCH_x86)
 	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
 
-	return regs ? BPF_CORE_READ(regs, r13) : 0;
+	if (!regs)
+		return 0;
+#if defined(__TARGET_ARCH_x86)
+	return BPF_CORE_READ(regs, r13);
+#elif defined(__TARGET_ARCH_arm64)
+	return BPF_CORE_READ(regs, regs[22]);
 #else
 	return 0;
 #endif
+}
+
+/*
+ * Where a leaf compiled frame's caller is on arm64, from the code around
+ * its pc (src/java/arm64.rs has the same rules, and tests). HotSpot builds
+ * an nmethod's frame with `sub sp, sp, #size; stp x29, x30, [sp, #size-16]`
+ * (or, for large frames and native wrappers, `stp x29, x30, [sp, #-16]!`
+ * then the sub) and takes it down with `ldp x29, x30, [sp, #size-16];
+ * add sp, sp, #size` (or the add, then `ldp x29, x30, [sp], #16`) before
+ * a return poll and `ret`.
+ */
+#define JAVA_LEAF_BUILT		0	/* the frame size gives the caller */
+#define JAVA_LEAF_LR_AT_SP	1	/* caller's sp = sp, return address in x30 */
+#define JAVA_LEAF_LR_ABOVE	2	/* caller's sp = sp + frame size, x30 */
+#define JAVA_LEAF_RECORD_AT_SP	3	/* x29 and x30 saved at sp, caller's sp 16 above */
+
+#define A64_STP_FP_LR_OFF(i)	(((i) & 0xffc07fff) == 0xa9007bfd)
+#define A64_STP_FP_LR_PRE(i)	(((i) & 0xffc07fff) == 0xa9807bfd)
+#define A64_LDP_FP_LR_OFF(i)	(((i) & 0xffc07fff) == 0xa9407bfd)
+#define A64_LDP_FP_LR_POST(i)	(((i) & 0xffc07fff) == 0xa8c07bfd)
+#define A64_SUB_SP(i)		(((i) & 0xff8003ff) == 0xd10003ff || ((i) & 0xffe0ffff) == 0xcb2063ff)
+#define A64_ADD_SP(i)		(((i) & 0xff8003ff) == 0x910003ff || ((i) & 0xffe0ffff) == 0x8b2063ff)
+/* ret, retaa, retab; b, bl; br, blr. */
+#define A64_LEAVES(i)		((i) == 0xd65f03c0 || (i) == 0xd65f0bff || (i) == 0xd65f0fff || \
+				 ((i) & 0x7c000000) == 0x14000000 || ((i) & 0xffdffc1f) == 0xd61f0000)
+
+static __always_inline __u32 java_arm64_leaf(struct java_scratch *js, bool prologue)
+{
+	__u32 *c = js->insns;
+	__u64 end = js->code_begin + js->complete;
+	bool sub = false;
+
+	if (!java_read(c, sizeof(js->insns), js->pc - JAVA_A64_BEFORE * 4))
+		return JAVA_LEAF_BUILT;
+	if (prologue) {
+		/* What the prologue has still to do, from the pc on. */
+#pragma clang loop unroll(disable)
+		for (int i = JAVA_A64_BEFORE; i < JAVA_A64_WORDS; i++) {
+			__u32 insn = c[i];
+
+			if (js->pc + (i - JAVA_A64_BEFORE) * 4 >= end)
+				break;
+			if (A64_STP_FP_LR_OFF(insn))
+				return sub ? JAVA_LEAF_LR_AT_SP : JAVA_LEAF_LR_ABOVE;
+			if (A64_STP_FP_LR_PRE(insn))
+				return JAVA_LEAF_LR_AT_SP;
+			if (A64_SUB_SP(insn))
+				sub = true;
+		}
+		/* A sub still to come after a pre-indexed stp. */
+		return sub ? JAVA_LEAF_RECORD_AT_SP : JAVA_LEAF_BUILT;
+	}
+	if (A64_ADD_SP(c[JAVA_A64_BEFORE]) && A64_LDP_FP_LR_OFF(c[JAVA_A64_BEFORE - 1]))
+		return JAVA_LEAF_LR_ABOVE;
+	if (A64_LDP_FP_LR_POST(c[JAVA_A64_BEFORE]))
+		return JAVA_LEAF_RECORD_AT_SP;
+	/* What the epilogue has done, back from the pc to a branch. */
+#pragma clang loop unroll(disable)
+	for (int i = JAVA_A64_BEFORE - 1; i > 0; i--) {
+		__u32 insn = c[i];
+
+		if (A64_LEAVES(insn))
+			break;
+		if (A64_LDP_FP_LR_POST(insn) || (A64_ADD_SP(insn) && A64_LDP_FP_LR_OFF(c[i - 1])))
+			return JAVA_LEAF_LR_AT_SP;
+	}
+	return JAVA_LEAF_BUILT;
 }
 
 /*
@@ -272,6 +365,7 @@ static __always_inline bool java_step(struct java_scratch *js)
 	struct java_proc *p = &js->proc;
 
 	js->caller_bp = js->bp;
+	js->used_lr = false;
 	js->blob = java_find_blob(js, js->return_address ? js->pc - 1 : js->pc);
 	if (!js->blob) {
 		__sync_fetch_and_add(&java_stats.no_blob, 1);
@@ -301,7 +395,7 @@ static __always_inline bool java_step(struct java_scratch *js)
 		js->caller_sp = java_frame_word(js, p->interp_sender_sp);
 		js->caller_bp = java_frame_word(js, 0);
 		js->ra = java_frame_word(js, 1);
-		js->offset = js->return_address ? java_frame_word(js, p->interp_bcp) : java_leaf_r13();
+		js->offset = js->return_address ? java_frame_word(js, p->interp_bcp) : java_leaf_bcp();
 		if (!java_read(&js->word, 8, js->ptr + p->method_const))
 			goto bad;
 		js->cookie = js->word;
@@ -315,7 +409,11 @@ static __always_inline bool java_step(struct java_scratch *js)
 			js->offset -= js->cookie + p->const_size;
 		js->kind = JAVA_KIND_INTERPRETED;
 	} else if (js->first == JAVA_NAME_NMETHOD || js->first == JAVA_NAME_NATIVE) {
+#if defined(__TARGET_ARCH_arm64)
+		__u32 leaf = JAVA_LEAF_BUILT;
+#else
 		__u64 adjust = 0;
+#endif
 
 		/* A deoptimized frame returns to the deopt handler; the pc
 		 * it had is saved in the frame. */
@@ -326,6 +424,19 @@ static __always_inline bool java_step(struct java_scratch *js)
 		    java_read(&js->word, 8, js->sp + java_blob_s32(js, p->nm_orig_pc)) &&
 		    js->word >= js->code_begin)
 			js->pc = js->word;
+#if defined(__TARGET_ARCH_arm64)
+		if (!js->return_address)
+			leaf = java_arm64_leaf(js, js->pc < js->code_begin + js->complete);
+		if (leaf == JAVA_LEAF_LR_AT_SP || leaf == JAVA_LEAF_LR_ABOVE) {
+			js->caller_sp = js->sp + (leaf == JAVA_LEAF_LR_ABOVE ? js->frame_size : 0);
+			js->ra = js->lr;
+			js->used_lr = true;
+		} else if (leaf == JAVA_LEAF_RECORD_AT_SP) {
+			js->caller_sp = js->sp + 16;
+			if (!java_read(&js->ra, 8, js->sp + 8) || !java_read(&js->caller_bp, 8, js->sp))
+				goto bad;
+		} else
+#else
 		if (!js->return_address && js->pc < js->code_begin + js->complete) {
 			/* In the prologue: the frame is not built yet. */
 			adjust = js->pc + 4 >= js->code_begin + js->complete ? 16 : 8;
@@ -338,7 +449,9 @@ static __always_inline bool java_step(struct java_scratch *js)
 				goto bad;
 			if (adjust == 16 && !java_read(&js->caller_bp, 8, js->caller_sp - 16))
 				goto bad;
-		} else {
+		} else
+#endif
+		{
 			bool found = false;
 
 			/* The return address, up to JAVA_RA_SLOTS words above
@@ -347,7 +460,7 @@ static __always_inline bool java_step(struct java_scratch *js)
 			for (int i = 0; i < JAVA_RA_SLOTS; i++, js->caller_sp += 8) {
 				if (!java_read(&js->ra, 8, js->caller_sp - 8))
 					goto bad;
-				if (java_in_cache(js, js->ra)) {
+				if (java_in_cache(js, js->ra & JAVA_ADDR_MASK)) {
 					found = true;
 					break;
 				}
@@ -362,27 +475,53 @@ static __always_inline bool java_step(struct java_scratch *js)
 	} else {
 		if (js->first == JAVA_NAME_VTABLE ||
 		    (!js->return_address && js->pc < js->code_begin + js->complete)) {
+			/* No frame yet: the return address is on the stack
+			 * (x86-64) or in x30 (arm64). */
+#if defined(__TARGET_ARCH_arm64)
+			js->caller_sp = js->sp;
+			js->ra = js->lr;
+			js->used_lr = true;
+#else
 			js->caller_sp = js->sp + 8;
+#endif
 		} else if (!js->frame_size) {
-			/* Stubs without a frame size keep rbp as a frame
-			 * pointer (the call stub). */
-			if (js->bp < js->sp || !java_read(&js->caller_bp, 8, js->bp))
-				goto bad;
-			js->caller_sp = js->bp + 16;
+			/* Stubs without a frame size keep the frame pointer
+			 * (the call stub) once they have saved a frame record.
+			 * On arm64 a leaf that has not (a copy routine called
+			 * with bl) has its return address in x30, which the
+			 * record would hold too. */
+#if defined(__TARGET_ARCH_arm64)
+			if (!js->return_address && js->lr &&
+			    (js->bp < js->sp || !java_read(&js->word, 8, js->bp + 8) ||
+			     (js->word & JAVA_ADDR_MASK) != js->lr)) {
+				js->caller_sp = js->sp;
+				js->ra = js->lr;
+				js->used_lr = true;
+			} else
+#endif
+			{
+				if (js->bp < js->sp || !java_read(&js->caller_bp, 8, js->bp))
+					goto bad;
+				js->caller_sp = js->bp + 16;
+			}
 		} else {
 			js->caller_sp = js->sp + js->frame_size;
 			if (js->frame_size >= 16 &&
 			    !java_read(&js->caller_bp, 8, js->caller_sp - 16))
 				goto bad;
 		}
-		if (!java_read(&js->ra, 8, js->caller_sp - 8))
+		if (!js->used_lr && !java_read(&js->ra, 8, js->caller_sp - 8))
 			goto bad;
 		js->kind = JAVA_KIND_STUB;
 		js->ptr = js->blob;
 		js->cookie = js->first;
 		js->offset = js->pc - js->code_begin;
 	}
-	if (js->caller_sp <= js->sp)
+	/* The caller's frame is above; or, on arm64, where the return
+	 * address is still in x30, the same sp (only once: x30 is gone
+	 * after the leaf). */
+	js->ra &= JAVA_ADDR_MASK;
+	if (js->caller_sp < js->sp || (js->caller_sp == js->sp && !js->used_lr) || !js->ra)
 		goto bad;
 	return true;
 bad:

@@ -362,6 +362,7 @@ static __always_inline long unwind_native_step(struct unwind_walk *w, struct fla
 			js->sp = w->sp;
 			js->bp = w->bp;
 			js->return_address = w->return_address;
+			js->lr = w->lr;
 			if (java_step(js))
 				return unwind_java_frame(w, js);
 		}

@@ -109,7 +109,7 @@ fn profile_on(
     env: &[(&str, &str)],
 ) -> Option<(Stacks, String, Vec<u8>)> {
     let _guard = serial();
-    let mut w = start_on(java, flags, "cpu", "4")?;
+    let mut w = start_on(java, flags, "cpu", &common::java::seconds(4))?;
     let out = tempfile::tempdir().expect("a directory for flare's files");
     let folded_path = out.path().join("p.folded");
     let pprof_path = out.path().join("p.pb.gz");
@@ -163,8 +163,11 @@ fn profile_on(
     };
     let both: u64 = own.iter().map(|(name, _)| in_fn(name)).sum();
     let spent_both: f64 = own.iter().map(|(_, spent)| spent).sum();
+    // Emulated, the clock reads take more (19 % of the worker's samples in
+    // the arm64 guest, all under handle's getCurrentThreadCpuTime).
+    let most = if common::bpf::emulated() { 7 } else { 8 };
     assert!(
-        both * 10 >= total * 8,
+        both * 10 >= total * most,
         "{both} of the worker's {total} samples in its two functions: {}",
         ctx()
     );
@@ -200,7 +203,7 @@ fn profile_on(
                 .filter(|m| m.starts_with("Service.") && *m != "Service.mix")
                 .collect();
             let root = f.iter().position(|x| x == "JavaMain");
-            let start = f.iter().position(|x| x == "start_thread");
+            let start = common::java::thread_start(f);
             java == want && start.is_some() && root.is_some()
         })
         .map(|(_, n)| n)
@@ -210,15 +213,29 @@ fn profile_on(
         "{chained} of {leaf} samples in parseRequest have the whole chain: {}",
         ctx()
     );
-    // Code the JIT could not place: few samples.
-    let unknown: u64 = stacks
+    // Code the walk could not place, in the thread that runs the Java code
+    // (`java`, the launcher's): few samples. Unnamed frames at the root
+    // (libc's, without its local symbols, as in the arm64 guests) do not
+    // count. Emulated, the JIT's deoptimizations and recompilations, whose
+    // frames in transition the walk cannot always place, take a larger
+    // part of the run (2.1 % of the thread's samples in the arm64 guest).
+    let java: Vec<&(Vec<String>, u64)> = stacks
         .iter()
-        .filter(|(f, _)| f.iter().any(|x| x == "[unknown]"))
+        .filter(|(f, _)| f.first().is_some_and(|c| c == "java"))
+        .collect();
+    let java_total: u64 = java.iter().map(|(_, n)| n).sum();
+    let unknown: u64 = java
+        .iter()
+        .filter(|(f, _)| {
+            let root = f[1..].iter().take_while(|x| *x == "[unknown]").count();
+            f[1 + root..].iter().any(|x| x == "[unknown]")
+        })
         .map(|(_, n)| n)
         .sum();
+    let bound = if common::bpf::emulated() { 3 } else { 2 };
     assert!(
-        unknown * 100 <= total * 2,
-        "{unknown} samples with an [unknown] frame: {}",
+        unknown * 100 <= java_total * bound,
+        "{unknown} of the java thread's {java_total} samples with an [unknown] frame: {}",
         ctx()
     );
     Some((stacks, stderr, pprof))
@@ -422,11 +439,25 @@ fn a_jvm_that_exited_is_named_as_when_alive() {
         return;
     }
     let _guard = serial();
-    let Some(mut w) = start(&[], "exit", "2") else {
+    // Emulated, the JIT compiles the leaves a second or two into the run:
+    // their code has to live a while before the exit to be named.
+    let Some(mut w) = start(&[], "exit", &common::java::seconds(2)) else {
         return;
     };
     let pid = w.pid.to_string();
-    let flare = Flare::start(&["profile", "-U", "-F", "499", "-p", &pid, "-f", "4"], 1);
+    let flare = Flare::start(
+        &[
+            "profile",
+            "-U",
+            "-F",
+            "499",
+            "-p",
+            &pid,
+            "-f",
+            &common::java::seconds(4),
+        ],
+        1,
+    );
     w.go();
     w.wait_done();
     let (folded, stderr) = flare.stop_at_end();
@@ -437,8 +468,11 @@ fn a_jvm_that_exited_is_named_as_when_alive() {
         .filter(|(f, _)| f.iter().any(|x| method(x) == Some("Service.parseRequest")))
         .map(|(_, n)| n)
         .sum();
+    // Emulated, fewer: timers lag (132 in the arm64 guest, 9 unnamed
+    // beside them; none are named when names do not outlive the JVM).
+    let want = if common::bpf::emulated() { 100 } else { 200 };
     assert!(
-        named >= 200,
+        named >= want,
         "{named} samples in parseRequest: {stderr}\n{folded}"
     );
 }

@@ -18,7 +18,7 @@ use super::vmstructs::VmStructs;
 use super::{Heap, Process, MAX_HEAPS};
 use crate::python::detect::{each_symbol, open_mapped, ElfHeaders, SHT_DYNSYM};
 use crate::python::memory::Memory;
-use crate::unwind::elf::{vaddr_of_offset, Machine};
+use crate::unwind::elf::vaddr_of_offset;
 use crate::unwind::procs::{Backing, ExecMapping};
 use crate::unwind::runtimes::Found;
 
@@ -67,12 +67,6 @@ impl Detector {
         else {
             return Found::No;
         };
-        if Machine::HOST != Machine::X86_64 {
-            return Found::Unsupported(
-                "Java frames are read on x86-64 only so far: the JVM's native frames are shown"
-                    .into(),
-            );
-        }
         let key = m.dev_ino;
         if !self.objects.contains_key(&key) {
             let Some(object) = read_object(pid, m) else {

@@ -13,6 +13,7 @@
 
 use super::vmstructs::VmStructs;
 use super::BLOB_HEADER;
+use crate::unwind::elf::Machine;
 
 /// Offsets (bytes) and values flare reads a JVM with.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -297,11 +298,27 @@ pub fn from_vmstructs(vm: &VmStructs, major: u32) -> Result<Layout, String> {
             0
         })
     };
-    // x86-64's interpreter frame (frame_x86.hpp, JDK 9+): below the saved
-    // frame pointer, the caller's sp, the last sp, then the method; the
-    // mirror, method data, cache and locals; then the bytecode pointer.
-    let sender_sp = constant("frame::interpreter_frame_sender_sp_offset");
-    let last_sp = constant("frame::interpreter_frame_last_sp_offset");
+    // The interpreter's frame, below the saved frame pointer: the caller's
+    // sp, the last sp, then the method; x86-64 (frame_x86.hpp, JDK 9+)
+    // then has the mirror, method data, cache and locals, then the
+    // bytecode pointer; arm64 (frame_aarch64.hpp, JDK 17 on) the method
+    // data, a padding word (the extended sp from JDK 22), the mirror,
+    // cache and locals, then the bytecode pointer, one word lower.
+    // x86-64's tables give the first two (vmStructs_x86.hpp), to check
+    // the layout by; arm64's give none (vmStructs_aarch64.hpp), and its
+    // layout has held from JDK 17 to 25.
+    let (sender_sp, last_sp) = match Machine::HOST {
+        Machine::Aarch64 => (
+            vm.constant("frame::interpreter_frame_sender_sp_offset")
+                .unwrap_or(-1),
+            vm.constant("frame::interpreter_frame_last_sp_offset")
+                .unwrap_or(-2),
+        ),
+        _ => (
+            constant("frame::interpreter_frame_sender_sp_offset"),
+            constant("frame::interpreter_frame_last_sp_offset"),
+        ),
+    };
     if !missing.is_empty() {
         return Err(format!("its tables lack {}", missing.join(", ")));
     }
@@ -329,6 +346,9 @@ pub fn from_vmstructs(vm: &VmStructs, major: u32) -> Result<Layout, String> {
     }
     l.interp_sender_sp = -1;
     l.interp_method = -3;
-    l.interp_bcp = -8;
+    l.interp_bcp = match Machine::HOST {
+        Machine::Aarch64 => -9,
+        _ => -8,
+    };
     Ok(l)
 }

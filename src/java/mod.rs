@@ -13,6 +13,7 @@
 //!   the JVM's metadata in the live process, expanding what the JIT
 //!   inlined.
 
+pub mod arm64;
 pub mod detect;
 pub mod layout;
 pub mod method;

@@ -15,9 +15,11 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use super::arm64;
 use super::method::{half, int, word};
 use super::{FrameId, Kind, Process, BLOB_HEADER, NO_BCI};
 use crate::python::memory::Memory;
+use crate::unwind::elf::Machine;
 
 /// How long a code blob read is trusted.
 pub const BLOB_TTL: Duration = Duration::from_secs(1);
@@ -30,6 +32,9 @@ const SEGMAP_CHUNK: u64 = 256;
 const RA_SLOTS: u64 = 6;
 /// A frame larger than this is not one.
 const MAX_FRAME: u64 = 0x10_0000;
+/// arm64 user addresses' bits (bpf/unwind.h UNWIND_ADDR_MASK): above
+/// them, a return address's pointer-authentication code.
+const ARM64_ADDR_MASK: u64 = 0x0000_ffff_ffff_ffff;
 
 /// The first four bytes of a code blob's name (bpf/java.h JAVA_NAME_*).
 const NAME_NMETHOD: u32 = u32::from_le_bytes(*b"nmet");
@@ -43,6 +48,34 @@ pub struct Regs {
     pub pc: u64,
     pub sp: u64,
     pub bp: u64,
+}
+
+/// What is known of the interrupted (leaf) frame's registers besides pc,
+/// sp and the frame pointer: the interpreter's bytecode pointer register
+/// (r13 on x86-64, x22 on arm64) and arm64's link register, x30.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Leaf {
+    pub bcp: u64,
+    pub lr: u64,
+}
+
+/// Where the caller of a leaf frame is: what its prologue or epilogue
+/// has built of its frame (bpf/java.h JAVA_LEAF_*).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LeafFrame {
+    /// The frame is built: its size gives the caller, whose return
+    /// address and frame pointer are saved at its top.
+    Built,
+    /// x86-64: only the return address is on the stack, at sp.
+    RaAtSp,
+    /// Only the frame record stands at sp (saved frame pointer, then the
+    /// return address): the caller's sp is 16 above.
+    RecordAtSp,
+    /// arm64: no frame stands: the caller's sp is sp, its pc in x30.
+    LrAtSp,
+    /// arm64: the frame's space stands but not its record: the caller's
+    /// sp is sp plus the frame size, its pc in x30.
+    LrAbove,
 }
 
 /// A Java frame stepped through: its identifiers and cookie (a runtime
@@ -64,9 +97,16 @@ struct Blob {
 }
 
 /// Steps through Java frames of one JVM, keeping the code blobs read.
-#[derive(Default)]
 pub struct Walker {
     blobs: BTreeMap<u64, Blob>,
+    /// Whose frame layouts: this machine's, but for tests.
+    machine: Machine,
+}
+
+impl Default for Walker {
+    fn default() -> Self {
+        Self::for_machine(Machine::HOST)
+    }
 }
 
 impl Walker {
@@ -74,11 +114,20 @@ impl Walker {
         Self::default()
     }
 
+    /// A walker of `machine`'s frames.
+    pub fn for_machine(machine: Machine) -> Self {
+        Walker {
+            blobs: BTreeMap::new(),
+            machine,
+        }
+    }
+
     /// Steps through the frame at `regs` of a thread of `p` (`mem` its
-    /// live memory, `stack` the words of its stack at the sample; `r13`
-    /// the leaf's r13, `return_address` whether `regs.pc` is one). `None`
-    /// when the pc is in no code blob or the caller cannot be found: the
-    /// walk then takes it as native, as BPF does.
+    /// live memory, `stack` the words of its stack at the sample; `leaf`
+    /// the leaf's other registers, `return_address` whether `regs.pc` is
+    /// one, when `leaf` is not this frame's). `None` when the pc is in no
+    /// code blob or the caller cannot be found: the walk then takes it as
+    /// native, as BPF does.
     pub fn step(
         &mut self,
         p: &Process,
@@ -86,8 +135,9 @@ impl Walker {
         stack: &dyn Fn(u64) -> Option<u64>,
         regs: Regs,
         return_address: bool,
-        r13: u64,
+        leaf: Leaf,
     ) -> Option<Stepped> {
+        let arm64 = self.machine == Machine::Aarch64;
         if !p.cache.contains(&regs.pc) {
             return None;
         }
@@ -107,8 +157,11 @@ impl Walker {
         let complete_at = code_begin.wrapping_add_signed(complete);
         let Regs { mut pc, sp, bp } = regs;
         let mut caller_bp = bp;
-        let (kind, ptr, offset, cookie, caller_sp, ra);
+        // The caller's pc came from x30 (arm64's leaf).
+        let mut used_lr = false;
+        let (kind, ptr, offset, cookie, caller_sp, mut ra);
         let in_cache = |a: u64| p.cache.contains(&a);
+        let mask = if arm64 { ARM64_ADDR_MASK } else { u64::MAX };
         if b.name == NAME_INTERPRETER {
             if bp < sp || bp >= sp + MAX_FRAME {
                 return None;
@@ -121,7 +174,7 @@ impl Walker {
             let bcp = if return_address {
                 slot(l.interp_bcp)?
             } else {
-                r13
+                leaf.bcp
             };
             let cm = mem
                 .read_u64(method.checked_add(u64::from(l.method_const))?)
@@ -149,33 +202,40 @@ impl Walker {
                     pc = orig;
                 }
             }
-            let adjust = if return_address {
-                0
-            } else if pc < complete_at {
-                // In the prologue: the frame is not built yet.
-                if pc + 4 >= complete_at {
-                    16
-                } else {
-                    8
-                }
-            } else {
-                epilogue(mem, pc)
+            // A leaf in its prologue or epilogue: where its caller is.
+            let state = match (return_address, arm64) {
+                (true, _) => LeafFrame::Built,
+                (false, true) => arm64_leaf(mem, pc, complete_at),
+                (false, false) => x86_leaf(mem, pc, complete_at),
             };
-            if adjust != 0 {
-                caller_sp = sp + adjust;
-                ra = stack(caller_sp - 8)?;
-                if adjust == 16 {
+            // The return address, up to RA_SLOTS words above the frame
+            // size.
+            let built = || {
+                (0..RA_SLOTS)
+                    .map(|i| sp + frame_size + i * 8)
+                    .find_map(|at| Some((at, stack(at - 8)?)).filter(|&(_, r)| in_cache(r & mask)))
+            };
+            match state {
+                LeafFrame::Built => {
+                    (caller_sp, ra) = built()?;
                     caller_bp = stack(caller_sp - 16)?;
                 }
-            } else {
-                // The return address, up to RA_SLOTS words above the
-                // frame size.
-                let (at, found) = (0..RA_SLOTS)
-                    .map(|i| sp + frame_size + i * 8)
-                    .find_map(|at| Some((at, stack(at - 8)?)).filter(|&(_, r)| in_cache(r)))?;
-                caller_sp = at;
-                ra = found;
-                caller_bp = stack(caller_sp - 16)?;
+                LeafFrame::LrAtSp | LeafFrame::LrAbove => {
+                    caller_sp = match state {
+                        LeafFrame::LrAbove => sp + frame_size,
+                        _ => sp,
+                    };
+                    (ra, used_lr) = (leaf.lr, true);
+                }
+                LeafFrame::RaAtSp => {
+                    caller_sp = sp + 8;
+                    ra = stack(sp)?;
+                }
+                LeafFrame::RecordAtSp => {
+                    caller_sp = sp + 16;
+                    ra = stack(sp + 8)?;
+                    caller_bp = stack(sp)?;
+                }
             }
             kind = if b.name == NAME_NATIVE {
                 Kind::Native
@@ -187,28 +247,51 @@ impl Walker {
             offset = pc.wrapping_sub(code_begin) as u32;
         } else {
             if b.name == NAME_VTABLE || (!return_address && pc < complete_at) {
-                caller_sp = sp + 8;
-            } else if frame_size == 0 {
-                // Stubs without a frame size keep rbp as a frame pointer
-                // (the call stub).
-                if bp < sp {
-                    return None;
+                // No frame yet: the return address is on the stack
+                // (x86-64) or in x30 (arm64).
+                if arm64 {
+                    (caller_sp, ra, used_lr) = (sp, leaf.lr, true);
+                } else {
+                    caller_sp = sp + 8;
+                    ra = stack(caller_sp - 8)?;
                 }
-                caller_bp = stack(bp)?;
-                caller_sp = bp + 16;
+            } else if frame_size == 0 {
+                // Stubs without a frame size keep the frame pointer (the
+                // call stub) once they have saved a frame record. On
+                // arm64 a leaf that has not (a copy routine called with
+                // bl) has its return address in x30, which the record
+                // would hold too.
+                let record_ra = (bp >= sp).then(|| stack(bp + 8)).flatten();
+                if arm64
+                    && !return_address
+                    && leaf.lr != 0
+                    && record_ra.map(|r| r & mask) != Some(leaf.lr)
+                {
+                    (caller_sp, ra, used_lr) = (sp, leaf.lr, true);
+                } else {
+                    if bp < sp {
+                        return None;
+                    }
+                    caller_bp = stack(bp)?;
+                    caller_sp = bp + 16;
+                    ra = stack(caller_sp - 8)?;
+                }
             } else {
                 caller_sp = sp + frame_size;
                 if frame_size >= 16 {
                     caller_bp = stack(caller_sp - 16)?;
                 }
+                ra = stack(caller_sp - 8)?;
             }
-            ra = stack(caller_sp - 8)?;
             kind = Kind::Stub;
             ptr = start;
             cookie = u64::from(b.name);
             offset = pc.wrapping_sub(code_begin) as u32;
         }
-        if caller_sp <= sp {
+        // The caller's frame is above; or, where the return address is
+        // still in arm64's x30, at the same sp (once: x30 is the leaf's).
+        ra &= mask;
+        if caller_sp < sp || (caller_sp == sp && !used_lr) || ra == 0 {
             return None;
         }
         let id = FrameId {
@@ -311,6 +394,41 @@ fn read_blob(p: &Process, mem: &dyn Memory, start: u64) -> Option<Blob> {
     })
 }
 
+/// Where the caller of a leaf compiled frame is on x86-64 (bpf/java.h):
+/// in the prologue the frame is not built (the return address alone on
+/// the stack, or with the saved rbp below it just before the frame's
+/// completion); in the epilogue, as [`epilogue`] tells.
+fn x86_leaf(mem: &dyn Memory, pc: u64, complete_at: u64) -> LeafFrame {
+    let adjust = if pc < complete_at {
+        if pc + 4 >= complete_at {
+            16
+        } else {
+            8
+        }
+    } else {
+        epilogue(mem, pc)
+    };
+    match adjust {
+        8 => LeafFrame::RaAtSp,
+        16 => LeafFrame::RecordAtSp,
+        _ => LeafFrame::Built,
+    }
+}
+
+/// Where the caller of a leaf compiled frame is on arm64, from the code
+/// around its pc ([`arm64::leaf_frame`]).
+fn arm64_leaf(mem: &dyn Memory, pc: u64, complete_at: u64) -> LeafFrame {
+    let mut bytes = [0u8; arm64::WORDS * 4];
+    let from = pc.wrapping_sub(arm64::BEFORE as u64 * 4);
+    if mem.read(from, &mut bytes).is_err() {
+        return LeafFrame::Built;
+    }
+    let code: Vec<u32> = bytes
+        .chunks_exact(4)
+        .map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]]))
+        .collect();
+    arm64::leaf_frame(&code, pc, complete_at, pc < complete_at)
+}
 /// The caller of a leaf compiled frame stopped in its epilogue, as a
 /// stack adjustment (bpf/java.h java_epilogue): 8 (only the return
 /// address is left: on `ret`, or past `pop rbp`), 16 (on `pop rbp`), or

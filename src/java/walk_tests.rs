@@ -8,6 +8,7 @@ use super::*;
 use crate::java::namer::tests::{layout, Jdk};
 use crate::java::{Heap, Layout};
 use crate::python::memory::Buffer;
+use crate::unwind::elf::Machine;
 
 const BASE: u64 = 0x10_0000;
 /// The code heap: 256 segments of 64 bytes.
@@ -101,19 +102,37 @@ impl Jvm {
         }
     }
 
-    fn step(&self, regs: Regs, return_address: bool, r13: u64) -> Option<Stepped> {
+    /// An x86-64 step (`bcp` the leaf's r13).
+    fn step(&self, regs: Regs, return_address: bool, bcp: u64) -> Option<Stepped> {
+        let leaf = Leaf { bcp, lr: 0 };
+        self.step_on(Machine::X86_64, regs, return_address, leaf)
+    }
+
+    fn step_on(
+        &self,
+        machine: Machine,
+        regs: Regs,
+        return_address: bool,
+        leaf: Leaf,
+    ) -> Option<Stepped> {
         let stack = |a: u64| {
             let i = usize::try_from(a.checked_sub(STACK)? / 8).ok()?;
             (a % 8 == 0).then(|| self.stack.get(i).copied())?
         };
-        Walker::new().step(
+        Walker::for_machine(machine).step(
             &self.process(),
             &self.mem,
             &stack,
             regs,
             return_address,
-            r13,
+            leaf,
         )
+    }
+
+    /// arm64 instructions at `at`.
+    fn put_code(&mut self, at: u64, code: &[u32]) {
+        let bytes: Vec<u8> = code.iter().flat_map(|i| i.to_le_bytes()).collect();
+        self.put(at, &bytes);
     }
 }
 
@@ -290,16 +309,137 @@ fn blobs_are_kept_and_one_replacing_another_is_read_anew() {
         sp: STACK,
         bp: STACK + 64,
     };
-    let first = w.step(&p, &j.mem, &stack, regs, true, 0).expect("stepped");
+    let none = Leaf::default();
+    let first = w
+        .step(&p, &j.mem, &stack, regs, true, none)
+        .expect("stepped");
     assert_eq!(decoded(&first).kind, Kind::Compiled);
     // Freed and taken by a stub starting in the same segment: the walker
     // still has the nmethod (for up to BLOB_TTL)...
     j.blob(2, 10, 8, 0, -1);
-    let again = w.step(&p, &j.mem, &stack, regs, true, 0).expect("stepped");
+    let again = w
+        .step(&p, &j.mem, &stack, regs, true, none)
+        .expect("stepped");
     assert_eq!(again, first);
     // ... and a new walker reads the stub.
     let fresh = Walker::new()
-        .step(&p, &j.mem, &stack, regs, true, 0)
+        .step(&p, &j.mem, &stack, regs, true, none)
         .expect("stepped");
     assert_eq!(decoded(&fresh).kind, Kind::Stub);
+}
+
+#[test]
+fn an_arm64_leaf_takes_its_return_address_from_x30_outside_its_built_frame() {
+    const NOP: u32 = 0xd503_201f;
+    const BODY: u32 = 0xf940_07e0;
+    let mut j = Jvm::new(Jdk::J17);
+    // An nmethod with 4-word frames, complete 0x10 into its code: nop,
+    // sub sp, sp, #32, stp x29, x30, [sp, #16]; its epilogue at 0x40:
+    // ldp x29, x30, [sp, #16], add sp, sp, #32, ret.
+    let nm = j.blob(0, 10, 8, 4, 0x10);
+    let interp = j.blob(1, 20, 8, 0, 0);
+    let code = nm + 0x100;
+    j.put_code(code, &[NOP, 0xd100_83ff, 0xa901_7bfd, BODY]);
+    j.put_code(code + 0x40, &[0xa941_7bfd, 0x9100_83ff, 0xd65f_03c0]);
+    // The built frame's record, with a pointer-authentication code on
+    // the return address.
+    j.stack[3] = (interp + 0x140) | 0x002a_0000_0000_0000;
+    j.stack[2] = STACK + 0x100;
+    let lr = interp + 0x160;
+    let leaf = Leaf { bcp: 0, lr };
+    let at = |pc: u64| Regs {
+        pc,
+        sp: STACK,
+        bp: 0x1234,
+    };
+    let caller = |pc: u64| {
+        let s = j
+            .step_on(Machine::Aarch64, at(pc), false, leaf)
+            .expect("stepped");
+        assert_eq!(decoded(&s).kind, Kind::Compiled);
+        (s.caller.pc, s.caller.sp, s.caller.bp)
+    };
+    // Before the sub: no frame; at the stp: its space, not its record.
+    assert_eq!(caller(code), (lr, STACK, 0x1234));
+    assert_eq!(caller(code + 4), (lr, STACK, 0x1234));
+    assert_eq!(caller(code + 8), (lr, STACK + 32, 0x1234));
+    // Built: the record, the code stripped.
+    let built = (interp + 0x140, STACK + 32, STACK + 0x100);
+    assert_eq!(caller(code + 0x10), built);
+    assert_eq!(caller(code + 0x40), built);
+    // At the add: the space; at the ret: nothing.
+    assert_eq!(caller(code + 0x44), (lr, STACK + 32, 0x1234));
+    assert_eq!(caller(code + 0x48), (lr, STACK, 0x1234));
+    // x30 is the leaf's only: a caller's frame is read from the stack.
+    let s = j
+        .step_on(Machine::Aarch64, at(code + 0x48), true, leaf)
+        .expect("stepped");
+    assert_eq!((s.caller.pc, s.caller.sp), (interp + 0x140, STACK + 32));
+    // Without x30, a leaf outside its frame has no caller.
+    let none = Leaf::default();
+    assert_eq!(j.step_on(Machine::Aarch64, at(code), false, none), None);
+    // The same code on x86-64 would be taken by its bytes' x86 meaning:
+    // in the prologue, the return address at sp.
+    j.stack[0] = interp + 0x150;
+    let s = j.step(at(code + 4), false, 0).expect("stepped");
+    assert_eq!((s.caller.pc, s.caller.sp), (interp + 0x150, STACK + 8));
+}
+
+#[test]
+fn an_arm64_stub_leaf_before_its_frame_returns_to_x30() {
+    let mut j = Jvm::new(Jdk::J17);
+    let stub = j.blob(2, 30, 8, 4, 0x20);
+    let leaf = Leaf {
+        bcp: 0,
+        lr: 0x40_5678,
+    };
+    let regs = Regs {
+        pc: stub + 0x108,
+        sp: STACK,
+        bp: STACK + 64,
+    };
+    let s = j
+        .step_on(Machine::Aarch64, regs, false, leaf)
+        .expect("stepped");
+    assert_eq!(
+        s.caller,
+        Regs {
+            pc: 0x40_5678,
+            sp: STACK,
+            bp: STACK + 64
+        }
+    );
+}
+
+#[test]
+fn an_arm64_frameless_stub_leaf_returns_to_x30_and_one_with_a_record_by_it() {
+    let mut j = Jvm::new(Jdk::J17);
+    // A stub without a frame size (as StubRoutines' copy routines).
+    let stub = j.blob(2, 30, 8, 0, -1);
+    let lr = 0x40_5678;
+    let leaf = Leaf { bcp: 0, lr };
+    // x29 is the caller's: its record holds the caller's return address.
+    j.stack[8] = STACK + 0x200;
+    j.stack[9] = 0x40_9999;
+    let regs = Regs {
+        pc: stub + 0x110,
+        sp: STACK,
+        bp: STACK + 64,
+    };
+    let s = j
+        .step_on(Machine::Aarch64, regs, false, leaf)
+        .expect("stepped");
+    assert_eq!(
+        (s.caller.pc, s.caller.sp, s.caller.bp),
+        (lr, STACK, STACK + 64)
+    );
+    // The stub saved its record (enter()): x30 is in it, and x29 leads on.
+    j.stack[9] = lr;
+    let s = j
+        .step_on(Machine::Aarch64, regs, false, leaf)
+        .expect("stepped");
+    assert_eq!(
+        (s.caller.pc, s.caller.sp, s.caller.bp),
+        (lr, STACK + 80, STACK + 0x200)
+    );
 }

@@ -7,8 +7,9 @@ use std::process::Command;
 use std::sync::Mutex;
 
 /// The directory holding `tests/workloads/NAME.java`'s classes, compiled
-/// on first use; `None` (said on stderr) without a JDK, unless the tests
-/// must run (FLARE_REQUIRE_BPF), when it panics.
+/// on first use (or, without javac, compiled beforehand into it: NAME.class
+/// there); `None` (said on stderr) without either, unless the tests must
+/// run (FLARE_REQUIRE_BPF), when it panics.
 pub fn classes(name: &str) -> Option<PathBuf> {
     static BUILT: Mutex<Option<HashMap<String, Option<PathBuf>>>> = Mutex::new(None);
     let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
@@ -23,6 +24,10 @@ pub fn classes(name: &str) -> Option<PathBuf> {
     let out = match Command::new("javac").arg("-d").arg(&dir).arg(&src).status() {
         Ok(s) if s.success() => Some(dir),
         Ok(s) => panic!("javac failed on {}: {s}", src.display()),
+        // No javac: classes compiled beforehand. scripts/vmtest's guests
+        // (arm64) have a JRE but no JDK, so it compiles the workloads on
+        // the host into this very directory of the guest's tree.
+        Err(_) if dir.join(format!("{name}.class")).is_file() => Some(dir),
         Err(e) => {
             assert!(
                 std::env::var_os("FLARE_REQUIRE_BPF").is_none(),
@@ -34,4 +39,24 @@ pub fn classes(name: &str) -> Option<PathBuf> {
     };
     built.insert(name.to_string(), out.clone());
     out
+}
+
+/// Where a Java thread's stack (folded frames, the command first) starts:
+/// at `start_thread`, or, where libc's local symbols are not installed
+/// (the arm64 guests), at the unnamed frame below the launcher's
+/// `ThreadJavaMain`. `None` when the walk did not get there.
+pub fn thread_start(frames: &[String]) -> Option<usize> {
+    if let Some(i) = frames.iter().position(|x| x == "start_thread") {
+        return Some(i);
+    }
+    let i = frames.iter().position(|x| x == "ThreadJavaMain")?;
+    (i >= 2 && frames[i - 1] == "[unknown]").then_some(i - 1)
+}
+
+/// Seconds a Java workload runs for where `seconds` do here: twice as
+/// many in the emulated guests, whose JVMs take a second or two more to
+/// compile the hot methods and whose timers sample less often.
+pub fn seconds(seconds: u32) -> String {
+    let emulated = std::env::var_os("FLARE_KERNEL_CAN").is_some();
+    (if emulated { seconds * 2 } else { seconds }).to_string()
 }

@@ -13,7 +13,7 @@ use super::NoRuntime;
 use crate::collect::stacks::frame_header;
 use crate::collect::Runtime;
 use crate::java::detect::Detector;
-use crate::java::walk::{Regs, Walker};
+use crate::java::walk::{Leaf, Regs, Walker};
 use crate::java::{Process, Registry};
 use crate::procmaps::Mappings;
 use crate::python::memory::ProcessMemory;
@@ -44,7 +44,7 @@ pub struct Stepper<'a> {
     process: &'a Process,
     walker: &'a mut Walker,
     mem: ProcessMemory,
-    r13: u64,
+    leaf: Leaf,
 }
 
 impl Stepper<'_> {
@@ -62,7 +62,7 @@ impl Stepper<'_> {
             stack,
             regs,
             return_address,
-            self.r13,
+            self.leaf,
         )?;
         let header = frame_header(Runtime::Java.frame_type(), 3);
         Some(([header, s.ids[0], s.ids[1], s.cookie], s.caller))
@@ -85,12 +85,13 @@ impl PerfJava {
     }
 
     /// The stepper for a sample of process `pid` (started at `start`)
-    /// whose leaf's r13 is `r13`, when it runs a JVM flare can walk.
+    /// whose leaf's other registers are `leaf`, when it runs a JVM flare
+    /// can walk.
     pub fn stepper(
         &mut self,
         pid: u32,
         start: u64,
-        r13: u64,
+        leaf: Leaf,
         mappings: &Mappings,
     ) -> Option<Stepper<'_>> {
         let due = match self.procs.get_mut(&(pid, start)) {
@@ -107,7 +108,7 @@ impl PerfJava {
                 process,
                 walker,
                 mem: ProcessMemory { pid },
-                r13,
+                leaf,
             }),
             _ => None,
         }

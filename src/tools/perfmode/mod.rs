@@ -37,6 +37,7 @@ use self::tables::Tables;
 use crate::collect::Target;
 use crate::collect::{Collection, Collector, RawFrame, RawSample, RawTask, RawTrace, WarmUp};
 use crate::error::{Error, Result};
+use crate::java::walk::Leaf;
 use crate::procmaps::perf::Ring;
 use crate::procmaps::{procfs, Mappings};
 use crate::profile::{Event, Lost, Meta, UNKNOWN_CPU};
@@ -190,7 +191,11 @@ impl State {
                     regs,
                     lr: s.lr,
                 };
-                let w = match java.and_then(|j| j.stepper(s.pid, start, s.r13, mappings)) {
+                let leaf = Leaf {
+                    bcp: s.bcp,
+                    lr: s.lr,
+                };
+                let w = match java.and_then(|j| j.stepper(s.pid, start, leaf, mappings)) {
                     Some(mut java) => {
                         let words = |a| stack.read(a);
                         walk::walk_with(mode, first, &stack, MAX_DEPTH, row, |r, ra| {
@@ -374,10 +379,12 @@ impl Session {
             user_stack: user && mode != Mode::Fp,
         };
         // Python frames are read when the sample arrives: every sample
-        // wakes the reader (x86-64's layouts only).
+        // wakes the reader (x86-64 only: on arm64 glibc keeps a thread's
+        // id elsewhere in its struct pthread, and the emulated guests,
+        // whose reads lag the samples past MAX_LAG_NS, cannot test it).
         let python = user && config.runtimes.python && cfg!(target_arch = "x86_64");
-        // Java frames are walked from the copied stack (x86-64 only).
-        let java = user && mode != Mode::Fp && config.runtimes.java && cfg!(target_arch = "x86_64");
+        // Java frames are walked from the copied stack.
+        let java = user && mode != Mode::Fp && config.runtimes.java;
         let mappings = Mappings::fed();
         if !launched {
             let pids: Vec<u32> = threads.iter().map(|&(p, _)| p).collect();

@@ -29,14 +29,16 @@ mod regs {
 }
 
 /// arm64 perf register numbers (arch/arm64/include/uapi/asm/perf_regs.h):
-/// the frame pointer, the link register, sp and pc.
+/// HotSpot's bytecode pointer (x22), the frame pointer, the link register,
+/// sp and pc.
 #[cfg(target_arch = "aarch64")]
 mod regs {
+    const REG_X22: u64 = 22;
     const REG_X29: u64 = 29;
     const REG_LR: u64 = 30;
     const REG_SP: u64 = 31;
     const REG_PC: u64 = 32;
-    pub const MASK: u64 = 1 << REG_X29 | 1 << REG_LR | 1 << REG_SP | 1 << REG_PC;
+    pub const MASK: u64 = 1 << REG_X22 | 1 << REG_X29 | 1 << REG_LR | 1 << REG_SP | 1 << REG_PC;
 }
 
 pub use regs::MASK as REGS_MASK;
@@ -74,9 +76,9 @@ pub struct Sample<'a> {
     pub regs: Option<(u64, u64, u64)>,
     /// arm64's link register, x30 (0 on x86-64 or without registers).
     pub lr: u64,
-    /// r13 (0 without registers or on arm64): a HotSpot interpreter's bytecode
-    /// pointer.
-    pub r13: u64,
+    /// Where a HotSpot interpreter keeps its bytecode pointer: r13 (x22 on
+    /// arm64; 0 without registers).
+    pub bcp: u64,
     /// The copied user stack, from sp up (only the bytes the kernel
     /// really copied).
     pub stack: &'a [u8],
@@ -147,14 +149,16 @@ pub fn parse_sample(rec: &[u8], layout: Layout) -> Option<Sample<'_>> {
         let abi = r.u64()?;
         if abi != 0 {
             // In register-number order: x86-64 bp, sp, ip, r13; arm64
-            // x29, x30, sp, pc.
-            let (a, b, c, d) = (r.u64()?, r.u64()?, r.u64()?, r.u64()?);
+            // x22, x29, x30, sp, pc.
             if cfg!(target_arch = "aarch64") {
+                s.bcp = r.u64()?;
+                let (a, b, c, d) = (r.u64()?, r.u64()?, r.u64()?, r.u64()?);
                 s.regs = Some((d, c, a));
                 s.lr = b;
             } else {
+                let (a, b, c, d) = (r.u64()?, r.u64()?, r.u64()?, r.u64()?);
                 s.regs = Some((c, b, a));
-                s.r13 = d;
+                s.bcp = d;
             }
         }
         let size = usize::try_from(r.u64()?).ok()?;
@@ -252,7 +256,7 @@ mod tests {
         assert_eq!(s.kernel, vec![0xffff_ffff_8100_0000]);
         assert_eq!(s.user, vec![0x401000, 0x402000]);
         assert_eq!(s.regs, Some((0x401000, 0x7000_0000, 0x7000_0100)));
-        assert_eq!(s.r13, 0x7000_0042);
+        assert_eq!(s.bcp, 0x7000_0042);
         assert_eq!(s.stack, &0xaau64.to_ne_bytes());
         assert_eq!(time(&rec), 99);
         assert_eq!(
