@@ -300,15 +300,21 @@ fn assert_naps(p: &Profile, shape: &Shape, what: &str) {
         let (start, len) = (*start as i64, *len as i64);
         let (n0, n1) = (*n0 as i64, *n1 as i64);
         // Always: the period lies within the workload's call and return
-        // (1 ms of slack) and lasts at least the 300 ms asked for.
+        // (1 ms of slack) and lasts about the 300 ms asked for: at least
+        // 299 ms, or, emulated, 290 ms (the sleep's timer starts at the
+        // syscall, and an emulated guest can take milliseconds from there
+        // to the switch: 298.3 ms once in the 5.10 guest, the switch 5.3
+        // ms after the call).
         assert!(
             start + 1_000_000 >= n0 && start + len <= n1 + 1_000_000,
             "{what}: a nap of {len} ns began at {start}, outside the workload's call {n0} .. return {n1}"
         );
-        assert!(
-            len >= 299_000_000,
-            "{what}: a nap of 300 ms lasted {len} ns"
-        );
+        let floor = if common::bpf::emulated() {
+            290_000_000
+        } else {
+            299_000_000
+        };
+        assert!(len >= floor, "{what}: a nap of 300 ms lasted {len} ns");
         if common::bpf::emulated() {
             continue;
         }
