@@ -157,24 +157,38 @@ fn threads(wrapper: &[&str], py: &Path) {
         alpha >= 100 && hasher >= 100,
         "alpha {alpha}, hasher {hasher}: {dump}"
     );
-    for (frames, _) in &stacks {
+    // Each thread's samples have its own root and one function. A sample
+    // may catch the interpreter between linking a frame and publishing it
+    // (once in some 30 runs, one sample whose chain held only worker and
+    // alpha): at most 1 % may be short, none may hold another's frames.
+    let (mut all, mut short) = (0, Vec::new());
+    for (frames, n) in &stacks {
         let c = chain(frames);
-        if c.contains(&"alpha") || c.contains(&"hasher") {
-            assert_eq!(
-                c.get(..4),
-                Some(
-                    &[
-                        "Thread._bootstrap",
-                        "Thread._bootstrap_inner",
-                        "Thread.run",
-                        "worker"
-                    ][..]
-                ),
-                "the thread's root: {frames:?}"
-            );
+        if !(c.contains(&"alpha") || c.contains(&"hasher")) {
+            continue;
+        }
+        all += n;
+        assert!(
+            !(c.contains(&"alpha") && c.contains(&"hasher")),
+            "two threads' frames in one stack: {frames:?}"
+        );
+        let root = [
+            "Thread._bootstrap",
+            "Thread._bootstrap_inner",
+            "Thread.run",
+            "worker",
+        ];
+        if c.get(..4) == Some(&root[..]) {
             assert_eq!(c.len(), 5, "then one function: {frames:?}");
+        } else {
+            short.push((frames, n));
         }
     }
+    let short_n: u64 = short.iter().map(|(_, n)| **n).sum();
+    assert!(
+        short_n * 100 <= all,
+        "{short_n} of {all} samples without the thread's root: {short:?}"
+    );
     // sha256 runs in native code called by hasher: hasher is not the leaf.
     let native_under: u64 = stacks
         .iter()
