@@ -149,14 +149,23 @@ fn check(python: &Path, mode: Mode) {
         ctx()
     );
     // The eval loop's frames are replaced by the Python frames they ran.
+    // In perf-event mode a sample whose thread entered or left an eval
+    // call before its read keeps them, as does one read too late: under
+    // emulation, where the reader waits for a virtual CPU, 3.0 and 3.5 %
+    // of samples did (x86-64 and arm64 6.1 guests).
     let eval: u64 = stacks
         .iter()
         .filter(|(f, _)| f.iter().any(|x| x.starts_with("_PyEval_EvalFrameDefault")))
         .map(|(_, n)| n)
         .sum();
+    let most = if mode == Mode::PerfEvents && common::bpf::emulated() {
+        6
+    } else {
+        3
+    };
     assert!(
-        eval * 100 <= total * 3,
-        "{eval} of {total} samples keep an eval-loop frame: {}",
+        eval * 100 <= total * most,
+        "{eval} of {total} samples keep an eval-loop frame (at most {most} %): {}",
         ctx()
     );
     if mode == Mode::PerfEvents {

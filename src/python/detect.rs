@@ -234,8 +234,10 @@ impl Detector {
                     continue;
                 }
             };
-            let below = match self.thread_pointer_offset(pid, maps) {
-                Ok(b) => b,
+            let below = match self.thread_pointer_offset(Machine::HOST, pid, maps) {
+                Ok(Some(b)) => b,
+                // Still starting: glibc's loader has not mapped libc yet.
+                Ok(None) => return Detected::NotReady,
                 Err(why) => {
                     refused.get_or_insert(why);
                     continue;
@@ -261,23 +263,32 @@ impl Detector {
     /// (TLS variant II: the thread pointer is `pthread_self()`); on arm64
     /// (variant I) the thread pointer follows the `struct pthread`, whose
     /// size libc tells libthread_db in `_thread_db_sizeof_pthread`.
-    fn thread_pointer_offset(&mut self, pid: u32, maps: &[ExecMapping]) -> Result<u64, String> {
-        if Machine::HOST == Machine::X86_64 {
-            return Ok(0);
+    /// `None` while glibc's dynamic loader has yet to map libc (a process
+    /// sampled as it starts). `machine` is the host's but in tests.
+    fn thread_pointer_offset(
+        &mut self,
+        machine: Machine,
+        pid: u32,
+        maps: &[ExecMapping],
+    ) -> Result<Option<u64>, String> {
+        if machine == Machine::X86_64 {
+            return Ok(Some(0));
         }
-        let libc = maps.iter().find(|m| match &m.backing {
-            Backing::File(p) => p
-                .rsplit('/')
-                .next()
-                .is_some_and(|b| b.starts_with("libc.so")),
-            _ => false,
-        });
-        let size = libc
-            .and_then(|m| self.object(pid, m, false))
-            .and_then(|o| o.pthread_size);
-        match size {
-            Some(n) if (0x100..0x10000).contains(&n) => Ok(u64::from(n)),
-            _ => Err("its libc gives no size of struct pthread (_thread_db_sizeof_pthread): CPython frames need glibc on arm64".into()),
+        let named = |prefix: &str| {
+            maps.iter().find(|m| match &m.backing {
+                Backing::File(p) => p.rsplit('/').next().is_some_and(|b| b.starts_with(prefix)),
+                _ => false,
+            })
+        };
+        let Some(libc) = named("libc.so") else {
+            return match named("ld-linux") {
+                Some(_) => Ok(None),
+                None => Err(NO_PTHREAD_SIZE.into()),
+            };
+        };
+        match self.object(pid, libc, false).and_then(|o| o.pthread_size) {
+            Some(n) if (0x100..0x10000).contains(&n) => Ok(Some(u64::from(n))),
+            _ => Err(NO_PTHREAD_SIZE.into()),
         }
     }
 
@@ -309,6 +320,9 @@ impl Detector {
         Some(object)
     }
 }
+
+/// Why CPython is refused on arm64 without glibc's size of `struct pthread`.
+const NO_PTHREAD_SIZE: &str = "its libc gives no size of struct pthread (_thread_db_sizeof_pthread): CPython frames need glibc on arm64";
 
 /// A CPython version as detection settled it.
 #[derive(Clone, Debug, PartialEq, Eq)]

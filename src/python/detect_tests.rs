@@ -454,6 +454,47 @@ fn garbage_files_are_not_objects() {
 }
 
 #[test]
+fn arm64_waits_for_the_loader_to_map_libc() {
+    let map = |path: &str| ExecMapping {
+        start: 0x1000,
+        end: 0x2000,
+        offset: 0,
+        backing: Backing::File(path.into()),
+        dev_ino: (1, 2),
+        opened: None,
+    };
+    let mut d = Detector::new();
+    let arm64 = Machine::Aarch64;
+    let python = map("/usr/bin/python3.11");
+    // Sampled as it starts: glibc's loader, no libc yet.
+    let starting = [python.clone(), map("/lib/ld-linux-aarch64.so.1")];
+    assert_eq!(d.thread_pointer_offset(arm64, 1, &starting), Ok(None));
+    // No glibc loader, no libc: not glibc.
+    let musl = [python.clone(), map("/lib/ld-musl-aarch64.so.1")];
+    assert!(d.thread_pointer_offset(arm64, 1, &musl).is_err());
+    // A libc without the size (here a file that is not there).
+    let other = [python.clone(), map("/nowhere/libc.so.6")];
+    assert!(d.thread_pointer_offset(arm64, 1, &other).is_err());
+    // The host's libc (its size, whichever machine reads it).
+    let libc = if cfg!(target_arch = "aarch64") {
+        "/lib/aarch64-linux-gnu/libc.so.6"
+    } else {
+        "/lib/x86_64-linux-gnu/libc.so.6"
+    };
+    let glibc = [python.clone(), map(libc)];
+    let me = std::process::id();
+    assert!(matches!(
+        d.thread_pointer_offset(arm64, me, &glibc),
+        Ok(Some(0x100..=0xffff))
+    ));
+    // x86-64 needs none of it.
+    assert_eq!(
+        d.thread_pointer_offset(Machine::X86_64, 1, &musl),
+        Ok(Some(0))
+    );
+}
+
+#[test]
 fn maps_of_files_that_are_not_there() {
     let m = ExecMapping {
         start: 0x1000,

@@ -25,10 +25,16 @@ use super::{FrameModel, Process};
 use crate::collect::{RawFrame, Runtime, RuntimeFrame};
 
 /// Where glibc 2.36 (and the versions around it) keeps `struct pthread`'s
-/// `tid` (x86-64): tried before the others.
-const GLIBC_TID: u64 = 0x2d0;
+/// `tid`, as its `_thread_db_pthread_tid` tells libthread_db: tried before
+/// the others. On arm64 the struct holds no `tcbhead_t`, only the 192
+/// bytes of padding that stand in for it, so `tid` comes earlier.
+const GLIBC_TID: u64 = if cfg!(target_arch = "aarch64") {
+    0xd0
+} else {
+    0x2d0
+};
 /// Where else it is looked for.
-const TID_SCAN: Range<u64> = 0x100..0x800;
+const TID_SCAN: Range<u64> = 0x40..0x800;
 /// Python frames read per thread at most (a cycle in a torn chain ends).
 const MAX_FRAMES: usize = 1024;
 

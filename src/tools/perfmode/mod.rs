@@ -379,10 +379,8 @@ impl Session {
             user_stack: user && mode != Mode::Fp,
         };
         // Python frames are read when the sample arrives: every sample
-        // wakes the reader (x86-64 only: on arm64 glibc keeps a thread's
-        // id elsewhere in its struct pthread, and the emulated guests,
-        // whose reads lag the samples past MAX_LAG_NS, cannot test it).
-        let python = user && config.runtimes.python && cfg!(target_arch = "x86_64");
+        // wakes the reader.
+        let python = user && config.runtimes.python;
         // Java frames are walked from the copied stack.
         let java = user && mode != Mode::Fp && config.runtimes.java;
         let mappings = Mappings::fed();

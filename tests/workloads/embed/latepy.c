@@ -5,7 +5,7 @@
  * the process by its first samples would miss its Python frames.
  *
  * usage: latepy SPIN SCRIPT [ARGS...]   (built by tests/nonroot.rs; only
- * libdl needed, so no Python.h) */
+ * dlopen needed, so no Python.h) */
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
