@@ -32,9 +32,6 @@ const SEGMAP_CHUNK: u64 = 256;
 const RA_SLOTS: u64 = 6;
 /// A frame larger than this is not one.
 const MAX_FRAME: u64 = 0x10_0000;
-/// arm64 user addresses' bits (bpf/unwind.h UNWIND_ADDR_MASK): above
-/// them, a return address's pointer-authentication code.
-const ARM64_ADDR_MASK: u64 = 0x0000_ffff_ffff_ffff;
 
 /// The first four bytes of a code blob's name (bpf/java.h JAVA_NAME_*).
 const NAME_NMETHOD: u32 = u32::from_le_bytes(*b"nmet");
@@ -137,7 +134,8 @@ impl Walker {
         return_address: bool,
         leaf: Leaf,
     ) -> Option<Stepped> {
-        let arm64 = self.machine == Machine::Aarch64;
+        let machine = self.machine;
+        let arm64 = machine == Machine::Aarch64;
         if !p.cache.contains(&regs.pc) {
             return None;
         }
@@ -161,7 +159,7 @@ impl Walker {
         let mut used_lr = false;
         let (kind, ptr, offset, cookie, caller_sp, mut ra);
         let in_cache = |a: u64| p.cache.contains(&a);
-        let mask = if arm64 { ARM64_ADDR_MASK } else { u64::MAX };
+        let strip = |ra: u64| machine.strip_return_address(ra);
         if b.name == NAME_INTERPRETER {
             if bp < sp || bp >= sp + MAX_FRAME {
                 return None;
@@ -213,7 +211,7 @@ impl Walker {
             let built = || {
                 (0..RA_SLOTS)
                     .map(|i| sp + frame_size + i * 8)
-                    .find_map(|at| Some((at, stack(at - 8)?)).filter(|&(_, r)| in_cache(r & mask)))
+                    .find_map(|at| Some((at, stack(at - 8)?)).filter(|&(_, r)| in_cache(strip(r))))
             };
             match state {
                 LeafFrame::Built => {
@@ -262,10 +260,7 @@ impl Walker {
                 // bl) has its return address in x30, which the record
                 // would hold too.
                 let record_ra = (bp >= sp).then(|| stack(bp + 8)).flatten();
-                if arm64
-                    && !return_address
-                    && leaf.lr != 0
-                    && record_ra.map(|r| r & mask) != Some(leaf.lr)
+                if arm64 && !return_address && leaf.lr != 0 && record_ra.map(strip) != Some(leaf.lr)
                 {
                     (caller_sp, ra, used_lr) = (sp, leaf.lr, true);
                 } else {
@@ -290,7 +285,7 @@ impl Walker {
         }
         // The caller's frame is above; or, where the return address is
         // still in arm64's x30, at the same sp (once: x30 is the leaf's).
-        ra &= mask;
+        ra = strip(ra);
         if caller_sp < sp || (caller_sp == sp && !used_lr) || ra == 0 {
             return None;
         }

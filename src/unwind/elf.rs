@@ -37,6 +37,17 @@ impl Machine {
     pub const HOST: Machine = Machine::Aarch64;
     #[cfg(not(target_arch = "aarch64"))]
     pub const HOST: Machine = Machine::X86_64;
+
+    /// A return address as the machine stores it, made an address: arm64
+    /// user addresses have 48 bits, and a return address's bits above
+    /// hold its pointer-authentication code (bpf/unwind.h
+    /// UNWIND_ADDR_MASK).
+    pub fn strip_return_address(self, ra: u64) -> u64 {
+        match self {
+            Machine::Aarch64 => ra & ((1 << 48) - 1),
+            Machine::X86_64 => ra,
+        }
+    }
 }
 
 /// What the unwinder needs from one ELF file.
@@ -189,6 +200,18 @@ fn build_id(notes: &[u8]) -> Option<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn return_addresses_lose_arm64_pointer_authentication_codes() {
+        // A PAC-signed return address (code in bits 48-54, as
+        // -mbranch-protection=standard leaves it in x30 and on the stack).
+        let signed = 0x007f_aaaa_dead_beefu64;
+        assert_eq!(
+            Machine::Aarch64.strip_return_address(signed),
+            0x0000_aaaa_dead_beef
+        );
+        assert_eq!(Machine::X86_64.strip_return_address(signed), signed);
+    }
 
     #[test]
     fn libc_has_segments_eh_frame_and_build_id() {

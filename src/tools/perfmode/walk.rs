@@ -57,10 +57,6 @@ pub struct Start {
     pub lr: u64,
 }
 
-/// arm64 user addresses have 48 bits; a return address's bits above hold
-/// its pointer-authentication code (as in bpf/unwind.h).
-const ARM64_ADDR_MASK: u64 = (1 << 48) - 1;
-
 /// The state carried from one step to the next.
 struct State {
     machine: Machine,
@@ -76,10 +72,7 @@ struct State {
 impl State {
     /// A return address as the machine stores it, made an address.
     fn strip(&self, ra: u64) -> u64 {
-        match self.machine {
-            Machine::Aarch64 => ra & ARM64_ADDR_MASK,
-            Machine::X86_64 => ra,
-        }
+        self.machine.strip_return_address(ra)
     }
 }
 
