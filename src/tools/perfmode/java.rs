@@ -7,9 +7,8 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
 
-use super::NoRuntime;
+use super::{Entry, NoRuntime, Procs};
 use crate::collect::stacks::frame_header;
 use crate::collect::Runtime;
 use crate::java::detect::Detector;
@@ -17,25 +16,14 @@ use crate::java::walk::{Leaf, Regs, Walker};
 use crate::java::{Process, Registry};
 use crate::procmaps::Mappings;
 use crate::python::memory::ProcessMemory;
-use crate::unwind::runtimes::{Found, RETRY_GAP};
-
-/// What a process is to the Java side.
-enum Entry {
-    Java(Arc<Process>, Walker),
-    /// Not ready yet (a JVM starting): tried again after [`RETRY_GAP`].
-    Retry(Instant),
-    /// Native frames only.
-    Native,
-    /// No runtime found yet (looked at again when it maps more).
-    NotYet(NoRuntime),
-}
+use crate::unwind::runtimes::Found;
 
 /// The perf-event collector's Java side.
 pub struct PerfJava {
     registry: Registry,
     detector: Detector,
     /// By (process id, start).
-    procs: HashMap<(u32, u64), Entry>,
+    procs: Procs<(Arc<Process>, Walker)>,
     said: HashSet<String>,
 }
 
@@ -94,17 +82,11 @@ impl PerfJava {
         leaf: Leaf,
         mappings: &Mappings,
     ) -> Option<Stepper<'_>> {
-        let due = match self.procs.get_mut(&(pid, start)) {
-            None => true,
-            Some(Entry::Retry(at)) => at.elapsed() >= RETRY_GAP,
-            Some(Entry::NotYet(no)) => no.due(pid, mappings),
-            Some(_) => false,
-        };
-        if due {
+        if Entry::due(self.procs.get_mut(&(pid, start)), pid, mappings) {
             self.look(pid, start, mappings);
         }
         match self.procs.get_mut(&(pid, start)) {
-            Some(Entry::Java(process, walker)) => Some(Stepper {
+            Some(Entry::Found((process, walker))) => Some(Stepper {
                 process,
                 walker,
                 mem: ProcessMemory { pid },
@@ -127,9 +109,9 @@ impl PerfJava {
                 if let Ok(mut r) = self.registry.lock() {
                     r.insert(pid, p.clone());
                 }
-                Entry::Java(p, Walker::new())
+                Entry::Found((p, Walker::new()))
             }
-            Found::NotReady => Entry::Retry(Instant::now()),
+            Found::NotReady => Entry::retry(),
             Found::Unsupported(why) => {
                 crate::java::note_unsupported(&mut self.said, why);
                 Entry::Native

@@ -253,6 +253,48 @@ fn addrs(pcs: Vec<u64>) -> Vec<RawFrame> {
     pcs.into_iter().map(RawFrame::Addr).collect()
 }
 
+/// What a process is to a runtime's reader (Python's, Java's), by its
+/// (process id, start).
+pub(super) enum Entry<T> {
+    /// The runtime, found, and what reading it needs.
+    Found(T),
+    /// Not ready yet (a runtime starting): tried again after
+    /// [`RETRY_GAP`](crate::unwind::runtimes::RETRY_GAP), until `until`
+    /// if there is one.
+    Retry {
+        at: std::time::Instant,
+        until: Option<std::time::Instant>,
+    },
+    /// Native frames only.
+    Native,
+    /// No runtime found yet (looked at again when it maps more).
+    NotYet(NoRuntime),
+}
+
+/// A runtime reader's processes, by (process id, start).
+pub(super) type Procs<T> = HashMap<(u32, u64), Entry<T>>;
+
+impl<T> Entry<T> {
+    /// Not ready: tried again after a while, for as long as it takes.
+    pub(super) fn retry() -> Self {
+        Entry::Retry {
+            at: std::time::Instant::now(),
+            until: None,
+        }
+    }
+
+    /// Whether to look at process `pid`, whose entry is `entry` (`None`:
+    /// not seen yet), again.
+    pub(super) fn due(entry: Option<&mut Self>, pid: u32, mappings: &Mappings) -> bool {
+        match entry {
+            None => true,
+            Some(Entry::Retry { at, .. }) => at.elapsed() >= crate::unwind::runtimes::RETRY_GAP,
+            Some(Entry::NotYet(no)) => no.due(pid, mappings),
+            Some(_) => false,
+        }
+    }
+}
+
 /// A process in which no runtime was found, as it was mapped then: the
 /// samples that come first may precede the runtime's library (a `java`
 /// launcher before it loads libjvm, a program that loads libpython

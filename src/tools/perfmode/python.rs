@@ -10,14 +10,13 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::NoRuntime;
+use super::{Entry, NoRuntime, Procs};
 use crate::collect::RawFrame;
 use crate::procmaps::Mappings;
 use crate::python::detect::{Detected, Detector};
 use crate::python::memory::ProcessMemory;
 use crate::python::walk::{splice, Threads};
 use crate::python::Registry;
-use crate::unwind::runtimes::RETRY_GAP;
 
 /// Samples older than this when read keep their native frames: the
 /// thread's frames now say little of what it ran then, and a backlog of
@@ -27,27 +26,12 @@ const MAX_LAG_NS: u64 = 5_000_000;
 /// How long a CPython whose threads cannot be told apart is tried again.
 const GIVE_UP: Duration = Duration::from_secs(5);
 
-/// What a process is to the Python reader.
-enum Entry {
-    Python(Threads),
-    /// Not ready yet (interpreter starting): tried again after
-    /// [`RETRY_GAP`], until `until`.
-    Retry {
-        at: Instant,
-        until: Option<Instant>,
-    },
-    /// Native frames only.
-    Native,
-    /// No runtime found yet (looked at again when it maps more).
-    NotYet(NoRuntime),
-}
-
 /// The perf-event collector's Python side.
 pub struct PerfPython {
     registry: Registry,
     detector: Detector,
     /// By (process id, start).
-    procs: HashMap<(u32, u64), Entry>,
+    procs: Procs<Threads>,
     said: HashSet<String>,
 }
 
@@ -80,16 +64,10 @@ impl PerfPython {
         mappings: &Mappings,
     ) -> Vec<RawFrame> {
         let native = |pcs: Vec<u64>| crate::collect::stacks::decode(&pcs);
-        let due = match self.procs.get_mut(&(pid, start)) {
-            None => true,
-            Some(Entry::Retry { at, .. }) => at.elapsed() >= RETRY_GAP,
-            Some(Entry::NotYet(no)) => no.due(pid, mappings),
-            Some(_) => false,
-        };
-        if due {
+        if Entry::due(self.procs.get_mut(&(pid, start)), pid, mappings) {
             self.look(pid, start, mappings);
         }
-        let Some(Entry::Python(threads)) = self.procs.get_mut(&(pid, start)) else {
+        let Some(Entry::Found(threads)) = self.procs.get_mut(&(pid, start)) else {
             return native(pcs);
         };
         // Late: not worth reading.
@@ -112,7 +90,7 @@ impl PerfPython {
             return;
         };
         let mem = ProcessMemory { pid };
-        let retry_until = |procs: &HashMap<(u32, u64), Entry>| match procs.get(&(pid, start)) {
+        let retry_until = |procs: &Procs<Threads>| match procs.get(&(pid, start)) {
             Some(Entry::Retry { until, .. }) => *until,
             _ => None,
         };
@@ -125,7 +103,7 @@ impl PerfPython {
                         if let Ok(mut r) = self.registry.lock() {
                             r.insert(pid, p);
                         }
-                        Entry::Python(t)
+                        Entry::Found(t)
                     }
                     None => {
                         let until =
@@ -142,10 +120,7 @@ impl PerfPython {
                     }
                 }
             }
-            Detected::NotReady => Entry::Retry {
-                at: Instant::now(),
-                until: None,
-            },
+            Detected::NotReady => Entry::retry(),
             Detected::Unsupported(why) => {
                 self.say(why);
                 Entry::Native
