@@ -56,7 +56,8 @@ impl DiskCache {
                 }
             });
         DiskCache {
-            dir: root.map(|r| r.join("unwind-v1")),
+            // v2: arm64 tables gained rows for PLT stubs.
+            dir: root.map(|r| r.join("unwind-v2")),
         }
     }
 

@@ -57,6 +57,9 @@ pub struct Elf {
     pub segments: Vec<Segment>,
     pub eh_frame: Option<Section>,
     pub debug_frame: Option<Section>,
+    /// `.plt` and `.iplt`: their stubs jump with x30 untouched, and
+    /// arm64's linkers write no call-frame information for them.
+    pub plt: Vec<Section>,
     pub build_id: Option<Vec<u8>>,
 }
 
@@ -149,6 +152,7 @@ impl Elf {
             match name {
                 b".eh_frame" => elf.eh_frame = section,
                 b".debug_frame" => elf.debug_frame = section,
+                b".plt" | b".iplt" => elf.plt.extend(section),
                 b".note.gnu.build-id" if elf.build_id.is_none() => {
                     elf.build_id = section.and_then(|s| build_id(&d[s.file]));
                 }

@@ -116,6 +116,12 @@ const NONE: Rule = Rule {
     ra: RA_LR,
 };
 
+/// arm64 code that keeps no frame: CFA = sp, the return address in x30.
+const LEAF: Rule = Rule {
+    cfa: CFA_RSP,
+    ..NONE
+};
+
 /// An object's rows, sorted by address; addresses are `base + pc`, in the
 /// object's virtual addresses (as `.eh_frame` gives them).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -171,6 +177,17 @@ impl Table {
         } else {
             return Err(TableError::NoCfi);
         }
+        // arm64's PLT stubs have no call-frame information: their callers
+        // branched there with `bl`, so the return address is in x30 and
+        // the CFA at sp, as in a leaf. Without these rows a sample in a
+        // stub would skip its caller (or, with --unwind dwarf, end there).
+        if elf.machine == Machine::Aarch64 {
+            spans.extend(elf.plt.iter().map(|s| Span {
+                start: s.addr,
+                end: s.addr + s.file.len() as u64,
+                rule: LEAF,
+            }));
+        }
         let mut table = rows_of(spans)?;
         table.bad_fdes = bad;
         Ok(table)
@@ -190,10 +207,7 @@ impl Table {
             .map(|s| Span {
                 start: s.vaddr,
                 end: s.vaddr + s.filesz,
-                rule: Rule {
-                    cfa: CFA_RSP,
-                    ..NONE
-                },
+                rule: LEAF,
             })
             .collect();
         rows_of(spans).unwrap_or_default()

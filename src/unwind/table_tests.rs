@@ -175,6 +175,37 @@ fn arm64_rows_say_where_x30_is() {
 }
 
 #[test]
+fn arm64_plt_stubs_are_leaves() {
+    // _start calls __libc_start_main through the PLT, whose stubs have no
+    // call-frame information on arm64: each is a leaf (x30, CFA = sp).
+    let (_dir, exe) = build_with("aarch64-linux-gnu-gcc", "arm64", ARM64_PROGRAM, &["-O2"]);
+    let data = std::fs::read(&exe).unwrap();
+    let elf = Elf::parse(&data).unwrap();
+    let plt = elf.plt.first().expect("a .plt section").clone();
+    let t = Table::from_parsed(&data, &elf).expect("arm64 table");
+    let (start, end) = (plt.addr, plt.addr + plt.file.len() as u64);
+    for a in (start..end).step_by(4) {
+        let r = t.lookup(a).unwrap_or_else(|| panic!("no row at {a:#x}"));
+        assert_eq!(
+            (r.cfa(), r.cfa_off, r.ra(), r.rbp()),
+            (CFA_RSP, 0, RA_LR, RBP_SAME),
+            "at {a:#x} in .plt {start:#x}..{end:#x}"
+        );
+    }
+}
+
+#[test]
+fn x86_64_plt_keeps_its_linker_written_rows() {
+    // x86-64's linkers describe .plt themselves (CFA_PLT): nothing is
+    // laid over them.
+    let data = std::fs::read(LIBC).unwrap();
+    let elf = Elf::parse(&data).unwrap();
+    let plt = elf.plt.first().expect("libc has a .plt").clone();
+    let t = Table::from_parsed(&data, &elf).unwrap();
+    assert_eq!(t.lookup(plt.addr + 16).map(Row::cfa), Some(CFA_PLT));
+}
+
+#[test]
 fn an_arm64_object_is_no_x86_64_object() {
     // The loader walks only the host's objects; tables read each file's
     // own machine.
