@@ -234,6 +234,11 @@ fn arm64_rows(addr: u64) -> Option<Row> {
     }
 }
 
+/// An arm64 walk with tables (`rows`), without runtime frames.
+fn walk_arm64(start: Start, stack: &StackCopy<'_>, rows: impl FnMut(u64) -> Option<Row>) -> Walk {
+    walk_with(Mode::Auto, start, stack, 64, rows, |_, _| None)
+}
+
 fn arm64(pc: u64, bp: u64, lr: u64) -> Start {
     Start {
         machine: Machine::Aarch64,
@@ -260,14 +265,7 @@ fn arm64_stack() -> Vec<u8> {
 fn arm64_rows_find_a_frameless_leafs_caller_in_x30() {
     let data = arm64_stack();
     let stack = StackCopy { sp: S, data: &data };
-    let w = walk_with(
-        Mode::Auto,
-        arm64(0x1010, S + 32, 0x2050),
-        &stack,
-        64,
-        arm64_rows,
-        |_, _| None,
-    );
+    let w = walk_arm64(arm64(0x1010, S + 32, 0x2050), &stack, arm64_rows);
     assert_eq!(w.pcs, vec![0x1010, 0x2050, 0x3050, 0x4010]);
     assert!(w.complete);
 }
@@ -278,27 +276,13 @@ fn arm64_x30_holds_no_return_address_past_the_first_frame() {
     // be: x30 was the leaf's. The walk ends rather than loop or invent.
     let data = arm64_stack();
     let stack = StackCopy { sp: S, data: &data };
-    let w = walk_with(
-        Mode::Auto,
-        arm64(0x1010, S + 32, 0x2050),
-        &stack,
-        64,
-        |a| match a {
-            0x2000..=0x20ff => Some(arm64_row(CFA_RSP, 32, RBP_SAME, RA_LR, 0)),
-            _ => arm64_rows(a),
-        },
-        |_, _| None,
-    );
+    let w = walk_arm64(arm64(0x1010, S + 32, 0x2050), &stack, |a| match a {
+        0x2000..=0x20ff => Some(arm64_row(CFA_RSP, 32, RBP_SAME, RA_LR, 0)),
+        _ => arm64_rows(a),
+    });
     assert_eq!(w.pcs, vec![0x1010, 0x2050]);
     // Nor does a frameless frame whose x30 is its own pc step to itself.
-    let w = walk_with(
-        Mode::Auto,
-        arm64(0x1010, 0, 0x1010),
-        &stack,
-        64,
-        arm64_rows,
-        |_, _| None,
-    );
+    let w = walk_arm64(arm64(0x1010, 0, 0x1010), &stack, arm64_rows);
     assert_eq!(w.pcs, vec![0x1010]);
 }
 
@@ -308,14 +292,7 @@ fn arm64_frame_pointers_strip_authentication_codes() {
     // x30) is lost, as the kernel's own walk loses it.
     let data = arm64_stack();
     let stack = StackCopy { sp: S, data: &data };
-    let w = walk_with(
-        Mode::Auto,
-        arm64(0x5010, S + 32, 0x2050),
-        &stack,
-        64,
-        |_| None,
-        |_, _| None,
-    );
+    let w = walk_arm64(arm64(0x5010, S + 32, 0x2050), &stack, |_| None);
     assert_eq!(w.pcs, vec![0x5010, 0x4010]);
 }
 
@@ -338,17 +315,31 @@ fn an_arm64_signal_frame_restores_x30() {
         2048,
     );
     let stack = StackCopy { sp: S, data: &data };
-    let w = walk_with(
-        Mode::Auto,
-        arm64(0x7008, 0, 0),
+    let w = walk_arm64(arm64(0x7008, 0, 0), &stack, |a| match a {
+        0x7000..=0x70ff => Some(arm64_row(CFA_SIGNAL, 0, RBP_SAME, RA_LR, 0)),
+        _ => arm64_rows(a),
+    });
+    assert_eq!(w.pcs, vec![0x7008, 0x1010, 0x2050, 0x3050, 0x4010]);
+    assert!(w.complete);
+}
+
+#[test]
+fn an_arm64_epilogue_past_its_record_load_steps_by_x30() {
+    // A function sampled between `ldp x29, x30, [sp, #32]` and `add sp,
+    // sp, #48`: its row keeps the CFA at sp + 48 but says x29 and x30 are
+    // restored (the caller's again). The step takes the return address
+    // from x30, moves sp past the frame and keeps x29, which points at
+    // main's frame record (at S + 48 here).
+    let data = image(&[(48, 0), (56, 0x0055_0000_0000_4010)], 128);
+    let stack = StackCopy { sp: S, data: &data };
+    let w = walk_arm64(
+        arm64(0x6010, S + 48, 0x002a_0000_0000_3050),
         &stack,
-        64,
         |a| match a {
-            0x7000..=0x70ff => Some(arm64_row(CFA_SIGNAL, 0, RBP_SAME, RA_LR, 0)),
+            0x6000..=0x60ff => Some(arm64_row(CFA_RSP, 48, RBP_SAME, RA_LR, 0)),
             _ => arm64_rows(a),
         },
-        |_, _| None,
     );
-    assert_eq!(w.pcs, vec![0x7008, 0x1010, 0x2050, 0x3050, 0x4010]);
+    assert_eq!(w.pcs, vec![0x6010, 0x3050, 0x4010]);
     assert!(w.complete);
 }
