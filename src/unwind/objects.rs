@@ -153,15 +153,7 @@ impl Objects {
         }
         let data = vdso_image()?;
         let elf = Elf::parse(data)?;
-        // Without a build id, the kernel's release names its vDSO.
-        let name = match &elf.build_id {
-            Some(id) => id.iter().map(|b| format!("{b:02x}")).collect(),
-            None => std::fs::read_to_string("/proc/sys/kernel/osrelease")
-                .unwrap_or_default()
-                .trim()
-                .to_string(),
-        };
-        let table = self.table(&format!("vdso-{name}"), "[vdso]", data, &elf);
+        let table = self.table(&vdso_key(&elf), "[vdso]", data, &elf);
         let object = Arc::new(Object {
             segments: elf.segments,
             table: table.unwrap_or(None),
@@ -292,6 +284,22 @@ impl Objects {
     }
 }
 
+/// What starts the vDSO's key in the table cache.
+const VDSO_KEY: &str = "vdso-";
+
+/// The vDSO's key in the table cache: its build id, else (without one)
+/// the kernel's release, which names its vDSO.
+pub fn vdso_key(elf: &Elf) -> String {
+    let id: String = match &elf.build_id {
+        Some(id) => id.iter().map(|b| format!("{b:02x}")).collect(),
+        None => std::fs::read_to_string("/proc/sys/kernel/osrelease")
+            .unwrap_or_default()
+            .trim()
+            .to_string(),
+    };
+    format!("{VDSO_KEY}{id}")
+}
+
 /// The table of object `key` (its image `data`, parsed as `elf`): from
 /// the disk cache, else built and stored there (the cache is best effort:
 /// one that cannot be written only costs time). `None` when `cache_only`
@@ -318,7 +326,7 @@ pub fn load_table(
                 // arm64's vDSO has no call-frame information; its
                 // functions are leaves (clock_gettime and the like).
                 Err(TableError::NoCfi)
-                    if key.starts_with("vdso-") && elf.machine == Machine::Aarch64 =>
+                    if key.starts_with(VDSO_KEY) && elf.machine == Machine::Aarch64 =>
                 {
                     Ok(Table::leaves(elf))
                 }

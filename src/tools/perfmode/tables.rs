@@ -12,7 +12,7 @@ use crate::procmaps::vdso_image;
 use crate::procmaps::{Backing, Mapping, Object, Space};
 use crate::unwind::cache::{self, DiskCache};
 use crate::unwind::elf::{vaddr_of_offset, Elf, Segment};
-use crate::unwind::objects::{load_table, FramePointerNotes, Stats};
+use crate::unwind::objects::{load_table, vdso_key, FramePointerNotes, Stats};
 use crate::unwind::table::{Row, Table};
 
 /// An object's rows and the segments that place them.
@@ -88,14 +88,7 @@ impl Tables {
         }
         let v = vdso_image().and_then(|data| {
             let elf = Elf::parse(data)?;
-            let id: String = match &elf.build_id {
-                Some(id) => id.iter().map(|b| format!("{b:02x}")).collect(),
-                None => std::fs::read_to_string("/proc/sys/kernel/osrelease")
-                    .unwrap_or_default()
-                    .trim()
-                    .to_string(),
-            };
-            self.loaded(&format!("vdso-{id}"), "[vdso]", data, elf)
+            self.loaded(&vdso_key(&elf), "[vdso]", data, elf)
         });
         self.vdso = Some(v.clone());
         v
