@@ -36,10 +36,19 @@ pub fn require_bpf() -> bool {
 
 /// What `scripts/vmtest` says this kernel must be able to do
 /// (`FLARE_KERNEL_CAN=kprobe,fentry,...`): Some(true) when `what` is
-/// listed, Some(false) when it is not, None outside the matrix (then
-/// either outcome is accepted, a refusal only when clearly worded).
+/// listed, Some(false) when it is not, None outside the matrix or on a
+/// kernel it does not know (`unknown`: the host's, or one given by path);
+/// then either outcome is accepted, a refusal only when clearly worded.
 pub fn kernel_can(what: &str) -> Option<bool> {
     let can = std::env::var("FLARE_KERNEL_CAN").ok()?;
+    can_list(&can, what)
+}
+
+/// `kernel_can` on the list `can`.
+fn can_list(can: &str, what: &str) -> Option<bool> {
+    if can.trim() == "unknown" {
+        return None;
+    }
     Some(can.split(',').any(|c| c.trim() == what))
 }
 
