@@ -34,6 +34,8 @@ pub mod python;
 pub mod sinks;
 pub mod symbolize;
 pub mod system;
+#[cfg(test)]
+pub(crate) mod testutil;
 pub mod tools;
 pub mod untrusted;
 pub mod unwind;

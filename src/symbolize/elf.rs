@@ -1,9 +1,12 @@
 //! The little of ELF the symbolizer reads itself: the loadable segments
 //! (to turn a file offset into the virtual address that symbols and a
-//! separate debug file use) and the `.gnu_debuglink` section.
+//! separate debug file use), the `.gnu_debuglink` section and the PLT's
+//! stubs ([`super::plt`]).
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
+
+use super::plt::{self, SectionHeader, Stub};
 
 /// A `PT_LOAD` segment: file range and where it is loaded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -19,6 +22,8 @@ pub(crate) struct Layout {
     segments: Vec<Segment>,
     /// `.gnu_debuglink`: the debug file's name and CRC-32.
     pub(crate) debuglink: Option<(String, u32)>,
+    /// The PLT's stubs, sorted (64-bit little-endian objects).
+    pub(crate) plt: Vec<Stub>,
 }
 
 fn read(file: &File, at: u64, len: usize) -> Option<Vec<u8>> {
@@ -107,11 +112,24 @@ impl Layout {
                 }
             });
         }
-        let debuglink = debuglink(file, &r, &ehdr);
+        let sections = sections(file, &r, &ehdr).unwrap_or_default();
+        let debuglink = debuglink(file, &r, &sections);
+        let plt = match (r.is64 && r.le, r.u16(&ehdr, 18)) {
+            (true, Some(machine)) => {
+                plt::stubs(machine as u16, &sections, |at, len| read(file, at, len))
+            }
+            _ => Vec::new(),
+        };
         Some(Layout {
             segments,
             debuglink,
+            plt,
         })
+    }
+
+    /// The PLT stub (or other PLT code) at virtual address `vaddr`.
+    pub(crate) fn plt_stub(&self, vaddr: u64) -> Option<&Stub> {
+        plt::find(&self.plt, vaddr)
     }
 
     /// The virtual address a file offset is loaded at.
@@ -123,8 +141,8 @@ impl Layout {
     }
 }
 
-/// The `.gnu_debuglink` section: a file name, padding, a CRC-32.
-fn debuglink(file: &File, r: &Reader, ehdr: &[u8]) -> Option<(String, u32)> {
+/// The section headers, with their names (at most 4096 sections).
+fn sections(file: &File, r: &Reader, ehdr: &[u8]) -> Option<Vec<SectionHeader>> {
     let shoff = r.word(ehdr, 32, 40)?;
     let (shentsize, shnum, shstrndx) = if r.is64 {
         (r.u16(ehdr, 58)?, r.u16(ehdr, 60)?, r.u16(ehdr, 62)?)
@@ -135,26 +153,42 @@ fn debuglink(file: &File, r: &Reader, ehdr: &[u8]) -> Option<(String, u32)> {
         return None;
     }
     let shdrs = read(file, shoff, (shentsize * shnum) as usize)?;
-    // (name offset, file offset, size) of section `i`.
-    let section = |i: u64| -> Option<(u64, u64, u64)> {
+    // Section `i`, its name the offset in the string table for now.
+    let section = |i: u64| -> Option<(u64, SectionHeader)> {
         let s = shdrs.get((i * shentsize) as usize..)?;
-        Some((r.u32(s, 0)?, r.word(s, 16, 24)?, r.word(s, 20, 32)?))
+        let header = SectionHeader {
+            name: Vec::new(),
+            addr: r.word(s, 12, 16)?,
+            offset: r.word(s, 16, 24)?,
+            size: r.word(s, 20, 32)?,
+            link: r.u32(s, if r.is64 { 40 } else { 24 })? as u32,
+            entsize: r.word(s, 36, 56)?,
+        };
+        Some((r.u32(s, 0)?, header))
     };
-    let (_, stroff, strsize) = section(shstrndx)?;
-    let names = read(file, stroff, strsize.min(1 << 20) as usize)?;
-    let wanted = b".gnu_debuglink\0";
-    for i in 0..shnum {
-        let (name, off, size) = section(i)?;
-        if names.get(name as usize..name as usize + wanted.len()) != Some(wanted) {
-            continue;
-        }
-        let data = read(file, off, size.min(4096) as usize)?;
-        let end = data.iter().position(|&c| c == 0)?;
-        let name = String::from_utf8(data[..end].to_vec()).ok()?;
-        let crc_at = (end + 4) & !3;
-        return Some((name, r.u32(&data, crc_at)? as u32));
-    }
-    None
+    let (_, strtab) = section(shstrndx)?;
+    let names = read(file, strtab.offset, strtab.size.min(1 << 20) as usize)?;
+    (0..shnum)
+        .map(|i| {
+            let (name, header) = section(i)?;
+            let name = names
+                .get(name as usize..)
+                .and_then(|n| n.split(|&c| c == 0).next())
+                .unwrap_or_default()
+                .to_vec();
+            Some(SectionHeader { name, ..header })
+        })
+        .collect()
+}
+
+/// The `.gnu_debuglink` section: a file name, padding, a CRC-32.
+fn debuglink(file: &File, r: &Reader, sections: &[SectionHeader]) -> Option<(String, u32)> {
+    let s = sections.iter().find(|s| s.name == b".gnu_debuglink")?;
+    let data = read(file, s.offset, s.size.min(4096) as usize)?;
+    let end = data.iter().position(|&c| c == 0)?;
+    let name = String::from_utf8(data[..end].to_vec()).ok()?;
+    let crc_at = (end + 4) & !3;
+    Some((name, r.u32(&data, crc_at)? as u32))
 }
 
 #[cfg(test)]

@@ -29,6 +29,7 @@ mod debug;
 mod elf;
 mod kallsyms;
 mod objects;
+mod plt;
 pub mod runtime;
 
 pub use background::Background;

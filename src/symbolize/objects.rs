@@ -153,7 +153,12 @@ fn symbolize(
     offsets: &[u64],
 ) -> Vec<Resolved> {
     let dwarf = options.code_info || options.inlined;
-    let mut out: Vec<Option<Resolved>> = vec![None; offsets.len()];
+    // PLT stubs first: no symbol names them, and the nearest one before
+    // them would.
+    let mut out: Vec<Option<Resolved>> = offsets
+        .iter()
+        .map(|&off| plt_frame(entry.layout.as_ref()?, off))
+        .collect();
     let from_debug_file = |out: &mut Vec<Option<Resolved>>| {
         let (Some(dbg), Some(layout)) = (&entry.debug_file, &entry.layout) else {
             return;
@@ -214,6 +219,18 @@ fn symbolize(
             with_object(r, &entry.reference, off)
         })
         .collect()
+}
+
+/// The frame of the PLT stub at file offset `off` (`labs@plt`), if it
+/// lies in one.
+fn plt_frame(layout: &Layout, off: u64) -> Option<Resolved> {
+    let vaddr = layout.vaddr(off)?;
+    let stub = layout.plt_stub(vaddr)?;
+    Some(vec![Frame {
+        addr: off,
+        offset: u32::try_from(vaddr - stub.range.start).unwrap_or(u32::MAX),
+        ..Frame::named(stub.name.clone(), FrameKind::Native)
+    }])
 }
 
 /// The frame of a function without a symbol at file offset `off`: named

@@ -19,19 +19,7 @@ fn build(name: &str, src: &str, flags: &[&str]) -> (tempfile::TempDir, PathBuf) 
 
 /// [`build`] with the compiler `cc` (a cross compiler for arm64).
 fn build_with(cc: &str, name: &str, src: &str, flags: &[&str]) -> (tempfile::TempDir, PathBuf) {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let c = dir.path().join(format!("{name}.c"));
-    std::fs::write(&c, src).expect("writing C source");
-    let exe = dir.path().join(name);
-    let status = Command::new(cc)
-        .args(flags)
-        .arg("-o")
-        .arg(&exe)
-        .arg(&c)
-        .status()
-        .unwrap_or_else(|e| panic!("running {cc} (scripts/deps.sh --test installs it): {e}"));
-    assert!(status.success(), "{cc} failed");
-    (dir, exe)
+    crate::testutil::cc_build(cc, name, src, flags)
 }
 
 /// The address of `sym` in `exe`, from nm.
