@@ -3,7 +3,8 @@
  * worker thread spends SHARE percent of its CPU time in func_a and the
  * rest in func_b (measured with the thread CPU clock), each running a
  * frameless leaf, spin(). Built by the tests without frame pointers, with
- * frameless leaves only, and as C++ (tests/unwind_profile.rs); a full
+ * frameless leaves only, as C++, and with spin calling libc through the
+ * PLT (-DNOFP_PLT) (tests/unwind_profile.rs); a full
  * stack is clone3;start_thread;worker;run;func_X;spin.
  *
  * usage: nofp SECONDS [SHARE_A]
@@ -45,6 +46,26 @@ static double process_cpu(void)
 	       ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6;
 }
 
+#ifdef NOFP_PLT
+/* Built with -DNOFP_PLT -fno-builtin: each step calls libc's labs, a few
+ * instructions reached through a PLT stub, so that many samples land in
+ * the stub (which arm64's linkers leave without call-frame information)
+ * or in labs, both leaves under spin. spin scales n down: func_X stops
+ * at the first clock read past its share of CPU time, so a call must be
+ * short beside that share (25 ms) even where indirect branches are slow
+ * (under QEMU's TCG, a call of n / 4 steps took long enough to move
+ * func_a's share from 25 % to 29 %). noipa: labs is declared
+ * const, which would make spin const too, and its calls would be hoisted
+ * out of func_X's loops. */
+__attribute__((noinline, noipa)) unsigned long spin(unsigned long n)
+{
+	unsigned long s = 0;
+
+	for (unsigned long i = 0; i < n / 64; i++)
+		s = s * 31 + (unsigned long)labs((long)(i ^ (i >> 3)));
+	return s;
+}
+#else
 /* A leaf that sets up no frame: nothing on the stack but the return
  * address. */
 __attribute__((noinline)) unsigned long spin(unsigned long n)
@@ -55,6 +76,7 @@ __attribute__((noinline)) unsigned long spin(unsigned long n)
 		s = s * 31 + (i ^ (i >> 3));
 	return s;
 }
+#endif
 
 __attribute__((noinline)) void func_a(double cpu_seconds)
 {
