@@ -57,13 +57,37 @@ pub(crate) fn stubs(
 ) -> Vec<Stub> {
     let find = |name: &[u8]| sections.iter().find(|s| s.name == name);
     let mut out = Vec::new();
-    let names = find(b".rela.plt")
-        .and_then(|rela| relocation_names(rela, sections, &read))
-        .map(|r| r.into_iter().map(|(_, name)| name).collect::<Vec<_>>())
-        .unwrap_or_default();
+    let load = |s: &SectionHeader| {
+        (s.size <= MAX_TABLE)
+            .then(|| read(s.offset, s.size as usize))
+            .flatten()
+    };
+    // A relocation section's symbols and their names (its sh_link and
+    // that one's), read once for both relocation sections when they share
+    // them, as they do.
+    let symbols_of = |link: u32| {
+        let syms = sections.get(link as usize)?;
+        let strs = sections.get(syms.link as usize)?;
+        Some((link, load(syms)?, load(strs)?))
+    };
+    let mut symbols: Option<(u32, Vec<u8>, Vec<u8>)> = None;
+    let mut relocations = |name: &[u8]| -> Option<Vec<(u64, Arc<str>)>> {
+        let rela = find(name)?;
+        if symbols.as_ref().map(|s| s.0) != Some(rela.link) {
+            symbols = symbols_of(rela.link);
+        }
+        let (_, syms, strs) = symbols.as_ref()?;
+        Some(relocation_names(&load(rela)?, syms, strs))
+    };
+    let names: Vec<Arc<str>> = relocations(b".rela.plt")
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(_, name)| name)
+        .collect();
     if machine == EM_X86_64 {
         if let Some(got) = find(b".plt.got") {
-            out.extend(plt_got_stubs(got, sections, &read));
+            let slots = relocations(b".rela.dyn").unwrap_or_default();
+            out.extend(plt_got_stubs(got, slots, &read));
         }
     }
     // Where the numbered stubs are: (section, header bytes, entry bytes).
@@ -132,18 +156,14 @@ pub(crate) fn stubs(
 /// slot it jumps through.
 fn plt_got_stubs(
     got: &SectionHeader,
-    sections: &[SectionHeader],
+    slots: Vec<(u64, Arc<str>)>,
     read: &impl Fn(u64, usize) -> Option<Vec<u8>>,
 ) -> Vec<Stub> {
     let entry = got.entsize;
     if !matches!(entry, 8 | 16) || got.size > MAX_TABLE || got.size % entry != 0 {
         return Vec::new();
     }
-    let slots: std::collections::HashMap<u64, Arc<str>> = sections
-        .iter()
-        .find(|s| s.name == b".rela.dyn")
-        .and_then(|rela| relocation_names(rela, sections, read))
-        .unwrap_or_default()
+    let slots: std::collections::HashMap<u64, Arc<str>> = slots
         .into_iter()
         .filter(|(_, name)| &**name != PLT)
         .collect();
@@ -168,22 +188,10 @@ fn plt_got_stubs(
     out
 }
 
-/// (where it applies, `NAME@plt`) for each entry of the relocation
-/// section `rela`, in order (`[plt]` for one without a symbol, as an
-/// IRELATIVE relocation of an ifunc).
-fn relocation_names(
-    rela: &SectionHeader,
-    sections: &[SectionHeader],
-    read: &impl Fn(u64, usize) -> Option<Vec<u8>>,
-) -> Option<Vec<(u64, Arc<str>)>> {
-    let dynsym = sections.get(rela.link as usize)?;
-    let dynstr = sections.get(dynsym.link as usize)?;
-    let load = |s: &SectionHeader| {
-        (s.size <= MAX_TABLE)
-            .then(|| read(s.offset, s.size as usize))
-            .flatten()
-    };
-    let (relocs, syms, strs) = (load(rela)?, load(dynsym)?, load(dynstr)?);
+/// (where it applies, `NAME@plt`) for each entry of the relocations
+/// `relocs`, in order (`[plt]` for one without a symbol, as an IRELATIVE
+/// relocation of an ifunc), their symbols in `syms` and names in `strs`.
+fn relocation_names(relocs: &[u8], syms: &[u8], strs: &[u8]) -> Vec<(u64, Arc<str>)> {
     let u32_at = |b: &[u8], at: usize| -> Option<u32> {
         Some(u32::from_le_bytes(b.get(at..at + 4)?.try_into().ok()?))
     };
@@ -194,21 +202,19 @@ fn relocation_names(
         if sym == 0 {
             return None;
         }
-        let at = u32_at(&syms, sym.checked_mul(SYM_SIZE)?)? as usize;
+        let at = u32_at(syms, sym.checked_mul(SYM_SIZE)?)? as usize;
         let bytes = strs.get(at..)?.split(|&b| b == 0).next()?;
         let name = std::str::from_utf8(bytes).ok().filter(|n| !n.is_empty())?;
         Some(crate::profile::clean_name(&format!("{name}@plt")).into())
     };
-    Some(
-        relocs
-            .chunks_exact(RELA_SIZE)
-            .map(|r| {
-                let info = u64_at(r, 8).unwrap_or(0);
-                let name = name_of((info >> 32) as usize).unwrap_or_else(|| PLT.into());
-                (u64_at(r, 0).unwrap_or(0), name)
-            })
-            .collect(),
-    )
+    relocs
+        .chunks_exact(RELA_SIZE)
+        .map(|r| {
+            let info = u64_at(r, 8).unwrap_or(0);
+            let name = name_of((info >> 32) as usize).unwrap_or_else(|| PLT.into());
+            (u64_at(r, 0).unwrap_or(0), name)
+        })
+        .collect()
 }
 
 /// The stub holding virtual address `vaddr`, in `stubs` (sorted).
