@@ -22,8 +22,12 @@ pub(crate) struct Layout {
     segments: Vec<Segment>,
     /// `.gnu_debuglink`: the debug file's name and CRC-32.
     pub(crate) debuglink: Option<(String, u32)>,
-    /// The PLT's stubs, sorted (64-bit little-endian objects).
-    pub(crate) plt: Vec<Stub>,
+    /// The machine, for a 64-bit little-endian object (the only ones
+    /// whose PLT stubs are named).
+    machine: Option<u16>,
+    /// The section headers, kept for naming PLT stubs when a sample
+    /// first lands in the PLT.
+    sections: Vec<SectionHeader>,
 }
 
 fn read(file: &File, at: u64, len: usize) -> Option<Vec<u8>> {
@@ -114,22 +118,31 @@ impl Layout {
         }
         let sections = sections(file, &r, &ehdr).unwrap_or_default();
         let debuglink = debuglink(file, &r, &sections);
-        let plt = match (r.is64 && r.le, r.u16(&ehdr, 18)) {
-            (true, Some(machine)) => {
-                plt::stubs(machine as u16, &sections, |at, len| read(file, at, len))
-            }
-            _ => Vec::new(),
-        };
+        let machine = r.u16(&ehdr, 18).filter(|_| r.is64 && r.le);
         Some(Layout {
             segments,
             debuglink,
-            plt,
+            machine: machine.map(|m| m as u16),
+            sections,
         })
     }
 
-    /// The PLT stub (or other PLT code) at virtual address `vaddr`.
-    pub(crate) fn plt_stub(&self, vaddr: u64) -> Option<&Stub> {
-        plt::find(&self.plt, vaddr)
+    /// True when virtual address `vaddr` lies in a PLT section of a
+    /// 64-bit little-endian object.
+    pub(crate) fn in_plt(&self, vaddr: u64) -> bool {
+        self.machine.is_some()
+            && self.sections.iter().any(|s| {
+                plt::SECTIONS.contains(&s.name.as_slice())
+                    && (s.addr..s.addr.saturating_add(s.size)).contains(&vaddr)
+            })
+    }
+
+    /// The PLT's stubs, sorted, read from `file` (this layout's).
+    pub(crate) fn plt_stubs(&self, file: &File) -> Vec<Stub> {
+        match self.machine {
+            Some(machine) => plt::stubs(machine, &self.sections, |at, len| read(file, at, len)),
+            None => Vec::new(),
+        }
     }
 
     /// The virtual address a file offset is loaded at.

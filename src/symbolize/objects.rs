@@ -17,6 +17,7 @@ use blazesym::symbolize::source::{Elf, Source};
 use blazesym::symbolize::{Input, Symbolized};
 
 use super::elf::Layout;
+use super::plt::Stub;
 use super::{convert, debug, Options, Resolved};
 use crate::procmaps::Object;
 use crate::profile::{Frame, FrameKind, ObjectRef};
@@ -33,6 +34,8 @@ struct Entry {
     /// The object's functions from its call-frame information, read when
     /// the first address without a symbol is met (`None` until then).
     functions: Option<Vec<Range<u64>>>,
+    /// Its PLT stubs, read when the first address in the PLT is met.
+    plt: Option<Vec<Stub>>,
 }
 
 /// At most this many offsets are cached over all objects.
@@ -69,6 +72,7 @@ impl ObjectCache {
                 debug_file,
                 resolved: HashMap::new(),
                 functions: None,
+                plt: None,
             }
         });
         let missing: Vec<u64> = offsets
@@ -155,10 +159,7 @@ fn symbolize(
     let dwarf = options.code_info || options.inlined;
     // PLT stubs first: no symbol names them, and the nearest one before
     // them would.
-    let mut out: Vec<Option<Resolved>> = offsets
-        .iter()
-        .map(|&off| plt_frame(entry.layout.as_ref()?, off))
-        .collect();
+    let mut out: Vec<Option<Resolved>> = offsets.iter().map(|&off| plt_frame(entry, off)).collect();
     let from_debug_file = |out: &mut Vec<Option<Resolved>>| {
         let (Some(dbg), Some(layout)) = (&entry.debug_file, &entry.layout) else {
             return;
@@ -223,9 +224,17 @@ fn symbolize(
 
 /// The frame of the PLT stub at file offset `off` (`labs@plt`), if it
 /// lies in one.
-fn plt_frame(layout: &Layout, off: u64) -> Option<Resolved> {
-    let vaddr = layout.vaddr(off)?;
-    let stub = layout.plt_stub(vaddr)?;
+fn plt_frame(entry: &mut Entry, off: u64) -> Option<Resolved> {
+    let layout = entry.layout.as_ref()?;
+    let vaddr = layout.vaddr(off).filter(|&v| layout.in_plt(v))?;
+    let object = &entry.object;
+    let stubs = entry.plt.get_or_insert_with(|| {
+        object
+            .file()
+            .map(|f| layout.plt_stubs(f))
+            .unwrap_or_default()
+    });
+    let stub = super::plt::find(stubs, vaddr)?;
     Some(vec![Frame {
         addr: off,
         offset: u32::try_from(vaddr - stub.range.start).unwrap_or(u32::MAX),

@@ -41,6 +41,9 @@ pub(crate) struct Stub {
 /// The name of PLT code that is not one function's stub.
 pub(crate) const PLT: &str = "[plt]";
 
+/// The sections that hold PLT code.
+pub(crate) const SECTIONS: [&[u8]; 4] = [b".plt", b".plt.sec", b".plt.got", b".iplt"];
+
 /// The most bytes read of `.rela.plt`, `.dynsym` and `.dynstr` each.
 const MAX_TABLE: u64 = 16 << 20;
 /// `Elf64_Rela` and `Elf64_Sym`.
@@ -122,7 +125,7 @@ pub(crate) fn stubs(
         }
     }
     // Everything else in the PLT sections is [plt].
-    for name in [&b".plt"[..], b".plt.sec", b".plt.got", b".iplt"] {
+    for name in SECTIONS {
         let Some(s) = find(name) else { continue };
         let mut at = s.addr;
         let end = s.addr.saturating_add(s.size);
