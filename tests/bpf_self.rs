@@ -7,6 +7,9 @@
 mod common;
 
 use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread;
 
 use common::bpf::{flare, require_bpf, serial};
 use common::session::parse_text;
@@ -92,9 +95,27 @@ fn profile_leaves_flare_out() {
         return;
     }
     let _g = serial();
+    // On an idle machine profile sees nothing at all (bcc leaves the idle
+    // task out), so this test spins a thread of its own for flare to see.
+    let stop = Arc::new(AtomicBool::new(false));
+    let spinner = {
+        let stop = stop.clone();
+        thread::spawn(move || {
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                n = std::hint::black_box(n.wrapping_add(1));
+            }
+        })
+    };
     let (pid, out) = run(&["profile", "-F", "997", "2"]);
+    stop.store(true, Ordering::Relaxed);
+    spinner.join().expect("the spinning thread");
     let entries = parse_text(&out);
-    assert!(!entries.is_empty(), "an empty profile:\n{out}");
+    let me = std::process::id();
+    assert!(
+        entries.iter().any(|e| e.pid == me),
+        "the test's spinning thread is not in the profile:\n{out}"
+    );
     assert!(
         entries.iter().all(|e| e.pid != pid),
         "flare sampled itself:\n{out}"
