@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use common::bpf::{require_bpf, serial};
 use common::session::Workload;
-use flare::collect::{Collector, Target};
+use flare::collect::{Collector, Recording, Target};
 use flare::pipeline::{self, Mode, Plan, Sink};
 use flare::profile::{Event, Profile, Sample};
 use flare::tools::{self, offcpu, profile, stackcount, wallclock, ToolConfig};
@@ -248,7 +248,10 @@ fn perf_event_mode_in_time(pause: Option<Duration>, what: &str) {
             target: Target::Pids(vec![pid]),
             sampling: flare::bpf::perf::Sampling::Frequency(199),
             per_thread: true,
-            timed: true,
+            recording: Recording {
+                timed: true,
+                ..Recording::default()
+            },
             ..Default::default()
         };
         let s = flare::tools::perfmode::Session::start(config).expect("perf events open");

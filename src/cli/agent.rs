@@ -7,6 +7,7 @@ use anyhow::Result;
 use clap::Args;
 use flare::agent;
 use flare::bpf::perf::Sampling;
+use flare::collect::Recording;
 use flare::export::auth::{Connection, Credentials};
 use flare::export::push::PushConfig;
 use flare::tools::profile::Config;
@@ -163,10 +164,13 @@ impl AgentArgs {
     pub fn config(&self) -> agent::Config {
         let profile = Config {
             target: self.pids.target(),
-            stacks: self.stacks.stacks(),
             sampling: Sampling::Frequency(self.frequency),
-            hash_storage_size: self.hash_storage_size,
-            stack_storage_size: self.stack_storage_size,
+            recording: Recording {
+                stacks: self.stacks.stacks(),
+                hash_storage_size: self.hash_storage_size,
+                stack_storage_size: self.stack_storage_size,
+                ..Recording::default()
+            },
             cgroup_map: self.maps.cgroupmap.clone(),
             mntns_map: self.maps.mntnsmap.clone(),
             ..Config::default()

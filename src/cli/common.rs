@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
-use flare::collect::{Stacks, Target};
+use flare::collect::{Recording, Stacks, Target};
 
 use super::{id_list, nonzero, nonzero_u32, IdList};
 
@@ -172,6 +172,19 @@ impl UnwindArgs {
             java: self.java,
         }
     }
+
+    /// How stacks are recorded: `stacks` walked as these options say,
+    /// flare's own process left out unless `include_self`; the map sizes
+    /// are the library's defaults.
+    pub fn recording(&self, stacks: Stacks, include_self: bool) -> Recording {
+        Recording {
+            stacks,
+            unwind: self.mode,
+            runtimes: self.runtimes(),
+            include_self,
+            ..Recording::default()
+        }
+    }
 }
 
 /// Parses `on` / `off`.
@@ -293,16 +306,22 @@ mod tests {
         let sizes = |args: &[&str]| match parse(args) {
             Command::Profile(a) => {
                 let c = a.config();
-                (c.stack_storage_size, Some(c.hash_storage_size))
+                (
+                    c.recording.stack_storage_size,
+                    Some(c.recording.hash_storage_size),
+                )
             }
             Command::Wallclock(a) => {
                 let c = a.config();
-                (c.stack_storage_size, Some(c.hash_storage_size))
+                (
+                    c.recording.stack_storage_size,
+                    Some(c.recording.hash_storage_size),
+                )
             }
-            Command::Offcputime(a) => (a.config().stack_storage_size, None),
-            Command::Wakeuptime(a) => (a.config().stack_storage_size, None),
-            Command::Offwaketime(a) => (a.config().stack_storage_size, None),
-            Command::Stackcount(a) => (a.config().stack_storage_size, None),
+            Command::Offcputime(a) => (a.config().recording.stack_storage_size, None),
+            Command::Wakeuptime(a) => (a.config().recording.stack_storage_size, None),
+            Command::Offwaketime(a) => (a.config().recording.stack_storage_size, None),
+            Command::Stackcount(a) => (a.config().recording.stack_storage_size, None),
             other => panic!("parsed as {other:?}"),
         };
         for tool in [

@@ -235,10 +235,10 @@ impl CommonArgs {
             AttachArg::Kprobe => Attach::Kprobe,
         };
         c.duration = self.duration.duration();
-        c.unwind = self.unwind.mode;
-        c.runtimes = self.unwind.runtimes();
+        c.recording.unwind = self.unwind.mode;
+        c.recording.runtimes = self.unwind.runtimes();
+        c.recording.include_self = self.include_self;
         c.blocked_storage_size = self.blocked_storage_size;
-        c.include_self = self.include_self;
     }
 
     /// What to run: `config` into bcc's printer (with the tool's closing
@@ -278,9 +278,9 @@ impl OffcputimeArgs {
     pub fn config(&self) -> Config {
         let mut c = Config::new(Tool::OffCpu);
         c.threads = self.threads.threads();
-        c.stacks = self.stacks.stacks();
+        c.recording.stacks = self.stacks.stacks();
         c.state = self.state;
-        c.stack_storage_size = self.stack_storage.stack_storage_size;
+        c.recording.stack_storage_size = self.stack_storage.stack_storage_size;
         c.offsets = self.offset;
         self.common.apply(&mut c);
         c
@@ -301,8 +301,8 @@ impl WakeuptimeArgs {
             (None, true) => Threads::User,
             (None, false) => Threads::All,
         };
-        c.stacks.user = self.user_stack;
-        c.stack_storage_size = self.stack_storage.stack_storage_size;
+        c.recording.stacks.user = self.user_stack;
+        c.recording.stack_storage_size = self.stack_storage.stack_storage_size;
         self.common.apply(&mut c);
         c
     }
@@ -317,8 +317,8 @@ impl OffwaketimeArgs {
     pub fn config(&self) -> Config {
         let mut c = Config::new(Tool::OffWake);
         c.threads = self.threads.threads();
-        c.stacks = self.stacks.stacks();
-        c.stack_storage_size = self.stack_storage.stack_storage_size;
+        c.recording.stacks = self.stacks.stacks();
+        c.recording.stack_storage_size = self.stack_storage.stack_storage_size;
         self.common.apply(&mut c);
         c
     }
@@ -414,8 +414,8 @@ mod tests {
             "64",
         ])
         .unwrap();
-        assert!(c.stacks.user && c.stacks.kernel);
-        assert_eq!(c.stack_storage_size, 64);
+        assert!(c.recording.stacks.user && c.recording.stacks.kernel);
+        assert_eq!(c.recording.stack_storage_size, 64);
     }
 
     #[test]

@@ -2,6 +2,7 @@
 
 use clap::Args;
 use flare::bpf::perf::Sampling;
+use flare::collect::Recording;
 use flare::output::StackStyle;
 use flare::tools::profile::Config;
 use flare::tools::ToolConfig;
@@ -105,21 +106,21 @@ impl ProfileArgs {
         };
         Config {
             target: self.target.target(),
-            stacks: self.stacks.stacks(),
             sampling,
             include_idle: self.include_idle,
             cpu: self.cpu,
-            hash_storage_size: self.hash_storage.hash_storage_size,
-            stack_storage_size: self.stack_storage.stack_storage_size,
             cgroup_map: self.maps.cgroupmap.clone(),
             mntns_map: self.maps.mntnsmap.clone(),
             per_thread: false,
             duration: self.duration.duration(),
-            unwind: self.unwind.mode,
-            runtimes: self.unwind.runtimes(),
-            include_self: self.include_self,
             follow_children: false,
-            timed: false,
+            recording: Recording {
+                hash_storage_size: self.hash_storage.hash_storage_size,
+                stack_storage_size: self.stack_storage.stack_storage_size,
+                ..self
+                    .unwind
+                    .recording(self.stacks.stacks(), self.include_self)
+            },
         }
     }
 

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
+use flare::collect::Recording;
 use flare::output::stackcount::Style;
 use flare::output::StackStyle;
 use flare::pipeline::{Mode, Plan};
@@ -141,12 +142,7 @@ impl StackcountArgs {
             pid: self.pid,
             cpu: self.cpu,
             per_process: self.perpid,
-            stacks: self.stacks(),
-            stack_storage_size: self.stack_storage.stack_storage_size,
-            unwind: self.unwind.mode,
-            runtimes: self.unwind.runtimes(),
             offsets: self.offset,
-            include_self: self.include_self,
             command: None,
             attach: match self.attach {
                 KernelAttachArg::Auto => None,
@@ -154,7 +150,10 @@ impl StackcountArgs {
                 KernelAttachArg::KprobeMulti => Some(KernelAttach::KprobeMulti),
                 KernelAttachArg::Fentry => Some(KernelAttach::Fentry),
             },
-            ..Config::default()
+            recording: Recording {
+                stack_storage_size: self.stack_storage.stack_storage_size,
+                ..self.unwind.recording(self.stacks(), self.include_self)
+            },
         }
     }
 
@@ -278,8 +277,8 @@ mod tests {
         let a = parse(&["-p", "185", "-c", "1", "-P", "-K", "-s", "-v", "c:malloc"]).unwrap();
         let c = a.config();
         assert_eq!((c.pid, c.cpu, c.per_process), (Some(185), Some(1), true));
-        assert!(c.stacks.kernel && !c.stacks.user);
-        assert_eq!(c.stack_storage_size, 16384);
+        assert!(c.recording.stacks.kernel && !c.recording.stacks.user);
+        assert_eq!(c.recording.stack_storage_size, 16384);
         // -p hides the process line; -d needs both stacks.
         let s = parse(&["-d", "-p", "1", "x:y"]).unwrap().style(true);
         assert!(s.delimited && !s.tasks);

@@ -22,10 +22,10 @@ fn head(args: &[&str]) -> String {
 fn defaults_match_bcc() {
     let c = parse(&[]).unwrap().config();
     assert_eq!(c.sampling, Sampling::Frequency(49));
-    assert_eq!(c.hash_storage_size, 40960);
-    assert_eq!(c.stack_storage_size, 16384);
+    assert_eq!(c.recording.hash_storage_size, 40960);
+    assert_eq!(c.recording.stack_storage_size, 16384);
     assert_eq!(c.target, Target::All);
-    assert!(c.stacks.user && c.stacks.kernel);
+    assert!(c.recording.stacks.user && c.recording.stacks.kernel);
     assert_eq!(c.duration, None);
 }
 

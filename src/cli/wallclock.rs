@@ -2,6 +2,7 @@
 //! offcputime's `--state` and `-m`.
 
 use clap::Args;
+use flare::collect::Recording;
 use flare::output::StackStyle;
 use flare::tools::wallclock::Config;
 use flare::tools::ToolConfig;
@@ -78,16 +79,17 @@ impl WallclockArgs {
     pub fn config(&self) -> Config {
         Config {
             target: self.target.target(),
-            stacks: self.stacks.stacks(),
             frequency: self.frequency,
             state: self.state,
             min_us: self.min_block_time,
-            hash_storage_size: self.hash_storage.hash_storage_size,
-            stack_storage_size: self.stack_storage.stack_storage_size,
             duration: self.duration.duration(),
-            include_self: self.include_self,
-            unwind: self.unwind.mode,
-            runtimes: self.unwind.runtimes(),
+            recording: Recording {
+                hash_storage_size: self.hash_storage.hash_storage_size,
+                stack_storage_size: self.stack_storage.stack_storage_size,
+                ..self
+                    .unwind
+                    .recording(self.stacks.stacks(), self.include_self)
+            },
             ..Config::default()
         }
     }

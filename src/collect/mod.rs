@@ -47,6 +47,43 @@ impl Default for Stacks {
     }
 }
 
+/// How every BPF tool records stacks, whatever it samples or traces: the
+/// options `profile`, `wallclock`, the off-CPU family and `stackcount`
+/// share, held in one place so that start-up ([`crate::tools::start`])
+/// reads them from each tool's config alike.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Recording {
+    pub stacks: Stacks,
+    /// How user stacks are walked.
+    pub unwind: crate::unwind::Mode,
+    /// Runtime frames (--python, --java) in the user stacks of processes
+    /// running them.
+    pub runtimes: crate::unwind::Runtimes,
+    /// Record flare's own process too (`--include-self`).
+    pub include_self: bool,
+    /// Keep each sample's time (for outputs that show when), sending
+    /// samples to user space instead of counting them in the kernel.
+    pub timed: bool,
+    /// Buckets of the counts map.
+    pub hash_storage_size: u32,
+    /// Buckets of the stack map.
+    pub stack_storage_size: u32,
+}
+
+impl Default for Recording {
+    fn default() -> Self {
+        Recording {
+            stacks: Stacks::default(),
+            unwind: crate::unwind::Mode::default(),
+            runtimes: crate::unwind::Runtimes::default(),
+            include_self: false,
+            timed: false,
+            hash_storage_size: crate::defaults::HASH_STORAGE_SIZE,
+            stack_storage_size: crate::defaults::STACK_STORAGE_SIZE,
+        }
+    }
+}
+
 impl Stacks {
     /// The selection for bcc's `-U` (user stacks only) and `-K` (kernel
     /// stacks only); neither means both.

@@ -27,7 +27,7 @@ pub fn run(args: &AgentArgs) -> Result<()> {
     }
     let host = labels::hostname();
     let mut sink = PushSink::new(push.senders(&host).map_err(anyhow::Error::msg)?, &host);
-    config.profile.timed = flare::pipeline::Sink::times(&sink).any();
+    config.profile.recording.timed = flare::pipeline::Sink::times(&sink).any();
     let (_, stop, _) = super::stop_signal()?;
     eprintln!(
         "flare agent: sampling {} at {} Hz, pushing every {} s to {}",

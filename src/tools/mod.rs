@@ -75,10 +75,10 @@ impl ToolConfig {
     /// Keeps each sample's time (for the timeline and files with times).
     pub fn keep_times(&mut self) {
         match self {
-            ToolConfig::Profile(c) => c.timed = true,
-            ToolConfig::OffCpu(c) => c.timed = true,
-            ToolConfig::Stackcount(c) => c.timed = true,
-            ToolConfig::Wallclock(c) => c.timed = true,
+            ToolConfig::Profile(c) => c.recording.timed = true,
+            ToolConfig::OffCpu(c) => c.recording.timed = true,
+            ToolConfig::Stackcount(c) => c.recording.timed = true,
+            ToolConfig::Wallclock(c) => c.recording.timed = true,
         }
     }
 }

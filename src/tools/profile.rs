@@ -18,62 +18,48 @@ use crate::bpf::perf::Sampling;
 use crate::bpf::skel::profile::{types, ProfileSkel};
 use crate::bpf::{comm_str, PlainKey};
 use crate::collect::timed::{self, TimedRing};
-use crate::collect::{Collection, Collector, Periodic, RawSample, RawTask, Stacks, Target, WarmUp};
+use crate::collect::{
+    Collection, Collector, Periodic, RawSample, RawTask, Recording, Target, WarmUp,
+};
 use crate::error::{Error, Result};
 use crate::procmaps::Mappings;
 use crate::profile::{Kind, Meta};
 use crate::tools::start::{self, Plan, Watch};
-use crate::unwind::{self, Unwinder};
+use crate::unwind::Unwinder;
 
 /// Everything `flare profile` was asked to do.
 #[derive(Clone, Debug)]
 pub struct Config {
     pub target: Target,
-    pub stacks: Stacks,
     pub sampling: Sampling,
     pub include_idle: bool,
     pub cpu: Option<u32>,
-    pub hash_storage_size: u32,
-    pub stack_storage_size: u32,
     pub cgroup_map: Option<PathBuf>,
     pub mntns_map: Option<PathBuf>,
     /// Keep threads of one process apart (implied by [`Target::Tids`]).
     pub per_thread: bool,
     /// `None`: until stopped.
     pub duration: Option<Duration>,
-    /// How user stacks are walked.
-    pub unwind: unwind::Mode,
-    /// Runtime frames (--python, --java) in the user stacks of processes running them.
-    pub runtimes: crate::unwind::Runtimes,
-    /// Profile flare's own process too (`--include-self`).
-    pub include_self: bool,
     /// With [`Target::Pids`] of one launched command (`-- CMD`): the
     /// processes it starts are profiled too.
     pub follow_children: bool,
-    /// Keep each sample's time (for outputs that show when), sending
-    /// samples to user space instead of counting them in the kernel.
-    pub timed: bool,
+    /// Which stacks, walked how, into maps of what size.
+    pub recording: Recording,
 }
 
 impl Default for Config {
     fn default() -> Self {
         Config {
             target: Target::All,
-            stacks: Stacks::default(),
             sampling: Sampling::Frequency(crate::defaults::FREQUENCY),
             include_idle: false,
             cpu: None,
-            hash_storage_size: crate::defaults::HASH_STORAGE_SIZE,
-            stack_storage_size: crate::defaults::STACK_STORAGE_SIZE,
             cgroup_map: None,
             mntns_map: None,
             per_thread: false,
             duration: None,
-            unwind: unwind::Mode::default(),
-            runtimes: crate::unwind::Runtimes::default(),
-            include_self: false,
             follow_children: false,
-            timed: false,
+            recording: Recording::default(),
         }
     }
 }
@@ -89,7 +75,7 @@ pub fn header(c: &Config) -> String {
         Target::Pids(p) => format!("PID {}", py_list(p)),
         Target::Tids(t) => format!("TID {}", py_list(t)),
     };
-    let stacks = match (c.stacks.user, c.stacks.kernel) {
+    let stacks = match (c.recording.stacks.user, c.recording.stacks.kernel) {
         (true, false) => "user",
         (false, true) => "kernel",
         _ => "user + kernel",
@@ -176,14 +162,8 @@ fn plan(c: &Config) -> Plan<'_> {
         watch: Watch::from(&c.target),
         cpu: c.cpu,
         launched: c.follow_children,
-        stacks: c.stacks,
-        include_self: c.include_self,
-        unwind: c.unwind,
-        runtimes: c.runtimes,
-        hash_storage_size: c.hash_storage_size,
-        stack_storage_size: c.stack_storage_size,
         uprobes: None,
-        timed: c.timed,
+        recording: c.recording,
     }
 }
 
@@ -238,6 +218,7 @@ impl<'obj> Session<'obj> {
         let unwinder = plan.start_unwinder(&skel, mode)?;
         let prog = &skel.progs.flare_profile_sample;
         let timed = config
+            .recording
             .timed
             .then(|| TimedRing::start(&skel.maps.timed_events))
             .transpose()?;
@@ -286,8 +267,8 @@ impl Collector for Session<'_> {
         let mut samples = Vec::new();
         let read = timed::read(self.timed.as_ref(), &self.skel.maps.counts, clear)?;
         for (k, count) in read.keys {
-            let user = stacks.read(k.user_stack_id, self.config.stacks.user);
-            let kernel = stacks.read(k.kernel_stack_id, self.config.stacks.kernel);
+            let user = stacks.read(k.user_stack_id, self.config.recording.stacks.user);
+            let kernel = stacks.read(k.kernel_stack_id, self.config.recording.stacks.kernel);
             samples.push(RawSample {
                 task: RawTask {
                     pid: Some(k.pid),

@@ -24,7 +24,7 @@ use libbpf_rs::{Link, MapMut, OpenObject, ProgramMut};
 use crate::bpf::loader::{self, CommonKnobs, Targets};
 use crate::bpf::perf::{self, Sampling, Scope};
 use crate::bpf::{skel, variant};
-use crate::collect::{Stacks, Target, WarmUp};
+use crate::collect::{Recording, Target, WarmUp};
 use crate::error::{Error, Result};
 use crate::procmaps::Mappings;
 use crate::system;
@@ -59,18 +59,11 @@ pub(crate) struct Plan<'a> {
     /// The one process watched is a command flare launched (`-- CMD`):
     /// the processes it starts are watched too, and it has not exec'd yet.
     pub launched: bool,
-    pub stacks: Stacks,
-    pub include_self: bool,
-    pub unwind: Mode,
-    /// Runtime frames (--python, --java) in the user stacks of processes running them.
-    pub runtimes: crate::unwind::Runtimes,
-    pub hash_storage_size: u32,
-    pub stack_storage_size: u32,
+    /// How stacks are recorded.
+    pub recording: Recording,
     /// The binary of user probes (stackcount's): with no process watched,
     /// the unwinder loads the processes mapping it, not every process.
     pub uprobes: Option<&'a Path>,
-    /// Send each sample with its time (`bpf/timed.h`) instead of counting.
-    pub timed: bool,
 }
 
 impl Plan<'_> {
@@ -105,17 +98,17 @@ impl Plan<'_> {
         own: impl FnOnce(&mut S::Rodata),
     ) -> Result<(S::Open, Mode)> {
         let load_err = loader::load_error(S::NAME);
-        let mode = self.unwind.effective(self.stacks.user);
+        let mode = self.recording.unwind.effective(self.recording.stacks.user);
         let mut open =
             variant::open(mode.build(), || S::Builder::default().open(object)).map_err(load_err)?;
         let ro = S::rodata(&mut open)
             .ok_or_else(|| Error::Unsupported(format!("{}.bpf.c has no rodata", S::NAME)))?;
         own(ro);
         let follow = self.ids().first().copied().filter(|_| self.launched);
-        let knobs = CommonKnobs::new(self.include_self)
-            .recording(self.stacks.user, self.stacks.kernel)
+        let knobs = CommonKnobs::new(self.recording.include_self)
+            .recording(self.recording.stacks.user, self.recording.stacks.kernel)
             .following(follow)
-            .timed(self.timed.then(crate::collect::timed::ring_size));
+            .timed(self.recording.timed.then(crate::collect::timed::ring_size));
         S::set_knobs(ro, knobs, mode);
         S::size_maps(&mut open, self, mode).map_err(load_err)?;
         Ok((open, mode))
@@ -143,14 +136,21 @@ impl Plan<'_> {
             (Watch::All, Some(binary)) => (unwind::procs::pids_mapping(binary), false),
             (Watch::All, None) => (Vec::new(), true),
         };
-        unwind::start(mode, skel.unwind_maps(), S::NAME, &pids, all, self.runtimes)
+        unwind::start(
+            mode,
+            skel.unwind_maps(),
+            S::NAME,
+            &pids,
+            all,
+            self.recording.runtimes,
+        )
     }
 
     /// What symbolization may load while collecting: the kernel's symbols
     /// if kernel stacks are recorded, the processes watched.
     pub fn warm_up(&self) -> WarmUp {
         WarmUp {
-            kernel: self.stacks.kernel,
+            kernel: self.recording.stacks.kernel,
             pids: match self.watch {
                 Watch::Pids(p) => p.to_vec(),
                 _ => Vec::new(),
@@ -290,9 +290,9 @@ macro_rules! skeleton {
                 mode: Mode,
             ) -> libbpf_rs::Result<()> {
                 let maps = &mut open.maps;
-                maps.counts.set_max_entries(plan.hash_storage_size)?;
-                maps.stacks.set_max_entries(plan.stack_storage_size)?;
-                maps.timed_events.set_max_entries(match plan.timed {
+                maps.counts.set_max_entries(plan.recording.hash_storage_size)?;
+                maps.stacks.set_max_entries(plan.recording.stack_storage_size)?;
+                maps.timed_events.set_max_entries(match plan.recording.timed {
                     true => crate::collect::timed::ring_size() as u32,
                     false => crate::collect::timed::idle_ring_size() as u32,
                 })?;

@@ -25,14 +25,15 @@ use crate::bpf::skel::wallclock::{types, WallclockSkel};
 use crate::bpf::{comm_str, probe, PlainKey};
 use crate::collect::timed::{self, TimedRing};
 use crate::collect::{
-    Collection, Collector, Periodic, RawFrame, RawSample, RawTask, RawTrace, Stacks, Target, WarmUp,
+    Collection, Collector, Periodic, RawFrame, RawSample, RawTask, RawTrace, Recording, Target,
+    WarmUp,
 };
 use crate::error::{Error, Result};
 use crate::procmaps::Mappings;
 use crate::profile::{monotonic_ns, ExtraValue, FrameKind, Kind, Meta, Sample, Trace};
 use crate::tools::offcpu::is_tracing_frame;
 use crate::tools::start::{self, Plan, Watch};
-use crate::unwind::{self, Unwinder};
+use crate::unwind::Unwinder;
 
 /// The `state` of time spent on the CPU (`WALL_ON_CPU` in wallclock.h).
 const ON_CPU: u32 = u32::MAX;
@@ -78,7 +79,6 @@ pub fn state_frame_name(index: usize) -> String {
 #[derive(Clone, Debug)]
 pub struct Config {
     pub target: Target,
-    pub stacks: Stacks,
     /// On-CPU samples per second.
     pub frequency: u64,
     /// Count only time off the CPU in this state (bcc's `--state`: 0 is
@@ -86,41 +86,27 @@ pub struct Config {
     pub state: Option<u64>,
     /// Blocked periods shorter than this (microseconds) are dropped.
     pub min_us: u64,
-    pub hash_storage_size: u32,
-    pub stack_storage_size: u32,
     /// Threads that can be blocked at once and still be tracked.
     pub blocked_storage_size: u32,
     /// `None`: until stopped.
     pub duration: Option<Duration>,
-    pub include_self: bool,
     /// With [`Target::Pids`] of one launched command: its children too.
     pub follow_children: bool,
-    /// How user stacks are walked.
-    pub unwind: unwind::Mode,
-    /// Runtime frames (--python, --java) in the user stacks of processes running them.
-    pub runtimes: crate::unwind::Runtimes,
-    /// Keep each sample's time and each blocked period's start and
-    /// length, sending them to user space instead of summing them.
-    pub timed: bool,
+    /// Which stacks, walked how, into maps of what size.
+    pub recording: Recording,
 }
 
 impl Default for Config {
     fn default() -> Self {
         Config {
             target: Target::All,
-            stacks: Stacks::default(),
             frequency: 49,
             state: None,
             min_us: 0,
-            hash_storage_size: crate::defaults::HASH_STORAGE_SIZE,
-            stack_storage_size: crate::defaults::STACK_STORAGE_SIZE,
             blocked_storage_size: crate::defaults::BLOCKED_STORAGE_SIZE,
             duration: None,
-            include_self: false,
             follow_children: false,
-            timed: false,
-            unwind: unwind::Mode::default(),
-            runtimes: crate::unwind::Runtimes::default(),
+            recording: Recording::default(),
         }
     }
 }
@@ -139,7 +125,7 @@ fn target_words(t: &Target) -> String {
 
 /// The header line for these options.
 pub fn header(c: &Config) -> String {
-    let stacks = match (c.stacks.user, c.stacks.kernel) {
+    let stacks = match (c.recording.stacks.user, c.recording.stacks.kernel) {
         (true, false) => "user",
         (false, true) => "kernel",
         _ => "user + kernel",
@@ -182,14 +168,8 @@ fn plan(c: &Config) -> Plan<'_> {
         watch: Watch::from(&c.target),
         cpu: None,
         launched: c.follow_children,
-        stacks: c.stacks,
-        include_self: c.include_self,
-        unwind: c.unwind,
-        runtimes: c.runtimes,
-        hash_storage_size: c.hash_storage_size,
-        stack_storage_size: c.stack_storage_size,
         uprobes: None,
-        timed: c.timed,
+        recording: c.recording,
     }
 }
 
@@ -227,6 +207,7 @@ impl<'obj> Session<'obj> {
         let skel = open.load().map_err(load_err)?;
         let unwinder = plan.start_unwinder(&skel, mode)?;
         let timed = config
+            .recording
             .timed
             .then(|| TimedRing::start(&skel.maps.timed_events))
             .transpose()?;
@@ -385,7 +366,7 @@ impl Collector for Session<'_> {
             read.push(key, ns, since, key.tid);
         }
         let read = read.scale_down(1000);
-        let want = self.config.stacks;
+        let want = self.config.recording.stacks;
         let mut stacks = self.periodic.reader(&self.skel.maps.stacks, clear);
         let mut samples = Vec::with_capacity(read.keys.len());
         for (k, value) in read.keys {

@@ -15,7 +15,7 @@ use std::time::Duration;
 pub use session::Session;
 pub use tidy::{is_tracing_frame, tidy_samples};
 
-use crate::collect::Stacks;
+use crate::collect::{Recording, Stacks};
 use crate::error::{Error, Result};
 
 /// Which of the three tools.
@@ -85,10 +85,6 @@ impl Attach {
 pub struct Config {
     pub tool: Tool,
     pub threads: Threads,
-    /// The stacks to record: the blocked thread's for offcputime, both
-    /// sides' for offwaketime, the waker's for wakeuptime (bcc records only
-    /// its kernel stack there).
-    pub stacks: Stacks,
     /// Trace only threads leaving the CPU in this state (bcc's --state: 0
     /// is running, i.e. preempted; other values are a bitmask).
     pub state: Option<u64>,
@@ -96,29 +92,18 @@ pub struct Config {
     pub min_us: u64,
     /// Blocked periods longer than this (microseconds) are dropped.
     pub max_us: u64,
-    pub stack_storage_size: u32,
-    /// Distinct keys the kernel can sum.
-    pub hash_storage_size: u32,
     /// Threads that can be blocked at once and still be tracked.
     pub blocked_storage_size: u32,
     pub attach: Attach,
     /// `None`: until stopped.
     pub duration: Option<Duration>,
-    /// How user stacks are walked.
-    pub unwind: crate::unwind::Mode,
-    /// Runtime frames (--python, --java) in the user stacks of processes running them.
-    pub runtimes: crate::unwind::Runtimes,
-    /// Trace flare's own threads too (`--include-self`).
-    pub include_self: bool,
     /// With [`Threads::Pids`] of one launched command (`-- CMD`): the
     /// processes it starts are traced too.
     pub follow_children: bool,
     /// offcputime's `-s`: frame names with the offset into their function.
     pub offsets: bool,
-    /// Keep each blocked period's start and length (for outputs that
-    /// show when), sending periods to user space instead of summing them
-    /// in the kernel.
-    pub timed: bool,
+    /// Which stacks, walked how, into maps of what size.
+    pub recording: Recording,
 }
 
 impl Config {
@@ -127,27 +112,26 @@ impl Config {
         Config {
             tool,
             threads: Threads::All,
-            stacks: Stacks {
-                user: tool != Tool::Wakeup,
-                kernel: true,
-            },
             state: None,
             min_us: 1,
             max_us: u64::MAX,
-            // bcc's offwaketime still defaults to 1024, which its siblings
-            // left for 16384: with two stacks per side, 1024 buckets
-            // collide (-EEXIST) within seconds on a busy host.
-            stack_storage_size: crate::defaults::STACK_STORAGE_SIZE,
-            hash_storage_size: 10240,
             blocked_storage_size: crate::defaults::BLOCKED_STORAGE_SIZE,
             attach: Attach::Auto,
             duration: None,
-            unwind: crate::unwind::Mode::default(),
-            runtimes: crate::unwind::Runtimes::default(),
-            include_self: false,
             follow_children: false,
             offsets: false,
-            timed: false,
+            recording: Recording {
+                stacks: Stacks {
+                    user: tool != Tool::Wakeup,
+                    kernel: true,
+                },
+                // bcc's offwaketime still defaults to 1024, which its
+                // siblings left for 16384: with two stacks per side, 1024
+                // buckets collide (-EEXIST) within seconds on a busy host.
+                stack_storage_size: crate::defaults::STACK_STORAGE_SIZE,
+                hash_storage_size: 10240,
+                ..Recording::default()
+            },
         }
     }
 
@@ -186,7 +170,7 @@ fn stack_context(stacks: Stacks) -> &'static str {
 
 /// bcc's header line for these options (without the trailing newline).
 pub fn header(c: &Config) -> String {
-    let stacks = stack_context(c.stacks);
+    let stacks = stack_context(c.recording.stacks);
     let mut line = match c.tool {
         Tool::OffCpu => format!(
             "Tracing off-CPU time (us) of {} by {stacks} stack",
@@ -227,7 +211,7 @@ mod tests {
             "Tracing off-CPU time (us) of all threads by user + kernel stack... Hit Ctrl-C to end."
         );
         c.threads = Threads::Pids(vec![185]);
-        c.stacks.user = false;
+        c.recording.stacks.user = false;
         c.duration = Some(Duration::from_secs(5));
         assert_eq!(
             header(&c),
@@ -250,10 +234,16 @@ mod tests {
 
     #[test]
     fn defaults_match_bcc() {
-        assert_eq!(Config::new(Tool::OffWake).stack_storage_size, 16384);
-        assert_eq!(Config::new(Tool::OffCpu).stack_storage_size, 16384);
+        assert_eq!(
+            Config::new(Tool::OffWake).recording.stack_storage_size,
+            16384
+        );
+        assert_eq!(
+            Config::new(Tool::OffCpu).recording.stack_storage_size,
+            16384
+        );
         let w = Config::new(Tool::Wakeup);
-        assert!(!w.stacks.user && w.stacks.kernel);
+        assert!(!w.recording.stacks.user && w.recording.stacks.kernel);
         assert_eq!((w.min_us, w.max_us), (1, u64::MAX));
     }
 }

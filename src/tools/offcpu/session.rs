@@ -87,14 +87,8 @@ fn plan(c: &Config) -> Plan<'_> {
         },
         cpu: None,
         launched: c.follow_children,
-        stacks: c.stacks,
-        include_self: c.include_self,
-        unwind: c.unwind,
-        runtimes: c.runtimes,
-        hash_storage_size: c.hash_storage_size,
-        stack_storage_size: c.stack_storage_size,
         uprobes: None,
-        timed: c.timed,
+        recording: c.recording,
     }
 }
 
@@ -159,6 +153,7 @@ impl<'obj> Session<'obj> {
         let skel = open.load().map_err(load_err)?;
         let unwinder = plan.start_unwinder(&skel, mode)?;
         let timed = config
+            .recording
             .timed
             .then(|| TimedRing::start(&skel.maps.timed_events))
             .transpose()?;
@@ -301,7 +296,7 @@ impl Collector for Session<'_> {
     fn collect(&mut self, clear: bool) -> Result<Collection> {
         let mut stacks = self.periodic.reader(&self.skel.maps.stacks, clear);
         let mut samples = Vec::new();
-        let want = self.config.stacks;
+        let want = self.config.recording.stacks;
         let mut task = |t: &types::offcpu_task| RawTask {
             pid: Some(t.pid),
             start: t.start,

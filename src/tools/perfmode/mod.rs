@@ -368,7 +368,7 @@ impl Session {
             }
         }
         let kernel_allowed = paranoid <= 1;
-        if !config.stacks.user && !kernel_allowed {
+        if !config.recording.stacks.user && !kernel_allowed {
             return Err(Error::Unsupported(format!(
                 "-K (kernel stacks only) without root needs kernel.perf_event_paranoid <= 1 (now {paranoid}; sudo sysctl kernel.perf_event_paranoid=1), or {RUN_AS_ROOT}"
             )));
@@ -405,15 +405,15 @@ impl Session {
             }
             None => system::online_cpus()?.0,
         };
-        let kernel = config.stacks.kernel && kernel_allowed;
-        let wanted_kernel = config.stacks.kernel;
-        config.stacks.kernel = kernel;
-        let user = config.stacks.user;
+        let kernel = config.recording.stacks.kernel && kernel_allowed;
+        let wanted_kernel = config.recording.stacks.kernel;
+        config.recording.stacks.kernel = kernel;
+        let user = config.recording.stacks.user;
         let mode = match (
             user,
             cfg!(any(target_arch = "x86_64", target_arch = "aarch64")),
         ) {
-            (true, true) => config.unwind,
+            (true, true) => config.recording.unwind,
             _ => Mode::Fp,
         };
         let layout = Layout {
@@ -422,9 +422,9 @@ impl Session {
         };
         // Python frames are read when the sample arrives: every sample
         // wakes the reader.
-        let python = user && config.runtimes.python;
+        let python = user && config.recording.runtimes.python;
         // Java frames are walked from the copied stack.
-        let java = user && mode != Mode::Fp && config.runtimes.java;
+        let java = user && mode != Mode::Fp && config.recording.runtimes.java;
         let mappings = Mappings::fed();
         if !launched {
             let pids: Vec<u32> = threads.iter().map(|&(p, _)| p).collect();
@@ -460,10 +460,10 @@ impl Session {
                 user,
                 kernel,
                 per_thread: config.per_thread || matches!(config.target, Target::Tids(_)),
-                max_keys: config.hash_storage_size as usize,
+                max_keys: config.recording.hash_storage_size as usize,
                 index: HashMap::new(),
                 counts: Vec::new(),
-                events: config.timed.then(Vec::new),
+                events: config.recording.timed.then(Vec::new),
                 stacks: Default::default(),
                 comms: HashMap::new(),
                 tables: Tables::new(DiskCache::from_env()),
@@ -506,7 +506,7 @@ impl Collector for Session {
 
     fn warm_up(&self) -> WarmUp {
         WarmUp {
-            kernel: self.config.stacks.kernel,
+            kernel: self.config.recording.stacks.kernel,
             pids: match &self.config.target {
                 Target::Pids(p) => p.clone(),
                 _ => Vec::new(),

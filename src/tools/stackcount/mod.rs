@@ -25,14 +25,14 @@ use libbpf_rs::{Link, Object, OpenObject};
 use crate::bpf::skel::stackcount::{types, StackcountSkel};
 use crate::bpf::{comm_str, probe, PlainKey};
 use crate::collect::timed::{self, TimedRing};
-use crate::collect::{Collection, Collector, Periodic, RawSample, RawTask, WarmUp};
+use crate::collect::{Collection, Collector, Periodic, RawSample, RawTask, Recording, WarmUp};
 use crate::error::{Error, Result};
 use crate::procmaps::Mappings;
 use crate::profile::{Kind, Meta, Sample};
 use crate::tools::start::{self, Plan, Watch};
 
 pub use crate::collect::Stacks;
-use crate::unwind::{self, Unwinder};
+use crate::unwind::Unwinder;
 
 pub use pattern::{Pattern, ProbeKind};
 
@@ -41,7 +41,7 @@ pub use pattern::{Pattern, ProbeKind};
 const ALL_PIDS: u32 = u32::MAX;
 
 /// Everything `flare stackcount` was asked to do.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct Config {
     /// The event pattern (`func`, `lib:func`, `t:cat:event`, `u:lib:probe`).
     pub pattern: String,
@@ -54,17 +54,8 @@ pub struct Config {
     /// `-P`: keep processes apart even when only kernel stacks of kernel
     /// events are counted (they are kept apart otherwise anyway).
     pub per_process: bool,
-    pub stacks: Stacks,
-    pub stack_storage_size: u32,
-    pub hash_storage_size: u32,
-    /// How user stacks are walked.
-    pub unwind: unwind::Mode,
-    /// Runtime frames (--python, --java) in the user stacks of processes running them.
-    pub runtimes: crate::unwind::Runtimes,
     /// `-s`: frame names with the offset into their function.
     pub offsets: bool,
-    /// Count flare's own process too (`--include-self`).
-    pub include_self: bool,
     /// The program of a command flare launched (`-- CMD`): `pid` is its
     /// process, the processes it starts are counted too, and user probes
     /// are attached for every process (filtered in the kernel), since the
@@ -73,31 +64,8 @@ pub struct Config {
     /// How to attach kernel functions; `None` chooses (multi-kprobes,
     /// kprobes, fentry: the first this kernel has).
     pub attach: Option<KernelAttach>,
-    /// Keep each event's time, sending events to user space instead of
-    /// counting them in the kernel.
-    pub timed: bool,
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Config {
-            pattern: String::new(),
-            regex: false,
-            pid: None,
-            cpu: None,
-            per_process: false,
-            stacks: Stacks::default(),
-            stack_storage_size: crate::defaults::STACK_STORAGE_SIZE,
-            hash_storage_size: crate::defaults::HASH_STORAGE_SIZE,
-            unwind: unwind::Mode::default(),
-            runtimes: crate::unwind::Runtimes::default(),
-            offsets: false,
-            include_self: false,
-            command: None,
-            attach: None,
-            timed: false,
-        }
-    }
+    /// Which stacks, walked how, into maps of what size.
+    pub recording: Recording,
 }
 
 impl Config {
@@ -105,7 +73,7 @@ impl Config {
     /// `-P`, for user-space events and whenever user stacks are collected
     /// (a user stack means nothing without its process).
     pub fn keys_processes(&self, kind: ProbeKind) -> bool {
-        self.per_process || !kind.is_kernel() || self.stacks.user
+        self.per_process || !kind.is_kernel() || self.recording.stacks.user
     }
 }
 
@@ -256,14 +224,8 @@ fn plan(c: &Config) -> Plan<'_> {
         },
         cpu: c.cpu,
         launched: c.command.is_some(),
-        stacks: c.stacks,
-        include_self: c.include_self,
-        unwind: c.unwind,
-        runtimes: c.runtimes,
-        hash_storage_size: c.hash_storage_size,
-        stack_storage_size: c.stack_storage_size,
         uprobes: None,
-        timed: c.timed,
+        recording: c.recording,
     }
 }
 
@@ -303,6 +265,7 @@ impl<'obj> Session<'obj> {
         let skel = loaded.map_err(|e| attach::load_error(&pattern, &targets, e))?;
         let unwinder = plan.start_unwinder(&skel, mode)?;
         let timed = config
+            .recording
             .timed
             .then(|| TimedRing::start(&skel.maps.timed_events))
             .transpose()?;
@@ -396,8 +359,8 @@ impl Collector for Session<'_> {
         let mut samples = Vec::new();
         let read = timed::read(self.timed.as_ref(), &self.skel.maps.counts, clear)?;
         for (k, count) in read.keys {
-            let user = stacks.read(k.user_stack_id, self.config.stacks.user);
-            let kernel = stacks.read(k.kernel_stack_id, self.config.stacks.kernel);
+            let user = stacks.read(k.user_stack_id, self.config.recording.stacks.user);
+            let kernel = stacks.read(k.kernel_stack_id, self.config.recording.stacks.kernel);
             // Stacks of all processes counted together have no process:
             // the pattern stands in for its name, so that folded lines and
             // flame graphs get one root instead of an empty one.
