@@ -8,30 +8,29 @@
 //! workload (nice -10) so that stop-to-output does not wait on a busy
 //! machine. Between, it can be handed samples to learn from
 //! ([`Background::learn`]): their runtime frames are named while their
-//! processes still live.
+//! processes still live, by a thread of their own at normal priority,
+//! as a process may exit long before an idle warm-up is done (a JVM's
+//! compiler threads keep every CPU busy while it runs).
 
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
 
-use super::{Options, RawSample, Symbolizer};
+use super::{runtime, Options, RawSample, Symbolizer};
 use crate::procmaps::Mappings;
 use crate::profile::Sample;
 
-/// What the thread is asked.
-enum Request {
-    /// Name these samples and send them back.
-    Resolve(Vec<RawSample>),
-    /// Name the runtime frames of these samples now; nothing comes back.
-    Learn(Vec<RawSample>),
-}
-
-/// A symbolizer thread that can resolve any number of batches.
+/// A symbolizer thread that can resolve any number of batches, and a
+/// thread that names runtime frames while their processes live.
 pub struct Background {
-    requests: Option<Sender<Request>>,
+    /// Samples to name and send back.
+    requests: Option<Sender<Vec<RawSample>>>,
     results: Receiver<Vec<Sample>>,
     thread: Option<JoinHandle<()>>,
     priority: Arc<Mutex<Priority>>,
+    /// Samples whose runtime frames to name now; nothing comes back.
+    learn: Option<Sender<Vec<RawSample>>>,
+    learner: Option<JoinHandle<()>>,
 }
 
 /// Whether the thread may still idle: shared so that lowering and raising
@@ -88,10 +87,22 @@ impl Background {
         pids: Vec<u32>,
         namers: crate::collect::Namers,
     ) -> Self {
-        let (req_tx, req_rx) = mpsc::channel::<Request>();
+        let (req_tx, req_rx) = mpsc::channel::<Vec<RawSample>>();
         let (res_tx, res_rx) = mpsc::channel();
+        let (learn_tx, learn_rx) = mpsc::channel::<Vec<RawSample>>();
         let priority = Arc::new(Mutex::new(Priority::default()));
         let own = Arc::clone(&priority);
+        let shared: runtime::Shared = Arc::default();
+        runtime::lock(&shared).set(namers);
+        let runtimes = Arc::clone(&shared);
+        let learner = thread::Builder::new()
+            .name("flare-learn".into())
+            .spawn(move || {
+                for raw in learn_rx {
+                    runtime::lock(&runtimes).learn_samples(&raw);
+                }
+            })
+            .ok();
         let thread = thread::Builder::new()
             .name("flare-symbolize".into())
             .spawn(move || {
@@ -108,7 +119,7 @@ impl Background {
                     }
                 }
                 let mut symbolizer = Symbolizer::with_mappings(options, mappings);
-                symbolizer.set_namers(namers);
+                symbolizer.share_runtimes(shared);
                 symbolizer.warm(kernel, &pids);
                 {
                     let mut p = own.lock().unwrap_or_else(|e| e.into_inner());
@@ -116,14 +127,9 @@ impl Background {
                         set_policy(0, libc::SCHED_OTHER);
                     }
                 }
-                for request in req_rx {
-                    match request {
-                        Request::Learn(raw) => symbolizer.learn(&raw),
-                        Request::Resolve(raw) => {
-                            if res_tx.send(symbolizer.resolve(raw)).is_err() {
-                                break;
-                            }
-                        }
+                for raw in req_rx {
+                    if res_tx.send(symbolizer.resolve(raw)).is_err() {
+                        break;
                     }
                 }
             })
@@ -133,6 +139,8 @@ impl Background {
             results: res_rx,
             thread,
             priority,
+            learn: learner.as_ref().map(|_| learn_tx),
+            learner,
         }
     }
 
@@ -153,19 +161,17 @@ impl Background {
                 }
             }
         }
-        match tx.send(Request::Resolve(raw)) {
+        match tx.send(raw) {
             Ok(()) => self.results.recv().unwrap_or_default(),
-            Err(mpsc::SendError(Request::Resolve(raw) | Request::Learn(raw))) => {
-                Symbolizer::new(Options::default()).resolve(raw)
-            }
+            Err(mpsc::SendError(raw)) => Symbolizer::new(Options::default()).resolve(raw),
         }
     }
 
     /// Has the runtime frames of `raw` named now, while their processes
     /// live, without waiting (see [`Symbolizer::learn`]).
     pub fn learn(&self, raw: Vec<RawSample>) {
-        if let Some(tx) = &self.requests {
-            let _ = tx.send(Request::Learn(raw));
+        if let Some(tx) = &self.learn {
+            let _ = tx.send(raw);
         }
     }
 }
@@ -173,7 +179,11 @@ impl Background {
 impl Drop for Background {
     fn drop(&mut self) {
         self.requests.take();
-        if let Some(t) = self.thread.take() {
+        self.learn.take();
+        for t in [self.thread.take(), self.learner.take()]
+            .into_iter()
+            .flatten()
+        {
             let _ = t.join();
         }
     }

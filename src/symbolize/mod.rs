@@ -61,8 +61,9 @@ pub struct Symbolizer {
     /// there is none), and when it was looked for: a run without end
     /// (the agent) looks again, as modules come and go.
     kallsyms: Option<(Option<kallsyms::Copy>, Instant)>,
-    /// Runtime frames' namers and what they named.
-    runtimes: runtime::Runtimes,
+    /// Runtime frames' namers and what they named (shared with a thread
+    /// that learns while the symbolizer warms up: [`background`]).
+    runtimes: runtime::Shared,
 }
 
 /// How long a look for the kernel symbols' copy holds: past it, the
@@ -148,13 +149,19 @@ impl Symbolizer {
             objects: objects::ObjectCache::default(),
             vdso: None,
             kallsyms: None,
-            runtimes: runtime::Runtimes::default(),
+            runtimes: runtime::Shared::default(),
         }
     }
 
     /// Names runtime frames with `namers` (a collector's).
     pub fn set_namers(&mut self, namers: crate::collect::Namers) {
-        self.runtimes.set(namers);
+        runtime::lock(&self.runtimes).set(namers);
+    }
+
+    /// Names runtime frames with `shared`'s namers, keeping what they
+    /// name there (for a thread that learns names beside this one).
+    pub fn share_runtimes(&mut self, shared: runtime::Shared) {
+        self.runtimes = shared;
     }
 
     /// Resolves kernel addresses, caching results for the run: those of
@@ -350,21 +357,7 @@ impl Symbolizer {
     /// named here is kept for [`Symbolizer::resolve`], after the process
     /// is gone.
     pub fn learn(&mut self, raw: &[RawSample]) {
-        let mut runtime: HashMap<(u32, u64), Vec<crate::collect::RuntimeFrame>> = HashMap::new();
-        let tasks = raw
-            .iter()
-            .flat_map(|s| std::iter::once(&s.task).chain(s.waker.as_ref()));
-        for t in tasks {
-            let Some(pid) = t.pid else { continue };
-            let frames = t.user.frames().iter().filter_map(|f| match f {
-                RawFrame::Runtime(r) => Some(**r),
-                _ => None,
-            });
-            runtime.entry((pid, t.start)).or_default().extend(frames);
-        }
-        for ((pid, start), frames) in runtime {
-            self.runtimes.learn(pid, start, &frames);
-        }
+        runtime::lock(&self.runtimes).learn_samples(raw);
     }
 
     /// Symbolizes every sample: one kernel batch, one batch per process
@@ -396,7 +389,7 @@ impl Symbolizer {
             .map(|(&(pid, start), addrs)| ((pid, start), self.resolve_user(pid, start, addrs)))
             .collect();
         let empty = HashMap::new();
-        let runtimes = &self.runtimes;
+        let runtimes = runtime::lock(&self.runtimes);
         let build = |t: RawTask| -> TaskStack {
             let ures = t
                 .pid

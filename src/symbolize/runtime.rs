@@ -10,9 +10,9 @@
 //! reused at the same address from taking the old name.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 
-use crate::collect::{Namer, Namers, Runtime, RuntimeFrame};
+use crate::collect::{Namer, Namers, RawFrame, RawSample, Runtime, RuntimeFrame};
 use crate::profile::{Frame, FrameKind, SourceLine};
 
 /// Past this many named frames, all are forgotten (a run without end
@@ -20,6 +20,18 @@ use crate::profile::{Frame, FrameKind, SourceLine};
 const MAX_NAMED: usize = 1 << 18;
 
 type Key = (u32, u64, RuntimeFrame);
+
+/// [`Runtimes`] shared by the threads that name (learning while the
+/// processes live) and resolve.
+pub type Shared = Arc<Mutex<Runtimes>>;
+
+/// Locks `shared` (a poisoned lock is used as it stands: what it holds
+/// is a cache).
+pub fn lock(shared: &Shared) -> MutexGuard<'_, Runtimes> {
+    shared
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
 
 /// The namers of every runtime and what they named.
 pub struct Runtimes {
@@ -42,6 +54,26 @@ impl Runtimes {
     /// Uses `namers` for their runtimes' frames.
     pub fn set(&mut self, namers: Namers) {
         self.namers.extend(namers);
+    }
+
+    /// Names the runtime frames of `raw` not named yet, by their
+    /// runtimes' namers, while their processes may still live.
+    pub fn learn_samples(&mut self, raw: &[RawSample]) {
+        let mut runtime: HashMap<(u32, u64), Vec<RuntimeFrame>> = HashMap::new();
+        let tasks = raw
+            .iter()
+            .flat_map(|s| std::iter::once(&s.task).chain(s.waker.as_ref()));
+        for t in tasks {
+            let Some(pid) = t.pid else { continue };
+            let frames = t.user.frames().iter().filter_map(|f| match f {
+                RawFrame::Runtime(r) => Some(**r),
+                _ => None,
+            });
+            runtime.entry((pid, t.start)).or_default().extend(frames);
+        }
+        for ((pid, start), frames) in runtime {
+            self.learn(pid, start, &frames);
+        }
     }
 
     /// Names the frames of process `pid` (started at `start`) not named
