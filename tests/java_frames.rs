@@ -482,6 +482,7 @@ fn a_jvm_that_exited_is_named_as_when_alive() {
     // Emulated, fewer: timers lag (132 in the arm64 guest, 9 unnamed
     // beside them; none are named when names do not outlive the JVM).
     let want = if common::bpf::emulated() { 100 } else { 200 };
+    eprintln!("{named} samples named in parseRequest after the JVM exited");
     assert!(
         named >= want,
         "{named} samples in parseRequest: {stderr}\n{folded}"
