@@ -612,26 +612,30 @@ fn java_frames_without_root() {
     // 6 % page faults on fresh heap, which samples without root cannot
     // see (the kernel drops samples taken in it), while the program's
     // clock counts them.
-    let out = sb.run(
-        &[
-            "profile",
-            "-F",
-            "997",
-            "-f",
-            "--",
-            "java",
-            "-XX:+AlwaysPreTouch",
-            "-Xms128m",
-            "-Xmx128m",
-            "-cp",
-            ".",
-            "Service",
-            "cpu",
-            &common::java::seconds(4),
-        ],
-        &sb.path("cache"),
-        "go\n",
-    );
+    // Emulated, the JVM records every inlined range, as in
+    // tests/java_frames.rs' JIT test: a leaf inlined into handle() is
+    // otherwise placed by the next debug point, which one compilation of
+    // handle() may put in handle() itself. The arm64 guest's CI run once
+    // saw 781 of 1,810 samples in the two leaves (1,501-1,549 of
+    // 1,619-1,677 in three runs after it); its stacks were not kept, so
+    // the placement is the likely cause, not a seen one (the assertion
+    // now prints them). Natively the JVM runs without such flags.
+    let seconds = common::java::seconds(4);
+    let mut command = vec!["profile", "-F", "997", "-f", "--", "java"];
+    if common::bpf::emulated() {
+        command.extend(["-XX:+UnlockDiagnosticVMOptions", "-XX:+DebugNonSafepoints"]);
+    }
+    command.extend([
+        "-XX:+AlwaysPreTouch",
+        "-Xms128m",
+        "-Xmx128m",
+        "-cp",
+        ".",
+        "Service",
+        "cpu",
+        &seconds,
+    ]);
+    let out = sb.run(&command, &sb.path("cache"), "go\n");
     let err = String::from_utf8_lossy(&out.stderr);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "stderr: {err}");
@@ -661,9 +665,10 @@ fn java_frames_without_root() {
         .sum();
     let spent_both: f64 = own.iter().map(|(_, spent)| spent).sum();
     let most = if common::bpf::emulated() { 7 } else { 8 };
+    eprintln!("{both} of {total} samples in the two functions");
     assert!(
         both * 10 >= total * most,
-        "{both} of {total} samples in the two functions"
+        "{both} of {total} samples in the two functions:\n{stdout}\n{err}"
     );
     if common::bpf::emulated() {
         // Emulated (the arm64 guests), perf-event mode's parseRequest
