@@ -7,8 +7,16 @@
 #define FLARE_COMMON_H
 
 #define FLARE_TASK_COMM_LEN 16
-/* The kernel's default perf_event_max_stack. */
+/* The kernel's default perf_event_max_stack: the words of a stored
+ * stack's head (and of each chunk of its tail), and the deepest kernel
+ * stack flare asks for. */
 #define FLARE_MAX_STACK_DEPTH 127
+/* User stacks go deeper: a stack of up to FLARE_STACK_CHUNKS chunks of
+ * FLARE_MAX_STACK_DEPTH words, and of at most FLARE_MAX_FRAMES frames (a
+ * runtime frame takes 4 words, so 1,024 of them fit beside natives). */
+#define FLARE_STACK_CHUNKS	36
+#define FLARE_MAX_STACK_WORDS	(FLARE_STACK_CHUNKS * FLARE_MAX_STACK_DEPTH)
+#define FLARE_MAX_FRAMES	1024
 /* Stack id stored when a stack was not asked for (-U / -K). */
 #define FLARE_STACK_SKIPPED (-1)
 
@@ -61,9 +69,41 @@ struct flare_timed_hdr {
 
 _Static_assert(sizeof(struct flare_timed_hdr) == 24, "flare_timed_hdr layout");
 
+/*
+ * A stored stack's head: its first FLARE_MAX_STACK_DEPTH words. A longer
+ * stack keeps the rest in `stack_tails` (stacks.h), chunk by chunk, so
+ * that storage costs what a stack is long. `len` holds the stack's words
+ * (FLARE_LEN_WORDS), its frames (FLARE_LEN_FRAMES) and whether the walk
+ * was cut before the outermost frame (FLARE_LEN_CUT).
+ */
 struct flare_stack {
 	__u64 len;
 	__u64 hash;
+	__u64 pcs[FLARE_MAX_STACK_DEPTH];
+};
+
+#define FLARE_LEN_WORDS		0xffffULL
+#define FLARE_LEN_FRAMES_SHIFT	16
+#define FLARE_LEN_CUT		(1ULL << 32)
+/* ... by the kernel's own walk (bpf_get_stack), at its limit. */
+#define FLARE_LEN_KERNEL_CAP	(1ULL << 33)
+
+/* Where a stack is assembled (as big as the deepest; its first fields are
+ * a `struct flare_stack`'s, so its head is stored from it as it is). */
+struct flare_stack_scratch {
+	__u64 len;
+	__u64 hash;
+	__u64 pcs[FLARE_MAX_STACK_WORDS];
+};
+
+/* A chunk of a long stack's tail: chunk k (from 1) holds words
+ * k * FLARE_MAX_STACK_DEPTH on. */
+struct flare_tail_key {
+	__u64 id;
+	__u64 chunk;
+};
+
+struct flare_stack_chunk {
 	__u64 pcs[FLARE_MAX_STACK_DEPTH];
 };
 
@@ -71,6 +111,8 @@ struct flare_stack {
 struct flare_stack_stats {
 	__u64 collisions;	/* ids taken by another stack (probed past) */
 	__u64 full;		/* stacks not stored: the storage was full */
+	__u64 tails_full;	/* tail chunks not stored: their storage was full */
+	__u64 cut;		/* stacks cut at the depth limit */
 };
 
 #endif /* FLARE_COMMON_H */

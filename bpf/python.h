@@ -147,7 +147,7 @@ static __always_inline __u64 py_cookie(struct py_proc *p, __u64 code)
  * `*n` words of `out` (hashing it into `*hash`), or ends that eval call's
  * frames. Returns 1 when the stack is full.
  */
-static __always_inline long py_step(struct py_walk *py, struct flare_stack *out, __u32 *n,
+static __always_inline long py_step(struct py_walk *py, struct flare_stack_scratch *out, __u32 *n,
 				    __u64 *hash)
 {
 	struct py_proc *p = &py->proc;
@@ -199,7 +199,7 @@ end:
 		__u32 at = *n;
 
 		barrier_var(at);
-		if (at < FLARE_MAX_STACK_DEPTH) {
+		if (at < FLARE_MAX_STACK_WORDS) {
 			out->pcs[at] = py->eval_pc;
 			*n = at + 1;
 			*hash = flare_hash_step(*hash, py->eval_pc);

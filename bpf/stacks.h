@@ -24,9 +24,9 @@
 
 #include "unwind_types.h"
 
-/* Every stack of the run, by id; sized before load (--stack-storage-size).
- * Entries are never replaced or deleted, so an id names one stack for the
- * whole run. */
+/* Every stack of the run, by id: its head (common.h); sized before load
+ * (--stack-storage-size). Entries are never replaced or deleted, so an
+ * id names one stack for the whole run. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__type(key, __u64);
@@ -34,13 +34,38 @@ struct {
 	__uint(max_entries, 16384);
 } stacks SEC(".maps");
 
-/* Where a stack is assembled before it is stored (one per CPU). */
+/* The tails of stacks longer than a head, a chunk an entry. User space
+ * allocates it as used where the kernel allows that in every program
+ * (6.1+: BPF_F_NO_PREALLOC), and sizes it before load. */
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, struct flare_tail_key);
+	__type(value, struct flare_stack_chunk);
+	__uint(max_entries, 16384);
+} stack_tails SEC(".maps");
+
+/* Where a stack is assembled before it is stored: one per CPU, by CPU
+ * (an array, not a per-CPU array, whose values may not exceed 32 KiB);
+ * user space sets max_entries to the possible CPUs before load. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__type(key, __u32);
-	__type(value, struct flare_stack);
+	__type(value, struct flare_stack_scratch);
 	__uint(max_entries, 1);
 } stack_scratch SEC(".maps");
+
+/* This CPU's scratch stack, or NULL. */
+static __always_inline struct flare_stack_scratch *flare_scratch(void)
+{
+	__u32 cpu = bpf_get_smp_processor_id();
+
+	return bpf_map_lookup_elem(&stack_scratch, &cpu);
+}
+
+/* The deepest user stack, in frames, that the kernel's own walk
+ * (bpf_get_stack) gives: kernel.perf_event_max_stack, set before load.
+ * A stack that long may have been cut. */
+const volatile __u32 kernel_max_frames = FLARE_MAX_STACK_DEPTH;
 
 struct flare_stack_stats stack_stats = {};
 
@@ -66,12 +91,12 @@ static __always_inline __u64 flare_hash_step(__u64 h, __u64 pc)
 	return h ^ (h >> 29);
 }
 
-/* The hash of the first `len` frames of `s`. */
-static __always_inline __u64 flare_hash_frames(struct flare_stack *s, __u32 len)
+/* The hash of the first `len` words of `s`, of at most `max` words. */
+static __always_inline __u64 flare_hash_frames(struct flare_stack_scratch *s, __u32 len, int max)
 {
 	__u64 h = FLARE_HASH_SEED;
 
-	for (int i = 0; i < FLARE_MAX_STACK_DEPTH; i++) {
+	for (int i = 0; i < max && i < FLARE_MAX_STACK_WORDS; i++) {
 		if (i >= len)
 			break;
 		h = flare_hash_step(h, s->pcs[i]);
@@ -80,7 +105,7 @@ static __always_inline __u64 flare_hash_frames(struct flare_stack *s, __u32 len)
 }
 
 /* True when `a` and `b` hold the same frames (see above). */
-static __always_inline bool flare_same_stack(struct flare_stack *a, struct flare_stack *b)
+static __always_inline bool flare_same_stack(struct flare_stack *a, struct flare_stack_scratch *b)
 {
 	return a->len == b->len && a->hash == b->hash;
 }
@@ -91,7 +116,7 @@ static __always_inline bool flare_same_stack(struct flare_stack *a, struct flare
  * end, hashing its words into `*hash`: the new length, or `len` when the
  * frame does not fit.
  */
-static __always_inline __u64 flare_push_runtime_frame(struct flare_stack *s, __u64 len, __u64 *hash,
+static __always_inline __u64 flare_push_runtime_frame(struct flare_stack_scratch *s, __u64 len, __u64 *hash,
 						      __u8 type, __u64 a, __u64 b, __u64 cookie)
 {
 	__u64 header = FLARE_FRAME_HEADER(type, 0, FLARE_RUNTIME_FRAME_WORDS);
@@ -102,7 +127,7 @@ static __always_inline __u64 flare_push_runtime_frame(struct flare_stack *s, __u
 	 * array: the walk's step that calls this must stay within the 512
 	 * bytes of stack its program, it and its callbacks share. */
 	barrier_var(at);
-	if (at > FLARE_MAX_STACK_DEPTH - 1 - FLARE_RUNTIME_FRAME_WORDS)
+	if (at > FLARE_MAX_STACK_WORDS - 1 - FLARE_RUNTIME_FRAME_WORDS)
 		return len;
 	s->pcs[at] = header;
 	s->pcs[at + 1] = a;
@@ -118,7 +143,7 @@ static __always_inline __u64 flare_push_runtime_frame(struct flare_stack *s, __u
 /* Under the test knob, ends the user stack `s` of `len` words in a test
  * runtime frame: identifiers (the process id, the native words below it),
  * cookie 0. Returns the new length. */
-static __always_inline __u64 flare_test_runtime_frame(struct flare_stack *s, __u64 len, __u64 *hash)
+static __always_inline __u64 flare_test_runtime_frame(struct flare_stack_scratch *s, __u64 len, __u64 *hash)
 {
 	if (!test_runtime_frame)
 		return len;
@@ -126,18 +151,64 @@ static __always_inline __u64 flare_test_runtime_frame(struct flare_stack *s, __u
 					bpf_get_current_pid_tgid() >> 32, len, 0);
 }
 
+/* The chunks of a stack of `words` words, its head included. */
+static __always_inline __u32 flare_stack_chunks(__u64 words)
+{
+	return (words + FLARE_MAX_STACK_DEPTH - 1) / FLARE_MAX_STACK_DEPTH;
+}
+
+/*
+ * Stores the tail of `s` (its words past the head) under `id`, chunk by
+ * chunk, skipping chunks already there. A chunk the tails' storage has no
+ * room for ends it: the next sample of the stack tries again (a map
+ * allocated as it fills may refuse in NMI context until it is refilled),
+ * and user space shows the stack as cut where its tail ends meanwhile.
+ */
+static __always_inline void flare_store_tail(struct flare_stack_scratch *s, __u64 id)
+{
+	__u32 chunks = flare_stack_chunks(s->len & FLARE_LEN_WORDS);
+	struct flare_tail_key key = { .id = id };
+	long err;
+
+	for (int k = 1; k < FLARE_STACK_CHUNKS; k++) {
+		if (k >= chunks)
+			break;
+		key.chunk = k;
+		err = bpf_map_update_elem(&stack_tails, &key, &s->pcs[k * FLARE_MAX_STACK_DEPTH],
+					  BPF_NOEXIST);
+		if (err && err != -FLARE_EEXIST) {
+			__sync_fetch_and_add(&stack_stats.tails_full, 1);
+			break;
+		}
+	}
+}
+
+/* Stores what is missing of the tail of `s`, already stored under `id`:
+ * one lookup (its last chunk) when nothing is. */
+static __always_inline void flare_mend_tail(struct flare_stack_scratch *s, __u64 id)
+{
+	__u32 chunks = flare_stack_chunks(s->len & FLARE_LEN_WORDS);
+	struct flare_tail_key key = { .id = id, .chunk = chunks - 1 };
+
+	if (chunks > 1 && !bpf_map_lookup_elem(&stack_tails, &key))
+		flare_store_tail(s, id);
+}
+
 /*
  * Stores `s` (its len set) under the first of FLARE_STACK_PROBES ids from
  * `hash` that is free or already holds the same stack: ids are
  * `(hash + probe) & mask | base`, `mask` and `base` keeping kernel and user
  * stacks in ranges of their own (FLARE_KERNEL_ID_MASK, FLARE_USER_ID_BASE).
- * Returns the id, or a negative errno as bpf_get_stackid gives one:
+ * The head goes to `stacks`; the CPU that stores it first stores its
+ * tail. Returns the id, or a negative errno as bpf_get_stackid gives one:
  * -ENOMEM when the storage is full, -EEXIST when every probed id holds
  * another stack (never seen in practice: the ids have 31 or 62 bits).
  */
-static __always_inline __s64 flare_store_stack(struct flare_stack *s, __u64 hash, __u64 mask,
+static __always_inline __s64 flare_store_stack(struct flare_stack_scratch *s, __u64 hash, __u64 mask,
 					       __u64 base)
 {
+	if (s->len & FLARE_LEN_CUT)
+		__sync_fetch_and_add(&stack_stats.cut, 1);
 	s->hash = hash;
 	hash &= stack_hash_mask;
 	for (int p = 0; p < FLARE_STACK_PROBES; p++) {
@@ -145,8 +216,12 @@ static __always_inline __s64 flare_store_stack(struct flare_stack *s, __u64 hash
 		struct flare_stack *old = bpf_map_lookup_elem(&stacks, &id);
 
 		if (!old) {
-			if (!bpf_map_update_elem(&stacks, &id, s, BPF_NOEXIST))
+			/* The head is the scratch's first fields. */
+			if (!bpf_map_update_elem(&stacks, &id, s, BPF_NOEXIST)) {
+				if ((s->len & FLARE_LEN_WORDS) > FLARE_MAX_STACK_DEPTH)
+					flare_store_tail(s, id);
 				return id;
+			}
 			/* Taken meanwhile by another CPU, or full. */
 			old = bpf_map_lookup_elem(&stacks, &id);
 			if (!old) {
@@ -154,35 +229,59 @@ static __always_inline __s64 flare_store_stack(struct flare_stack *s, __u64 hash
 				return -FLARE_ENOMEM;
 			}
 		}
-		if (flare_same_stack(old, s))
+		if (flare_same_stack(old, s)) {
+			flare_mend_tail(s, id);
 			return id;
+		}
 		__sync_fetch_and_add(&stack_stats.collisions, 1);
 	}
 	return -FLARE_EEXIST;
+}
+
+/* The `len` of a stack of `words` words and `frames` frames, `cut` when
+ * the walk stopped before the outermost frame. */
+static __always_inline __u64 flare_stack_len(__u64 words, __u64 frames, bool cut)
+{
+	return words | (frames << FLARE_LEN_FRAMES_SHIFT) | (cut ? FLARE_LEN_CUT : 0);
 }
 
 /*
  * Captures a stack with bpf_get_stack (`flags`: 0 for the kernel stack,
  * BPF_F_USER_STACK for the user stack by frame pointers) and stores it:
  * its id, or a negative errno (-EFAULT: there is no such stack, as for
- * the kernel stack of a sample taken in user mode).
+ * the kernel stack of a sample taken in user mode). A kernel stack is
+ * asked for up to FLARE_MAX_STACK_DEPTH frames, a user stack for as many
+ * as the kernel walks (kernel_max_frames, up to FLARE_MAX_FRAMES): one
+ * that long is marked cut.
  */
 static __always_inline __s64 flare_get_stack(void *ctx, __u64 flags, __u64 mask, __u64 base)
 {
-	__u32 zero = 0;
-	struct flare_stack *s = bpf_map_lookup_elem(&stack_scratch, &zero);
-	__u64 hash;
+	bool user = flags & BPF_F_USER_STACK;
+	int max = user ? FLARE_MAX_FRAMES : FLARE_MAX_STACK_DEPTH;
+	struct flare_stack_scratch *s = flare_scratch();
+	__u64 hash, words;
 	long n;
 
 	if (!s)
 		return -FLARE_EFAULT;
-	n = bpf_get_stack(ctx, s->pcs, sizeof(s->pcs), flags);
+	n = bpf_get_stack(ctx, s->pcs, max * sizeof(__u64), flags);
 	if (n <= 0)
 		return n < 0 ? n : -FLARE_EFAULT;
-	s->len = (__u64)n / sizeof(__u64);
-	hash = flare_hash_frames(s, s->len);
-	if (flags & BPF_F_USER_STACK)
-		s->len = flare_test_runtime_frame(s, s->len, &hash);
+	words = (__u64)n / sizeof(__u64);
+	hash = flare_hash_frames(s, words, max);
+	s->len = words;
+	if (user) {
+		bool cut = words >= kernel_max_frames;
+		__u64 frames = words;
+
+		words = flare_test_runtime_frame(s, words, &hash);
+		frames += words != frames;
+		s->len = flare_stack_len(words, frames, cut);
+		if (cut)
+			s->len |= FLARE_LEN_KERNEL_CAP;
+	} else {
+		s->len = flare_stack_len(words, words, false);
+	}
 	return flare_store_stack(s, hash, mask, base);
 }
 

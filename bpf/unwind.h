@@ -110,12 +110,14 @@ struct unwind_walk {
 	__u64 pc, sp, bp, lr;
 	__u64 hash;
 	__u32 first, nr;	/* the process's mappings */
-	__u32 n;		/* frames so far */
+	__u32 n;		/* words so far */
+	__u32 frames;		/* frames so far */
 	__u32 pid;
 	bool have_proc;
 	bool return_address;	/* pc is a return address (not the first frame) */
 	bool complete;
 	bool native_done;	/* the native walk ended; Python frames remain */
+	bool ended;		/* ended by the stack, not by the depth limit */
 	bool java;		/* a JVM: its code cache is in java_scratch */
 	struct py_walk py;
 };
@@ -289,8 +291,7 @@ static __always_inline long unwind_fp_step(struct unwind_walk *w)
  * its caller: 1 when the stack is full. */
 static __always_inline long unwind_java_frame(struct unwind_walk *w, struct java_scratch *js)
 {
-	__u32 zero = 0;
-	struct flare_stack *out = bpf_map_lookup_elem(&stack_scratch, &zero);
+	struct flare_stack_scratch *out = flare_scratch();
 	__u64 len;
 
 	if (!out)
@@ -344,7 +345,7 @@ static __always_inline long unwind_signal_step(struct unwind_walk *w)
 /* Records the current pc (or, for the eval loop of a Python process,
  * starts putting its Python frames in its place) and steps to the
  * caller: 1 to end the walk. */
-static __always_inline long unwind_native_step(struct unwind_walk *w, struct flare_stack *out)
+static __always_inline long unwind_native_step(struct unwind_walk *w, struct flare_stack_scratch *out)
 {
 	struct unwind_mapping *m = NULL;
 	struct unwind_row *r = NULL;
@@ -352,7 +353,7 @@ static __always_inline long unwind_native_step(struct unwind_walk *w, struct fla
 	__u32 n = w->n;
 	__u8 kind;
 
-	if (!pc || n >= FLARE_MAX_STACK_DEPTH)
+	if (!pc || n >= FLARE_MAX_STACK_WORDS)
 		return 1;
 	if (w->java) {
 		struct java_scratch *js = java_scratch_get();
@@ -457,18 +458,19 @@ static __always_inline long unwind_native_step(struct unwind_walk *w, struct fla
 	return 0;
 }
 
-/* One step of the walk: a native frame, or a Python frame in place of an
- * eval call's native frame (python.h). 1 to end the walk. */
-static long unwind_step(__u64 i, void *ctx)
+/* The walk's room: a runtime frame's words and a frame's count. */
+static __always_inline bool unwind_room(struct unwind_walk *w)
 {
-	struct unwind_walk *w = ctx;
-	struct flare_stack *out;
-	__u32 zero = 0;
+	return w->frames < FLARE_MAX_FRAMES &&
+	       w->n + 1 + FLARE_RUNTIME_FRAME_WORDS <= FLARE_MAX_STACK_WORDS;
+}
+
+/* One step of the walk, a native frame or a Python frame in place of an
+ * eval call's native frame (python.h): 1 to end the walk. */
+static __always_inline long unwind_one(struct unwind_walk *w, struct flare_stack_scratch *out)
+{
 	long ret;
 
-	out = bpf_map_lookup_elem(&stack_scratch, &zero);
-	if (!out)
-		return 1;
 	if (w->py.pending) {
 		if (py_step(&w->py, out, &w->n, &w->hash))
 			return 1;
@@ -484,6 +486,25 @@ static long unwind_step(__u64 i, void *ctx)
 		w->native_done = true;
 		return 0;
 	}
+	return ret;
+}
+
+/* bpf_loop's callback: a step while there is room, counting the frames
+ * it puts in. A walk that runs out of room (or of steps) is cut. */
+static long unwind_step(__u64 i, void *ctx)
+{
+	struct unwind_walk *w = ctx;
+	struct flare_stack_scratch *out = flare_scratch();
+	__u32 before = w->n;
+	long ret;
+
+	if (!out || !unwind_room(w))
+		return 1;
+	ret = unwind_one(w, out);
+	if (w->n != before)
+		w->frames++;
+	if (ret)
+		w->ended = true;
 	return ret;
 }
 
@@ -519,9 +540,9 @@ static __always_inline __s64 flare_unwind_user(__u32 pid)
 	struct task_struct *task = bpf_get_current_task_btf();
 	struct unwind_walk w;
 	struct unwind_proc *proc;
-	struct flare_stack *out;
+	struct flare_stack_scratch *out;
 	struct pt_regs *regs;
-	__u32 zero = 0;
+	__u64 words;
 
 	/*
 	 * Zeroed by a helper, so that the verifier does not know the fields
@@ -553,14 +574,17 @@ static __always_inline __s64 flare_unwind_user(__u32 pid)
 	}
 	py_start(&w.py, pid);
 	w.java = java_start(pid);
-	bpf_loop(FLARE_MAX_STACK_DEPTH, unwind_step, &w, 0);
+	/* A step puts in at most one frame; eval calls that Python frames
+	 * replace, and stubs, take steps that put in none. */
+	bpf_loop(2 * FLARE_MAX_FRAMES, unwind_step, &w, 0);
 	__sync_fetch_and_add(&unwind_stats.stacks, 1);
 	if (w.complete)
 		__sync_fetch_and_add(&unwind_stats.complete, 1);
-	out = bpf_map_lookup_elem(&stack_scratch, &zero);
+	out = flare_scratch();
 	if (!out || !w.n)
 		return -FLARE_EFAULT;
-	out->len = flare_test_runtime_frame(out, w.n, &w.hash);
+	words = flare_test_runtime_frame(out, w.n, &w.hash);
+	out->len = flare_stack_len(words, w.frames + (words != w.n), !w.ended);
 	return flare_store_stack(out, w.hash, FLARE_USER_ID_MASK, FLARE_USER_ID_BASE);
 }
 #endif /* FLARE_FP_ONLY */

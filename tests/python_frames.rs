@@ -25,28 +25,12 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use common::bpf::{require_bpf, serial};
+use common::python::pyenv;
 use common::session::{parse_folded, Flare, Workload};
 
 /// The script, from the source tree.
 fn script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads/pyservice.py")
-}
-
-/// pyenv's CPython 3.`minor`, if installed.
-fn pyenv(minor: u32) -> Option<PathBuf> {
-    let root = std::env::var_os("PYENV_ROOT")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/root/.pyenv"));
-    let prefix = format!("3.{minor}.");
-    let mut dirs: Vec<PathBuf> = std::fs::read_dir(root.join("versions"))
-        .ok()?
-        .filter_map(|e| e.ok())
-        .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
-        .map(|e| e.path().join(format!("bin/python3.{minor}")))
-        .filter(|p| p.exists())
-        .collect();
-    dirs.sort();
-    dirs.pop()
 }
 
 /// The Python frame's function (`main` of `main (pyservice.py:48)`), or

@@ -66,6 +66,9 @@ pub struct CommonKnobs {
     /// The size in bytes of the ring time-stamped records are sent to
     /// (`bpf/timed.h`), or 0 when the run counts in the kernel.
     pub timed_ring: u64,
+    /// The deepest user stack the kernel's own walk gives
+    /// ([`crate::collect::stacks::kernel_max_frames`]).
+    pub kernel_max_frames: u32,
 }
 
 /// The stack hash mask `FLARE_TEST_STACK_HASH_BITS` asks for (all bits
@@ -92,6 +95,7 @@ impl CommonKnobs {
             test_runtime_frame: std::env::var_os("FLARE_TEST_RUNTIME_FRAME")
                 .is_some_and(|v| v == "1"),
             timed_ring: 0,
+            kernel_max_frames: crate::collect::stacks::kernel_max_frames(),
         }
     }
 
@@ -133,6 +137,7 @@ macro_rules! set_common_knobs {
         $ro.follow_tgid = k.follow_tgid;
         $ro.stack_hash_mask = k.stack_hash_mask;
         $ro.test_runtime_frame = k.test_runtime_frame;
+        $ro.kernel_max_frames = k.kernel_max_frames;
         if k.timed_ring > 0 {
             $ro.timed = true;
             $ro.timed_ring_size = k.timed_ring;

@@ -1,13 +1,14 @@
-//! Reading flare's stack storage (`stacks`, `bpf/stacks.h`): the one
-//! place that decodes a stack record and the ids the BPF programs store in
-//! their keys (a valid id, or a negative errno saying why there is none)
-//! into raw traces. Losses are counted as they are met, so each tool
-//! reports them the same way.
+//! Reading flare's stack storage (`stacks` and `stack_tails`,
+//! `bpf/stacks.h`): the one place that sizes it, decodes a stack record
+//! and the ids the BPF programs store in their keys (a valid id, or a
+//! negative errno saying why there is none) into raw traces, and marks a
+//! stack that was cut at its root end. Losses are counted as they are
+//! met, so each tool reports them the same way.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use libbpf_rs::{MapCore, MapFlags};
+use libbpf_rs::{MapCore, MapFlags, OpenMapMut};
 
 use super::raw::{RawFrame, RawTrace, Runtime, RuntimeFrame};
 use crate::profile::Lost;
@@ -24,27 +25,107 @@ const EEXIST: i64 = 17;
 /// entry per slot of the storage.
 pub type StackCache = HashMap<i64, RawTrace>;
 
+/// Mirrors `bpf/common.h`: the words of a stored stack's head, and of
+/// each chunk of its tail.
+pub const CHUNK_WORDS: usize = 127;
+/// Mirrors `bpf/common.h`: the chunks of the deepest stack.
+pub const STACK_CHUNKS: usize = 36;
+/// Mirrors `bpf/common.h`: the frames of the deepest user stack.
+pub const MAX_FRAMES: usize = 1024;
+/// Mirrors `bpf/common.h`: the parts of a stack record's `len`.
+const LEN_WORDS: u64 = 0xffff;
+const LEN_FRAMES_SHIFT: u32 = 16;
+const LEN_CUT: u64 = 1 << 32;
+const LEN_KERNEL_CAP: u64 = 1 << 33;
+
+/// The frame a stack cut at its root end ends in: all stacks cut past
+/// the depth limit share it, so that a flame graph shows them under one
+/// node rather than as many false roots.
+pub const TRUNCATED: &str = "[truncated]";
+
+/// The frame that ends a cut stack: [`TRUNCATED`], or with the count of
+/// frames lost where it is known.
+pub fn truncated(more: Option<usize>) -> RawFrame {
+    match more {
+        Some(n) if n > 0 => RawFrame::label(format!(
+            "[truncated: {n} more frame{}]",
+            if n == 1 { "" } else { "s" }
+        )),
+        _ => RawFrame::label(TRUNCATED),
+    }
+}
+
+/// The deepest user stack, in frames, that the kernel's own walk
+/// (`bpf_get_stack`, `--unwind fp`) gives: `kernel.perf_event_max_stack`
+/// (127 unless raised), up to [`MAX_FRAMES`].
+pub fn kernel_max_frames() -> u32 {
+    std::fs::read_to_string("/proc/sys/kernel/perf_event_max_stack")
+        .ok()
+        .and_then(|s| s.trim().parse::<u32>().ok())
+        .unwrap_or(CHUNK_WORDS as u32)
+        .min(MAX_FRAMES as u32)
+}
+
+/// Sizes the stack storage before load: `stacks` holds `size` stacks'
+/// heads; `stack_tails` the tails of the deep ones. Where the kernel
+/// lets every program use a map allocated as it fills (6.1+), the tails
+/// cost what deep stacks are stored, up to two chunks a stack; elsewhere
+/// they are allocated up front, a sixteenth of the heads' room (none
+/// where no stack can be longer than a head: the kernel's own walk at
+/// its default depth). The scratch has one stack per possible CPU.
+pub fn size_storage(
+    stacks: &mut OpenMapMut<'_>,
+    tails: &mut OpenMapMut<'_>,
+    scratch: &mut OpenMapMut<'_>,
+    size: u32,
+    mode: crate::unwind::Mode,
+) -> libbpf_rs::Result<()> {
+    stacks.set_max_entries(size)?;
+    let cpus = libbpf_rs::num_possible_cpus().map_or(1, |n| n.max(1));
+    scratch.set_max_entries(u32::try_from(cpus).unwrap_or(u32::MAX))?;
+    let deep = mode != crate::unwind::Mode::Fp || kernel_max_frames() as usize > CHUNK_WORDS;
+    let chunks = match (deep, crate::system::kernel_version() >= (6, 1)) {
+        (false, _) => 1,
+        (true, true) => {
+            tails.set_map_flags(libbpf_rs::libbpf_sys::BPF_F_NO_PREALLOC)?;
+            size.saturating_mul(2)
+        }
+        (true, false) => (size / 16).max(64),
+    };
+    tails.set_max_entries(chunks)
+}
+
+/// The stack storage of a loaded program: heads and tails.
+#[derive(Clone, Copy)]
+pub struct Storage<'m, M: MapCore> {
+    pub stacks: &'m M,
+    pub tails: &'m M,
+}
+
 /// Reads stacks by id during one collection: each valid id is looked up
 /// in the kernel once, and stacks that could not be stored are counted.
 pub struct StackReader<'m, M: MapCore> {
-    stacks: &'m M,
+    storage: Storage<'m, M>,
     cache: StackCache,
     missed: u64,
     map_full: bool,
+    /// Stacks read that the kernel's own walk may have cut.
+    capped: u64,
 }
 
 impl<'m, M: MapCore> StackReader<'m, M> {
-    pub fn new(stacks: &'m M) -> Self {
-        Self::with_cache(stacks, StackCache::new())
+    pub fn new(storage: Storage<'m, M>) -> Self {
+        Self::with_cache(storage, StackCache::new())
     }
 
     /// A reader that starts from stacks read earlier in the run.
-    pub fn with_cache(stacks: &'m M, cache: StackCache) -> Self {
+    pub fn with_cache(storage: Storage<'m, M>, cache: StackCache) -> Self {
         StackReader {
-            stacks,
+            storage,
             cache,
             missed: 0,
             map_full: false,
+            capped: 0,
         }
     }
 
@@ -76,17 +157,20 @@ impl<'m, M: MapCore> StackReader<'m, M> {
         }
         let trace = match self.cache.get(&id) {
             Some(t) => t.clone(),
-            None => {
-                let t = match self.lookup(id) {
-                    Some(frames) => RawTrace::Frames(frames.into()),
-                    None => RawTrace::Missed { enomem: false },
-                };
-                // A failed lookup may succeed later: only stacks are kept.
-                if matches!(t, RawTrace::Frames(_)) {
-                    self.cache.insert(id, t.clone());
+            None => match self.lookup(id) {
+                Some(record) => {
+                    self.capped += u64::from(record.capped);
+                    let t = RawTrace::Frames(record.frames.into());
+                    // A failed lookup, or a tail another CPU is still
+                    // storing, may succeed later: only whole reads are
+                    // kept.
+                    if record.whole {
+                        self.cache.insert(id, t.clone());
+                    }
+                    t
                 }
-                t
-            }
+                None => RawTrace::Missed { enomem: false },
+            },
         };
         if matches!(trace, RawTrace::Missed { .. }) {
             self.missed += 1;
@@ -94,13 +178,19 @@ impl<'m, M: MapCore> StackReader<'m, M> {
         trace
     }
 
-    /// The frames stored under `id`, leaf first.
-    fn lookup(&self, id: i64) -> Option<Vec<RawFrame>> {
+    /// The stack stored under `id`: its head, then its tail's chunks.
+    fn lookup(&self, id: i64) -> Option<Record> {
         let bytes = self
+            .storage
             .stacks
             .lookup(&(id as u64).to_ne_bytes(), MapFlags::ANY)
             .ok()??;
-        frames(&bytes)
+        record(&bytes, |chunk| {
+            let mut key = [0u8; 16];
+            key[..8].copy_from_slice(&(id as u64).to_ne_bytes());
+            key[8..].copy_from_slice(&(chunk as u64).to_ne_bytes());
+            self.storage.tails.lookup(&key, MapFlags::ANY).ok()?
+        })
     }
 
     /// What was lost, with `hash_full` events dropped for a full counts map.
@@ -108,6 +198,7 @@ impl<'m, M: MapCore> StackReader<'m, M> {
         Lost {
             stacks: self.missed,
             stacks_enomem: self.map_full,
+            capped: self.capped,
             hash_full,
             ..Lost::default()
         }
@@ -125,16 +216,67 @@ pub const fn frame_header(frame_type: u8, words: u8) -> u64 {
     FRAME_TAG << 48 | (frame_type as u64) << 40 | words as u64
 }
 
-/// The frames of a `struct flare_stack` (a length in words, the hash,
-/// then the words), or `None` when the bytes are not one.
-fn frames(bytes: &[u8]) -> Option<Vec<RawFrame>> {
-    let mut words = bytes
+/// A stack as read from the storage.
+#[derive(Debug, PartialEq)]
+struct Record {
+    /// Leaf first, ending in a [`truncated`] frame when cut.
+    frames: Vec<RawFrame>,
+    /// False when part of its tail was not there (yet).
+    whole: bool,
+    /// The kernel's own walk stopped at its limit.
+    capped: bool,
+}
+
+/// The words of native-endian bytes.
+fn words(bytes: &[u8]) -> impl Iterator<Item = u64> + '_ {
+    bytes
         .chunks_exact(8)
-        .map(|c| u64::from_ne_bytes(c.try_into().unwrap_or([0; 8])));
-    let len = usize::try_from(words.next()?).ok()?;
-    let _hash = words.next()?;
-    let words: Vec<u64> = words.take(len).collect();
-    (words.len() == len).then(|| decode(&words))
+        .map(|c| u64::from_ne_bytes(c.try_into().unwrap_or([0; 8])))
+}
+
+/// The stack of a `struct flare_stack` head (its `len`, the hash, then up
+/// to [`CHUNK_WORDS`] words) and of the tail chunks `chunk(k)` gives, or
+/// `None` when the bytes are not one. A stack the walk cut, or whose tail
+/// is missing a chunk, ends in a [`truncated`] frame.
+fn record(head: &[u8], chunk: impl Fn(usize) -> Option<Vec<u8>>) -> Option<Record> {
+    let mut it = words(head);
+    let len = it.next()?;
+    let _hash = it.next()?;
+    let total = (len & LEN_WORDS) as usize;
+    let frames = ((len >> LEN_FRAMES_SHIFT) & LEN_WORDS) as usize;
+    let cut = len & LEN_CUT != 0;
+    let mut all: Vec<u64> = it.take(total.min(CHUNK_WORDS)).collect();
+    if all.len() < total.min(CHUNK_WORDS) {
+        return None;
+    }
+    let mut whole = true;
+    for k in 1..STACK_CHUNKS {
+        if all.len() >= total {
+            break;
+        }
+        let Some(bytes) = chunk(k) else {
+            whole = false;
+            break;
+        };
+        let want = (total - all.len()).min(CHUNK_WORDS);
+        let before = all.len();
+        all.extend(words(&bytes).take(want));
+        if all.len() - before < want {
+            whole = false;
+            break;
+        }
+    }
+    let mut out = decode(&all);
+    if cut {
+        out.push(truncated(None));
+    } else if !whole {
+        out.push(truncated(Some(frames.saturating_sub(out.len()))));
+    }
+    Some(Record {
+        frames: out,
+        whole,
+        capped: len & LEN_KERNEL_CAP != 0,
+    })
 }
 
 /// Decodes a stack record's words, leaf first: an address is a native
@@ -187,13 +329,17 @@ pub struct Periodic {
 impl Periodic {
     /// A stack reader for one read. Clearing reads start from the stacks
     /// read before: an id names the same stack for a whole run.
-    pub fn reader<'m, M: MapCore>(&mut self, stacks: &'m M, clear: bool) -> StackReader<'m, M> {
+    pub fn reader<'m, M: MapCore>(
+        &mut self,
+        storage: Storage<'m, M>,
+        clear: bool,
+    ) -> StackReader<'m, M> {
         let cache = if clear {
             std::mem::take(&mut self.cache)
         } else {
             StackCache::new()
         };
-        StackReader::with_cache(stacks, cache)
+        StackReader::with_cache(storage, cache)
     }
 
     /// Ends a read; a clearing read keeps its stacks for the next one.

@@ -53,12 +53,74 @@ fn a_cut_frame_ends_the_stack_and_an_unknown_type_keeps_its_room() {
 #[test]
 fn a_record_is_length_hash_words() {
     let h = frame_header(TEST, RUNTIME_FRAME_WORDS as u8);
-    let record: Vec<u8> = [4u64, 0xabcd, h, 1, 2, 3, 0xdead]
-        .iter()
-        .flat_map(|w| w.to_ne_bytes())
+    let stored = bytes(&[4u64, 0xabcd, h, 1, 2, 3, 0xdead]);
+    let frames = |bytes: &[u8]| record(bytes, |_| None).map(|r| r.frames);
+    assert_eq!(frames(&stored), Some(vec![runtime([1, 2], 3)]));
+    assert_eq!(frames(&stored[..5 * 8]), None, "shorter than its length");
+}
+
+fn bytes(words: &[u64]) -> Vec<u8> {
+    words.iter().flat_map(|w| w.to_ne_bytes()).collect()
+}
+
+/// A head of `words` words of which the first CHUNK_WORDS are stored,
+/// `frames` frames, cut or not; and its tail's chunks.
+fn deep(total: usize, cut: bool) -> (Vec<u8>, Vec<Vec<u8>>) {
+    let all: Vec<u64> = (0..total as u64).map(|i| 0x1000 + i).collect();
+    let len = total as u64 | (total as u64) << LEN_FRAMES_SHIFT | if cut { LEN_CUT } else { 0 };
+    let mut head = vec![len, 0xabcd];
+    head.extend(&all[..total.min(CHUNK_WORDS)]);
+    head.resize(2 + CHUNK_WORDS, 0);
+    let chunks = all[total.min(CHUNK_WORDS)..]
+        .chunks(CHUNK_WORDS)
+        .map(|c| {
+            let mut c = c.to_vec();
+            c.resize(CHUNK_WORDS, 0);
+            bytes(&c)
+        })
         .collect();
-    assert_eq!(frames(&record), Some(vec![runtime([1, 2], 3)]));
-    assert_eq!(frames(&record[..5 * 8]), None, "shorter than its length");
+    (bytes(&head), chunks)
+}
+
+#[test]
+fn a_deep_stack_is_its_head_then_its_tail_chunks() {
+    let (head, chunks) = deep(600, false);
+    let r = record(&head, |k| chunks.get(k - 1).cloned()).expect("a record");
+    assert!(r.whole);
+    assert_eq!(r.frames.len(), 600);
+    assert_eq!(r.frames[0], RawFrame::Addr(0x1000));
+    assert_eq!(r.frames[599], RawFrame::Addr(0x1000 + 599));
+    assert!(
+        !r.frames.contains(&truncated(None)),
+        "a whole stack is not marked"
+    );
+}
+
+#[test]
+fn a_stack_the_walk_cut_ends_in_one_truncated_frame() {
+    let (head, chunks) = deep(1024, true);
+    let r = record(&head, |k| chunks.get(k - 1).cloned()).expect("a record");
+    assert_eq!(r.frames.len(), 1025);
+    assert_eq!(r.frames[1024], RawFrame::label(TRUNCATED));
+    // Shallow ones that were cut too (the kernel's own walk at its limit).
+    let (head, _) = deep(127, true);
+    let r = record(&head, |_| None).expect("a record");
+    assert_eq!(r.frames.last(), Some(&RawFrame::label("[truncated]")));
+}
+
+#[test]
+fn a_missing_tail_chunk_says_how_many_frames_are_lost_and_is_not_kept() {
+    let (head, chunks) = deep(400, false);
+    let r = record(&head, |k| (k == 1).then(|| chunks[0].clone())).expect("a record");
+    assert!(
+        !r.whole,
+        "read again later: another CPU may still be storing it"
+    );
+    assert_eq!(r.frames.len(), 2 * CHUNK_WORDS + 1);
+    assert_eq!(
+        r.frames.last(),
+        Some(&RawFrame::label("[truncated: 146 more frames]"))
+    );
 }
 
 /// The header's layout and the frame types are the C header's: a change
@@ -79,6 +141,18 @@ fn the_encoding_matches_bpf_common_h() {
         }
     };
     assert_eq!(define("FLARE_FRAME_TAG"), FRAME_TAG);
+    assert_eq!(define("FLARE_MAX_STACK_DEPTH"), CHUNK_WORDS as u64);
+    assert_eq!(define("FLARE_STACK_CHUNKS"), STACK_CHUNKS as u64);
+    assert_eq!(define("FLARE_MAX_FRAMES"), MAX_FRAMES as u64);
+    assert_eq!(define("FLARE_LEN_WORDS"), LEN_WORDS);
+    assert_eq!(
+        define("FLARE_LEN_FRAMES_SHIFT"),
+        u64::from(LEN_FRAMES_SHIFT)
+    );
+    assert!(c.contains("#define FLARE_LEN_CUT\t\t(1ULL << 32)"));
+    assert_eq!(LEN_CUT, 1 << 32);
+    assert!(c.contains("#define FLARE_LEN_KERNEL_CAP\t(1ULL << 33)"));
+    assert_eq!(LEN_KERNEL_CAP, 1 << 33);
     assert_eq!(
         define("FLARE_RUNTIME_FRAME_WORDS"),
         RUNTIME_FRAME_WORDS as u64

@@ -373,6 +373,9 @@ pub struct Lost {
     /// Samples the kernel dropped because flare's perf buffer was full
     /// (perf-event mode: `PERF_RECORD_LOST`).
     pub samples: u64,
+    /// User stacks the kernel's own frame-pointer walk (`--unwind fp`)
+    /// may have cut at its limit, `kernel.perf_event_max_stack`.
+    pub capped: u64,
 }
 
 impl Lost {
@@ -384,6 +387,7 @@ impl Lost {
         self.untracked += other.untracked;
         self.missed_events += other.missed_events;
         self.samples += other.samples;
+        self.capped += other.capped;
     }
 
     /// True when nothing was lost.

@@ -43,6 +43,13 @@ pub fn lines(lost: &Lost) -> Vec<String> {
             lost.missed_events
         ));
     }
+    if lost.capped > 0 {
+        out.push(format!(
+            "WARNING: {} user stacks reached the kernel's limit of {} frames and may be cut (marked [truncated]): --unwind fp walks them in the kernel. Use --unwind auto (Linux 5.17+), or raise the limit: sysctl kernel.perf_event_max_stack=1024.",
+            lost.capped,
+            crate::collect::stacks::kernel_max_frames()
+        ));
+    }
     if lost.samples > 0 {
         out.push(format!(
             "WARNING: {} samples were lost: flare's perf buffers were full. Consider a lower -F.",

@@ -291,7 +291,13 @@ macro_rules! skeleton {
             ) -> libbpf_rs::Result<()> {
                 let maps = &mut open.maps;
                 maps.counts.set_max_entries(plan.recording.hash_storage_size)?;
-                maps.stacks.set_max_entries(plan.recording.stack_storage_size)?;
+                crate::collect::stacks::size_storage(
+                    &mut maps.stacks,
+                    &mut maps.stack_tails,
+                    &mut maps.stack_scratch,
+                    plan.recording.stack_storage_size,
+                    mode,
+                )?;
                 maps.timed_events.set_max_entries(match plan.recording.timed {
                     true => crate::collect::timed::ring_size() as u32,
                     false => crate::collect::timed::idle_ring_size() as u32,

@@ -8,6 +8,7 @@ pub mod fixtures;
 pub mod golden;
 pub mod java;
 pub mod pprof;
+pub mod python;
 pub mod receivers;
 pub mod rich;
 pub mod schema;

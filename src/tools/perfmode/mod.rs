@@ -48,8 +48,12 @@ use crate::unwind::cache::DiskCache;
 use crate::unwind::elf::Machine;
 use crate::unwind::Mode;
 
-/// Frames kept per stack (as the BPF side's FLARE_MAX_STACK_DEPTH).
-const MAX_DEPTH: usize = 127;
+/// Frames kept per user stack, as in BPF.
+const MAX_DEPTH: usize = crate::collect::stacks::MAX_FRAMES;
+
+/// How much of a thread's live stack above its sample's copy a walk that
+/// ran off the copy may read.
+const LIVE_STACK_BYTES: usize = 1 << 20;
 
 /// How long the reading thread sleeps when no buffer fills (and how long
 /// a stop may take).
@@ -104,6 +108,9 @@ struct State {
     kernel: bool,
     per_thread: bool,
     max_keys: usize,
+    /// The frames of the kernel's callchains (`--unwind fp`): one this
+    /// long, kernel and user frames together, may have been cut.
+    kernel_max_frames: usize,
     /// Each distinct key's place in `counts`.
     index: HashMap<Key, u32>,
     counts: Vec<(Key, u64)>,
@@ -175,17 +182,22 @@ impl State {
             true => mappings.process_start(s.pid, s.time),
             false => 0,
         };
+        // Whether the user stack was cut at a depth limit.
+        let mut cut = false;
         let user = match (self.user, self.mode, s.regs) {
             (false, ..) => None,
-            (true, Mode::Fp, _) => Some(s.user.clone()),
+            (true, Mode::Fp, _) => {
+                cut = s.user.len() + s.kernel.len() >= self.kernel_max_frames;
+                self.lost.capped += u64::from(cut);
+                Some(s.user.clone())
+            }
             (true, _, None) => Some(Vec::new()),
             (true, mode, Some((pc, sp, bp))) => {
                 let space = mappings.space(s.pid, Some(s.time));
-                let stack = walk::StackCopy { sp, data: s.stack };
                 let regs = walk::Regs { pc, sp, bp };
                 let tables = &mut self.tables;
-                let row = |addr| tables.row(space.as_ref()?, addr);
-                let java = self.java.as_mut();
+                let mut row = |addr| tables.row(space.as_ref()?, addr);
+                let mut java = self.java.as_mut();
                 let first = walk::Start {
                     machine: Machine::HOST,
                     regs,
@@ -195,15 +207,39 @@ impl State {
                     bcp: s.bcp,
                     lr: s.lr,
                 };
-                let w = match java.and_then(|j| j.stepper(s.pid, start, leaf, mappings)) {
-                    Some(mut java) => {
-                        let words = |a| stack.read(a);
-                        walk::walk_with(mode, first, &stack, MAX_DEPTH, row, |r, ra| {
-                            java.step(&words, r, ra)
-                        })
+                let mut walk_over = |data: &[u8]| {
+                    let stack = walk::StackCopy { sp, data };
+                    let stepper = java
+                        .as_deref_mut()
+                        .and_then(|j| j.stepper(s.pid, start, leaf, mappings));
+                    match stepper {
+                        Some(mut java) => {
+                            let words = |a| stack.read(a);
+                            walk::walk_with(mode, first, &stack, MAX_DEPTH, &mut row, |r, ra| {
+                                java.step(&words, r, ra)
+                            })
+                        }
+                        None => {
+                            walk::walk_with(mode, first, &stack, MAX_DEPTH, &mut row, |_, _| None)
+                        }
                     }
-                    None => walk::walk_with(mode, first, &stack, MAX_DEPTH, row, |_, _| None),
                 };
+                let mut w = walk_over(s.stack);
+                // A walk that ran off a full copy goes on in the live
+                // stack above it: deep stacks (a few hundred Java frames)
+                // outgrow any copy a sample can carry, and the root end
+                // of a stack is the part that has not changed since.
+                if !w.complete && !w.cut && s.stack.len() >= events::STACK_BYTES as usize {
+                    let top = sp.saturating_add(s.stack.len() as u64);
+                    let live = crate::python::memory::ProcessMemory { pid: s.pid }
+                        .read_mapped(top, LIVE_STACK_BYTES);
+                    if !live.is_empty() {
+                        let mut data = s.stack.to_vec();
+                        data.extend_from_slice(&live);
+                        w = walk_over(&data);
+                    }
+                }
+                cut = w.cut;
                 Some(w.pcs)
             }
         };
@@ -211,6 +247,12 @@ impl State {
         let user = user.map(|pcs| match &mut self.python {
             Some(py) if !pcs.is_empty() => py.frames(s.pid, start, s.tid, s.time, pcs, mappings),
             _ => crate::collect::stacks::decode(&pcs),
+        });
+        let user = user.map(|mut frames| {
+            if cut {
+                frames.push(crate::collect::stacks::truncated(None));
+            }
+            frames
         });
         let user = user.map(|u| self.intern(u));
         let kernel = self.kernel.then(|| self.intern(addrs(s.kernel.clone())));
@@ -461,6 +503,7 @@ impl Session {
                 kernel,
                 per_thread: config.per_thread || matches!(config.target, Target::Tids(_)),
                 max_keys: config.recording.hash_storage_size as usize,
+                kernel_max_frames: crate::collect::stacks::kernel_max_frames() as usize,
                 index: HashMap::new(),
                 counts: Vec::new(),
                 events: config.recording.timed.then(Vec::new),

@@ -46,6 +46,8 @@ pub struct Walk {
     pub pcs: Vec<u64>,
     /// The walk reached the outermost frame (a row said so).
     pub complete: bool,
+    /// The walk stopped at its frame limit with frames left.
+    pub cut: bool,
 }
 
 /// Where a walk starts: the sampled registers, on which machine.
@@ -76,7 +78,8 @@ impl State {
     }
 }
 
-/// Walks an x86-64 stack from `regs` over `stack`, at most `max` frames.
+/// Walks an x86-64 stack from `regs` over `stack`, at most `max` frames
+/// (a runtime frame is one, whatever its words).
 /// `row` gives the row covering an address (`None`: no mapping, no table,
 /// or no information there). `mode` is `auto` or `dwarf` (with `fp` no
 /// rows are asked for: the frame pointer alone).
@@ -116,13 +119,15 @@ pub fn walk_with(
         lr: start.lr,
         return_address: false,
     };
-    while s.regs.pc != 0 && out.pcs.len() < max {
+    let mut frames = 0;
+    while s.regs.pc != 0 {
+        if frames == max {
+            out.cut = true;
+            break;
+        }
+        frames += 1;
         let pc = s.regs.pc;
         if let Some((words, caller)) = runtime(s.regs, s.return_address) {
-            // A frame the record cannot hold whole ends it, as in BPF.
-            if out.pcs.len() + words.len() > max {
-                break;
-            }
             out.pcs.extend(words);
             s.regs = caller;
             s.lr = 0;

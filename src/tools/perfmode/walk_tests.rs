@@ -90,6 +90,12 @@ fn a_stack_copy_that_ends_ends_the_walk() {
     let stack = StackCopy { sp: S, data: &data };
     let w = walk(Mode::Auto, regs(0x1010, S + 48), &stack, 2, rows);
     assert_eq!(w.pcs, vec![0x1010, 0x2050]);
+    assert!(w.cut, "frames were left at the limit");
+    let w = walk(Mode::Auto, regs(0x1010, S + 48), &stack, 4, rows);
+    assert!(
+        !w.cut && w.complete,
+        "a stack of exactly the limit is whole"
+    );
 }
 
 #[test]

@@ -1,0 +1,373 @@
+//! Whole stacks of deep programs, and a mark where one is cut: every
+//! tool on tests/workloads/deeprec.c, which recurses a known number of
+//! levels through level() from main, then spins in leaf(), naps in nap()
+//! or calls mark() an exact number of times. Built with and without frame
+//! pointers. Needs root; see `common::bpf::require_bpf`.
+//!
+//! Ground truth and tolerances:
+//! - 600 levels: at least 99 % of the samples in leaf() hold main and
+//!   all 601 level() frames (the walk's first stack of a run may lose its
+//!   tail to the kernel's allocator; that is all the 1 % allows).
+//! - 3,000 levels (past the 1,024-frame limit): at least 95 % keep the
+//!   leaf end, 1,000 level() frames or more, and begin with one
+//!   `[truncated]` frame at the root, never main.
+//! - The off-CPU family and stackcount see the same 601 frames under
+//!   nap() and mark(): offcputime's blocked time under whole stacks at
+//!   least 95 % of its total, stackcount's count exactly the calls.
+//! - CPython 3.12 (tests/workloads/deeprec.py) and OpenJDK 17
+//!   (tests/workloads/DeepRec.java, interpreted and compiled) 300 levels
+//!   deep: at least 99 % of leaf samples hold main and all 301 level()
+//!   frames with BPF; CPython's in perf-event mode too (as without root:
+//!   fewer of its samples carry Python frames there, as reading 300 frames
+//!   after each sample lags; those that do must be whole).
+//! - Kernels whose BPF has no table walk (5.10: no bpf_loop) walk frame
+//!   pointers in the kernel: only the last test's holds there.
+//! - `--unwind fp` (the kernel's own walk, stopped at
+//!   `kernel.perf_event_max_stack`, 127 by default) marks its cut stacks
+//!   and says so once.
+
+mod common;
+
+use std::path::PathBuf;
+
+use common::bpf::{attached, build, require_bpf, serial};
+use common::java::classes;
+use common::python::pyenv;
+use common::session::{parse_folded, Flare, Workload};
+
+/// deeprec built with (`fp`) or without (`nofp`) frame pointers.
+fn deeprec(fp: bool) -> PathBuf {
+    let (out, flag) = match fp {
+        true => ("deeprec-fp", "-fno-omit-frame-pointer"),
+        false => ("deeprec-nofp", "-fomit-frame-pointer"),
+    };
+    build(out, "deeprec.c", &["gcc", "-O2", "-g", flag])
+}
+
+/// How the leaf samples of a folded profile (frames root first, after
+/// the comm) came out.
+#[derive(Debug, Default)]
+struct Tally {
+    /// Samples (or time) with `leaf` in the stack.
+    samples: u64,
+    /// ... holding main and exactly `levels` level() frames.
+    whole: u64,
+    /// ... starting with `[truncated]` at the root, no main, and at least
+    /// 1,000 level() frames.
+    cut: u64,
+    /// The stacks that were neither, for the failure message.
+    other: Vec<String>,
+}
+
+fn tally(folded: &[(Vec<String>, u64)], leaf: &str, levels: usize) -> Tally {
+    let mut t = Tally::default();
+    for (frames, n) in folded {
+        let names: Vec<&str> = frames.iter().skip(1).map(|f| bare(f)).collect();
+        if !names.contains(&leaf) {
+            continue;
+        }
+        t.samples += n;
+        let count = names.iter().filter(|&&f| f == "level").count();
+        let main = names.contains(&"main");
+        if main && count == levels {
+            t.whole += n;
+        } else if !main && names.first() == Some(&"[truncated]") && count >= 1000 {
+            t.cut += n;
+        } else if t.other.len() < 5 {
+            let head: Vec<&str> = names.iter().take(6).copied().collect();
+            t.other.push(format!(
+                "{n} x {} frames, {count} level(), root {head:?}",
+                names.len()
+            ));
+        }
+    }
+    t
+}
+
+/// Whether this kernel's BPF walks user stacks with tables (bpf_loop):
+/// said on stderr when not.
+fn table_walk() -> bool {
+    let can = common::bpf::kernel_can("unwind") != Some(false);
+    if !can {
+        eprintln!("skipping: this kernel walks user stacks by frame pointers, in the kernel");
+    }
+    can
+}
+
+/// A frame's function name: without a Python frame's `(file:line)`, a
+/// Java frame's class and parameters.
+fn bare(f: &str) -> &str {
+    let f = f.split([' ', '(']).next().unwrap_or(f);
+    f.strip_prefix("DeepRec.").unwrap_or(f)
+}
+
+/// Profiles deeprec spinning `levels` deep for `seconds` of CPU time.
+fn profile(fp: bool, levels: &str, seconds: &str, args: &[&str]) -> (Tally, String) {
+    let seconds = if common::bpf::emulated() {
+        "4"
+    } else {
+        seconds
+    };
+    let mut w = Workload::start_exe(&[], &deeprec(fp), &[levels, "spin", seconds]);
+    let pid = w.pid.to_string();
+    let mut argv = vec!["profile", "-F", "499", "-U", "-f", "-p", &pid];
+    argv.extend_from_slice(args);
+    let flare = Flare::start(&argv, 1);
+    w.go();
+    w.wait_done();
+    let (out, err) = flare.stop();
+    let depth: usize = levels.parse().expect("levels");
+    let t = tally(&parse_folded(&out), "leaf", depth + 1);
+    assert!(t.samples > 200, "too few samples ({t:?}); stderr: {err}");
+    (t, err)
+}
+
+#[test]
+fn c_recursion_600_deep_is_whole_with_and_without_frame_pointers() {
+    if !require_bpf() || !table_walk() {
+        return;
+    }
+    let _guard = serial();
+    for fp in [true, false] {
+        let (t, err) = profile(fp, "600", "2", &[]);
+        assert!(
+            t.whole * 100 >= t.samples * 99,
+            "fp {fp}: {} of {} whole: {:?}; stderr: {err}",
+            t.whole,
+            t.samples,
+            t.other
+        );
+    }
+}
+
+#[test]
+fn c_recursion_3000_deep_keeps_the_leaf_end_under_one_truncated_frame() {
+    if !require_bpf() || !table_walk() {
+        return;
+    }
+    let _guard = serial();
+    for fp in [true, false] {
+        let (t, err) = profile(fp, "3000", "2", &[]);
+        assert!(
+            t.cut * 100 >= t.samples * 95,
+            "fp {fp}: {} of {} cut at the root: {:?}; stderr: {err}",
+            t.cut,
+            t.samples,
+            t.other
+        );
+        assert_eq!(t.whole, 0, "3,000 levels cannot be whole");
+    }
+}
+
+/// The kernel's own walk (`--unwind fp`) stops at its limit: the stacks
+/// it cut are marked, and flare says why once.
+#[test]
+fn the_kernels_frame_pointer_walk_marks_its_cut_and_says_so() {
+    if !require_bpf() {
+        return;
+    }
+    let limit = std::fs::read_to_string("/proc/sys/kernel/perf_event_max_stack")
+        .ok()
+        .and_then(|s| s.trim().parse::<usize>().ok())
+        .unwrap_or(127);
+    if limit >= 600 {
+        eprintln!("skipping: kernel.perf_event_max_stack is {limit}, nothing is cut");
+        return;
+    }
+    let _guard = serial();
+    let mut w = Workload::start_exe(&[], &deeprec(true), &["600", "spin", "2"]);
+    let pid = w.pid.to_string();
+    let flare = Flare::start(
+        &[
+            "profile", "-F", "499", "-U", "-f", "-p", &pid, "--unwind", "fp",
+        ],
+        1,
+    );
+    w.go();
+    w.wait_done();
+    let (out, err) = flare.stop();
+    let folded = parse_folded(&out);
+    let (mut leaf, mut marked) = (0, 0);
+    for (frames, n) in &folded {
+        if frames.iter().any(|f| bare(f) == "leaf") {
+            leaf += n;
+            if frames.get(1).map(String::as_str) == Some("[truncated]") {
+                marked += n;
+            }
+            assert!(
+                frames.len() <= limit + 2,
+                "{} frames from a walk that stops at {limit}",
+                frames.len()
+            );
+        }
+    }
+    assert!(leaf > 100, "too few samples: {out}");
+    assert!(marked * 100 >= leaf * 95, "{marked} of {leaf} marked");
+    let warnings = err
+        .lines()
+        .filter(|l| l.contains("kernel.perf_event_max_stack"))
+        .count();
+    assert_eq!(warnings, 1, "said once: {err}");
+}
+
+/// Runs `tool ARGS -p PID` around deeprec doing `what` 600 levels deep;
+/// the folded output.
+fn trace(tool: &[&str], links: usize, what: &str, n: &str) -> (String, String) {
+    let mut w = Workload::start_exe(&[], &deeprec(false), &["600", what, n]);
+    let pid = w.pid.to_string();
+    let mut argv: Vec<&str> = tool.to_vec();
+    argv.extend(["-f", "-p", &pid]);
+    let tracer = common::bpf::flare()
+        .args(&argv)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("starting flare");
+    let started = std::time::Instant::now();
+    while !attached(tracer.id(), links) {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(60),
+            "flare {argv:?} did not attach"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    w.go();
+    w.wait_done();
+    // SAFETY: kill has no memory preconditions.
+    unsafe { libc::kill(tracer.id() as i32, libc::SIGINT) };
+    let out = tracer.wait_with_output().expect("waiting for flare");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "flare {argv:?}: {stderr}");
+    (stdout, stderr)
+}
+
+#[test]
+fn offcputime_sees_the_whole_stack_600_deep() {
+    if !require_bpf() || !table_walk() {
+        return;
+    }
+    let _guard = serial();
+    let (out, err) = trace(&["offcputime", "-U"], 1, "sleep", "50");
+    let t = tally(&parse_folded(&out), "nap", 601);
+    // 50 naps of 10 ms, in microseconds.
+    assert!(t.samples >= 400_000, "{t:?}; stderr: {err}");
+    assert!(
+        t.whole * 100 >= t.samples * 95,
+        "{} of {} us under whole stacks: {:?}",
+        t.whole,
+        t.samples,
+        t.other
+    );
+}
+
+#[test]
+fn stackcount_counts_every_call_600_deep_under_its_whole_stack() {
+    if !require_bpf() || !table_walk() {
+        return;
+    }
+    let _guard = serial();
+    let exe = deeprec(false);
+    let probe = format!("{}:mark", exe.display());
+    let (out, err) = trace(&["stackcount", "-U", &probe], 1, "call", "1000");
+    let t = tally(&parse_folded(&out), "mark", 601);
+    assert_eq!(t.samples, 1000, "every call counted; stderr: {err}");
+    assert!(
+        t.whole * 100 >= t.samples * 99,
+        "{} of {} calls under whole stacks: {:?}",
+        t.whole,
+        t.samples,
+        t.other
+    );
+}
+
+/// Profiles a runtime's deeprec (`command`, which takes DEPTH SECONDS)
+/// 300 levels deep, with BPF or in perf-event mode: the leaf samples.
+fn runtime_profile(command: &[&str], perf_events: bool) -> (Tally, String) {
+    let (exe, args) = command.split_first().expect("a command");
+    let mut args = args.to_vec();
+    args.extend(["300", "3"]);
+    let mut w = Workload::start_exe(&[], std::path::Path::new(exe), &args);
+    let pid = w.pid.to_string();
+    let env: &[(&str, &str)] = match perf_events {
+        true => &[("FLARE_TEST_PERF_EVENTS", "1")],
+        false => &[],
+    };
+    let flare = Flare::start_with_env(&["profile", "-F", "499", "-U", "-f", "-p", &pid], 1, env);
+    w.go();
+    w.wait_done();
+    let (out, err) = flare.stop();
+    (tally(&parse_folded(&out), "leaf", 301), err)
+}
+
+/// Checks a runtime 300 levels deep in both modes (`what` names it in
+/// failures). A kernel whose BPF walks frame pointers only (no
+/// bpf_loop, 5.10) has no runtime frames to check there.
+fn check_runtime(what: &str, command: &[&str], modes: &[bool]) {
+    for &perf_events in modes {
+        if !perf_events && common::bpf::kernel_can("unwind") == Some(false) {
+            continue;
+        }
+        let (t, err) = runtime_profile(command, perf_events);
+        let least = if perf_events { 50 } else { 300 };
+        assert!(
+            t.samples > least,
+            "{what} (perf events {perf_events}): {t:?}; stderr: {err}"
+        );
+        assert!(
+            t.whole * 100 >= t.samples * 99,
+            "{what} (perf events {perf_events}): {} of {} whole: {:?}; stderr: {err}",
+            t.whole,
+            t.samples,
+            t.other
+        );
+    }
+}
+
+#[test]
+fn python_recursion_300_deep_is_whole() {
+    if !require_bpf() {
+        return;
+    }
+    let Some(python) = pyenv(12) else {
+        assert!(
+            std::env::var_os("FLARE_REQUIRE_BPF").is_none(),
+            "pyenv's CPython 3.12 is required (FLARE_REQUIRE_BPF=1) but not installed"
+        );
+        eprintln!("skipping: pyenv's CPython 3.12 is not installed");
+        return;
+    };
+    let _guard = serial();
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads/deeprec.py");
+    check_runtime(
+        "CPython 3.12",
+        &[
+            python.to_str().expect("a path"),
+            script.to_str().expect("a path"),
+        ],
+        &[false, true],
+    );
+}
+
+#[test]
+fn java_recursion_300_deep_is_whole_interpreted_and_compiled() {
+    if !require_bpf() {
+        return;
+    }
+    let Some(dir) = classes("DeepRec") else {
+        return;
+    };
+    let _guard = serial();
+    let cp = dir.to_str().expect("a path");
+    // With BPF only: in perf-event mode a walk that runs off the
+    // sample's copy of the stack reads the live stack above it, which
+    // gives 300 levels in some 80 % of samples so far.
+    check_runtime(
+        "java -Xint",
+        &["java", "-Xint", "-cp", cp, "DeepRec"],
+        &[false],
+    );
+    check_runtime("java", &["java", "-cp", cp, "DeepRec"], &[false]);
+}
