@@ -88,19 +88,22 @@ struct flare_stack {
 /* ... by the kernel's own walk (bpf_get_stack), at its limit. */
 #define FLARE_LEN_KERNEL_CAP	(1ULL << 33)
 
-/* Where a stack is assembled (as big as the deepest; its first fields are
- * a `struct flare_stack`'s, so its head is stored from it as it is). */
-struct flare_stack_scratch {
-	__u64 len;
-	__u64 hash;
-	__u64 pcs[FLARE_MAX_STACK_WORDS];
-};
-
 /* A chunk of a long stack's tail: chunk k (from 1) holds words
  * k * FLARE_MAX_STACK_DEPTH on. */
 struct flare_tail_key {
 	__u64 id;
 	__u64 chunk;
+};
+
+/* Where a stack is assembled (as big as the deepest; its first fields are
+ * a `struct flare_stack`'s, so its head is stored from it as it is), with
+ * the key its tail chunks are stored under: kept here, not on the BPF
+ * stack, whose 512 bytes the tools' own keys and the walk already fill. */
+struct flare_stack_scratch {
+	__u64 len;
+	__u64 hash;
+	__u64 pcs[FLARE_MAX_STACK_WORDS];
+	struct flare_tail_key tail_key;
 };
 
 struct flare_stack_chunk {

@@ -167,15 +167,15 @@ static __always_inline __u32 flare_stack_chunks(__u64 words)
 static __always_inline void flare_store_tail(struct flare_stack_scratch *s, __u64 id)
 {
 	__u32 chunks = flare_stack_chunks(s->len & FLARE_LEN_WORDS);
-	struct flare_tail_key key = { .id = id };
 	long err;
 
+	s->tail_key.id = id;
 	for (int k = 1; k < FLARE_STACK_CHUNKS; k++) {
 		if (k >= chunks)
 			break;
-		key.chunk = k;
-		err = bpf_map_update_elem(&stack_tails, &key, &s->pcs[k * FLARE_MAX_STACK_DEPTH],
-					  BPF_NOEXIST);
+		s->tail_key.chunk = k;
+		err = bpf_map_update_elem(&stack_tails, &s->tail_key,
+					  &s->pcs[k * FLARE_MAX_STACK_DEPTH], BPF_NOEXIST);
 		if (err && err != -FLARE_EEXIST) {
 			__sync_fetch_and_add(&stack_stats.tails_full, 1);
 			break;
@@ -188,9 +188,12 @@ static __always_inline void flare_store_tail(struct flare_stack_scratch *s, __u6
 static __always_inline void flare_mend_tail(struct flare_stack_scratch *s, __u64 id)
 {
 	__u32 chunks = flare_stack_chunks(s->len & FLARE_LEN_WORDS);
-	struct flare_tail_key key = { .id = id, .chunk = chunks - 1 };
 
-	if (chunks > 1 && !bpf_map_lookup_elem(&stack_tails, &key))
+	if (chunks <= 1)
+		return;
+	s->tail_key.id = id;
+	s->tail_key.chunk = chunks - 1;
+	if (!bpf_map_lookup_elem(&stack_tails, &s->tail_key))
 		flare_store_tail(s, id);
 }
 
@@ -203,9 +206,12 @@ static __always_inline void flare_mend_tail(struct flare_stack_scratch *s, __u64
  * tail. Returns the id, or a negative errno as bpf_get_stackid gives one:
  * -ENOMEM when the storage is full, -EEXIST when every probed id holds
  * another stack (never seen in practice: the ids have 31 or 62 bits).
+ * A function of its own, not inlined: its locals then take no room in
+ * the frame of the program that walks the stack, whose frame and the
+ * walk's callbacks' share 512 bytes (6.1 rounds each frame up to 32).
  */
-static __always_inline __s64 flare_store_stack(struct flare_stack_scratch *s, __u64 hash, __u64 mask,
-					       __u64 base)
+static __noinline __s64 flare_store_stack(struct flare_stack_scratch *s, __u64 hash, __u64 mask,
+					  __u64 base)
 {
 	if (s->len & FLARE_LEN_CUT)
 		__sync_fetch_and_add(&stack_stats.cut, 1);

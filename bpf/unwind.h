@@ -289,13 +289,11 @@ static __always_inline long unwind_fp_step(struct unwind_walk *w)
 
 /* Records the Java frame java_step stepped through and moves the walk to
  * its caller: 1 when the stack is full. */
-static __always_inline long unwind_java_frame(struct unwind_walk *w, struct java_scratch *js)
+static __always_inline long unwind_java_frame(struct unwind_walk *w, struct java_scratch *js,
+					      struct flare_stack_scratch *out)
 {
-	struct flare_stack_scratch *out = flare_scratch();
 	__u64 len;
 
-	if (!out)
-		return 1;
 	len = flare_push_runtime_frame(out, w->n, &w->hash, FLARE_FRAME_JAVA, js->ptr,
 				       java_frame_id(js), js->cookie);
 	if (len == w->n)
@@ -365,7 +363,7 @@ static __always_inline long unwind_native_step(struct unwind_walk *w, struct fla
 			js->return_address = w->return_address;
 			js->lr = w->lr;
 			if (java_step(js))
-				return unwind_java_frame(w, js);
+				return unwind_java_frame(w, js, out);
 		}
 	}
 	lookup = w->return_address ? pc - 1 : pc;

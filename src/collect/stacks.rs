@@ -67,12 +67,14 @@ pub fn kernel_max_frames() -> u32 {
 }
 
 /// Sizes the stack storage before load: `stacks` holds `size` stacks'
-/// heads; `stack_tails` the tails of the deep ones. Where the kernel
-/// lets every program use a map allocated as it fills (6.1+), the tails
-/// cost what deep stacks are stored, up to two chunks a stack; elsewhere
-/// they are allocated up front, a sixteenth of the heads' room (none
-/// where no stack can be longer than a head: the kernel's own walk at
-/// its default depth). The scratch has one stack per possible CPU.
+/// heads; `stack_tails` the tails of the deep ones. Where the kernel's
+/// allocator keeps up with a map allocated as it fills in NMI context
+/// (6.12+; 6.1's refills one element at a time, and a deep stack needs
+/// up to 35), the tails cost what deep stacks are stored, up to two
+/// chunks a stack; elsewhere they are allocated up front, an eighth of
+/// the heads' room (none where no stack can be longer than a head: the
+/// kernel's own walk at its default depth). The scratch has one stack
+/// per possible CPU.
 pub fn size_storage(
     stacks: &mut OpenMapMut<'_>,
     tails: &mut OpenMapMut<'_>,
@@ -84,13 +86,13 @@ pub fn size_storage(
     let cpus = libbpf_rs::num_possible_cpus().map_or(1, |n| n.max(1));
     scratch.set_max_entries(u32::try_from(cpus).unwrap_or(u32::MAX))?;
     let deep = mode != crate::unwind::Mode::Fp || kernel_max_frames() as usize > CHUNK_WORDS;
-    let chunks = match (deep, crate::system::kernel_version() >= (6, 1)) {
+    let chunks = match (deep, crate::system::kernel_version() >= (6, 12)) {
         (false, _) => 1,
         (true, true) => {
             tails.set_map_flags(libbpf_rs::libbpf_sys::BPF_F_NO_PREALLOC)?;
             size.saturating_mul(2)
         }
-        (true, false) => (size / 16).max(64),
+        (true, false) => (size / 8).max(64),
     };
     tails.set_max_entries(chunks)
 }
