@@ -62,9 +62,26 @@ struct py_stats {
 
 struct py_stats py_stats = {};
 
+/* The process being walked, copied from `py_procs` when the walk starts:
+ * here (one per CPU, as java_scratch), not in the walk's state, which
+ * lives on the program's stack, whose 512 bytes it shares with the
+ * walk's callbacks (6.1 rounds each frame up to 32 bytes). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, struct py_proc);
+	__uint(max_entries, 1);
+} py_scratch SEC(".maps");
+
+static __always_inline struct py_proc *py_scratch_get(void)
+{
+	__u32 zero = 0;
+
+	return bpf_map_lookup_elem(&py_scratch, &zero);
+}
+
 /* The state the table walk carries for Python. */
 struct py_walk {
-	struct py_proc proc;
 	__u64 frame;		/* the next frame to put in the stack; 0: none */
 	__u64 eval_pc;		/* the eval call being replaced */
 	__u32 emitted;		/* frames put in for it so far */
@@ -98,12 +115,13 @@ static __always_inline __u64 py_thread_pointer(void)
 static __always_inline bool py_start(struct py_walk *py, __u32 pid)
 {
 	struct py_proc *p = bpf_map_lookup_elem(&py_procs, &pid);
+	struct py_proc *walked = py_scratch_get();
 	__u64 tp, tstate = 0, frame = 0;
 
-	if (!p)
+	if (!p || !walked)
 		return false;
 	__sync_fetch_and_add(&py_stats.stacks, 1);
-	py->proc = *p;
+	*walked = *p;
 	tp = py_thread_pointer();
 	if (!tp || !py_read(&tstate, 8, tp + p->tstate_slot) || !tstate) {
 		__sync_fetch_and_add(&py_stats.no_thread, 1);
@@ -118,11 +136,13 @@ static __always_inline bool py_start(struct py_walk *py, __u32 pid)
 	return frame != 0;
 }
 
-/* True when `pc` lies in the eval loop. */
-static __always_inline bool py_in_eval(struct py_walk *py, __u64 pc)
+/* True when `pc` lies in the eval loop of the process walked. */
+static __always_inline bool py_in_eval(__u64 pc)
 {
-	return (pc >= py->proc.eval_start && pc < py->proc.eval_end) ||
-	       (pc >= py->proc.cold_start && pc < py->proc.cold_end);
+	struct py_proc *p = py_scratch_get();
+
+	return p && ((pc >= p->eval_start && pc < p->eval_end) ||
+		     (pc >= p->cold_start && pc < p->cold_end));
 }
 
 /* The validity cookie of code object `code` (src/python/mod.rs cookie()),
@@ -150,13 +170,13 @@ static __always_inline __u64 py_cookie(struct py_proc *p, __u64 code)
 static __always_inline long py_step(struct py_walk *py, struct flare_stack_scratch *out, __u32 *n,
 				    __u64 *hash)
 {
-	struct py_proc *p = &py->proc;
+	struct py_proc *p = py_scratch_get();
 	__u64 f = py->frame, code = 0, instr = 0, next = 0, cookie, len;
 	__u32 lasti = 0;
 	__u8 mark = 0;
 	bool last = false;
 
-	if (!f || !py_read(&next, 8, f + p->frame_previous) ||
+	if (!p || !f || !py_read(&next, 8, f + p->frame_previous) ||
 	    !py_read(&code, 8, f + p->frame_code)) {
 		__sync_fetch_and_add(&py_stats.read_errors, 1);
 		py->frame = 0;

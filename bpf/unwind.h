@@ -367,7 +367,7 @@ static __always_inline long unwind_native_step(struct unwind_walk *w, struct fla
 		}
 	}
 	lookup = w->return_address ? pc - 1 : pc;
-	if (w->py.frame && py_in_eval(&w->py, lookup)) {
+	if (w->py.frame && py_in_eval(lookup)) {
 		w->py.pending = true;
 		w->py.eval_pc = pc;
 		w->py.emitted = 0;
