@@ -35,8 +35,9 @@ struct {
 } stacks SEC(".maps");
 
 /* The tails of stacks longer than a head, a chunk an entry. User space
- * allocates it as used where the kernel allows that in every program
- * (6.1+: BPF_F_NO_PREALLOC), and sizes it before load. */
+ * sizes it before load, and has it allocated as used where the kernel's
+ * allocator keeps up in NMI context (BPF_F_NO_PREALLOC, 6.12+;
+ * collect::stacks::size_storage). */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__type(key, struct flare_tail_key);
@@ -275,7 +276,6 @@ static __always_inline __s64 flare_get_stack(void *ctx, __u64 flags, __u64 mask,
 		return n < 0 ? n : -FLARE_EFAULT;
 	words = (__u64)n / sizeof(__u64);
 	hash = flare_hash_frames(s, words, max);
-	s->len = words;
 	if (user) {
 		bool cut = words >= kernel_max_frames;
 		__u64 frames = words;

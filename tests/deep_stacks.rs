@@ -59,6 +59,19 @@ struct Tally {
     other: Vec<String>,
 }
 
+impl Tally {
+    /// Fails unless `part` (of `what`) is at least `percent` % of the
+    /// samples; `context` names the run.
+    fn assert_share(&self, part: u64, what: &str, percent: u64, context: &str) {
+        assert!(
+            part * 100 >= self.samples * percent,
+            "{context}: {part} of {} {what} (at least {percent} %): {:?}",
+            self.samples,
+            self.other
+        );
+    }
+}
+
 fn tally(folded: &[(Vec<String>, u64)], leaf: &str, levels: usize) -> Tally {
     let mut t = Tally::default();
     for (frames, n) in folded {
@@ -130,13 +143,7 @@ fn c_recursion_600_deep_is_whole_with_and_without_frame_pointers() {
     let _guard = serial();
     for fp in [true, false] {
         let (t, err) = profile(fp, "600", "2", &[]);
-        assert!(
-            t.whole * 100 >= t.samples * 99,
-            "fp {fp}: {} of {} whole: {:?}; stderr: {err}",
-            t.whole,
-            t.samples,
-            t.other
-        );
+        t.assert_share(t.whole, "whole", 99, &format!("fp {fp}; stderr: {err}"));
     }
 }
 
@@ -148,13 +155,8 @@ fn c_recursion_3000_deep_keeps_the_leaf_end_under_one_truncated_frame() {
     let _guard = serial();
     for fp in [true, false] {
         let (t, err) = profile(fp, "3000", "2", &[]);
-        assert!(
-            t.cut * 100 >= t.samples * 95,
-            "fp {fp}: {} of {} cut at the root: {:?}; stderr: {err}",
-            t.cut,
-            t.samples,
-            t.other
-        );
+        let context = format!("fp {fp}; stderr: {err}");
+        t.assert_share(t.cut, "cut at the root", 95, &context);
         assert_eq!(t.whole, 0, "3,000 levels cannot be whole");
     }
 }
@@ -253,13 +255,7 @@ fn offcputime_sees_the_whole_stack_600_deep() {
     let t = tally(&parse_folded(&out), "nap", 601);
     // 50 naps of 10 ms, in microseconds.
     assert!(t.samples >= 400_000, "{t:?}; stderr: {err}");
-    assert!(
-        t.whole * 100 >= t.samples * 95,
-        "{} of {} us under whole stacks: {:?}",
-        t.whole,
-        t.samples,
-        t.other
-    );
+    t.assert_share(t.whole, "us under whole stacks", 95, "offcputime");
 }
 
 #[test]
@@ -273,13 +269,7 @@ fn stackcount_counts_every_call_600_deep_under_its_whole_stack() {
     let (out, err) = trace(&["stackcount", "-U", &probe], 1, "call", "1000");
     let t = tally(&parse_folded(&out), "mark", 601);
     assert_eq!(t.samples, 1000, "every call counted; stderr: {err}");
-    assert!(
-        t.whole * 100 >= t.samples * 99,
-        "{} of {} calls under whole stacks: {:?}",
-        t.whole,
-        t.samples,
-        t.other
-    );
+    t.assert_share(t.whole, "calls under whole stacks", 99, "stackcount");
 }
 
 /// Profiles a runtime's deeprec (`command`, which takes DEPTH SECONDS)
@@ -315,13 +305,8 @@ fn check_runtime(what: &str, command: &[&str], modes: &[bool]) {
             t.samples > least,
             "{what} (perf events {perf_events}): {t:?}; stderr: {err}"
         );
-        assert!(
-            t.whole * 100 >= t.samples * 99,
-            "{what} (perf events {perf_events}): {} of {} whole: {:?}; stderr: {err}",
-            t.whole,
-            t.samples,
-            t.other
-        );
+        let context = format!("{what} (perf events {perf_events}); stderr: {err}");
+        t.assert_share(t.whole, "whole", 99, &context);
     }
 }
 

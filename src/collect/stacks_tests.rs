@@ -63,8 +63,8 @@ fn bytes(words: &[u64]) -> Vec<u8> {
     words.iter().flat_map(|w| w.to_ne_bytes()).collect()
 }
 
-/// A head of `words` words of which the first CHUNK_WORDS are stored,
-/// `frames` frames, cut or not; and its tail's chunks.
+/// The head of a stack of `total` native frames (its first CHUNK_WORDS
+/// stored), cut or not, and its tail's chunks.
 fn deep(total: usize, cut: bool) -> (Vec<u8>, Vec<Vec<u8>>) {
     let all: Vec<u64> = (0..total as u64).map(|i| 0x1000 + i).collect();
     let len = total as u64 | (total as u64) << LEN_FRAMES_SHIFT | if cut { LEN_CUT } else { 0 };

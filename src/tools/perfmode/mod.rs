@@ -208,7 +208,7 @@ impl State {
                     lr: s.lr,
                 };
                 let mut walk_over = |data: &[u8]| {
-                    let stack = walk::StackCopy { sp, data };
+                    let stack = walk::StackCopy::new(sp, data);
                     let stepper = java
                         .as_deref_mut()
                         .and_then(|j| j.stepper(s.pid, start, leaf, mappings));
@@ -225,11 +225,11 @@ impl State {
                     }
                 };
                 let mut w = walk_over(s.stack);
-                // A walk that ran off a full copy goes on in the live
-                // stack above it: deep stacks (a few hundred Java frames)
+                // A walk that ran off the copy goes on in the live stack
+                // above it: deep stacks (a few hundred Java frames)
                 // outgrow any copy a sample can carry, and the root end
                 // of a stack is the part that has not changed since.
-                if !w.complete && !w.cut && s.stack.len() >= events::STACK_BYTES as usize {
+                if w.overran {
                     let top = sp.saturating_add(s.stack.len() as u64);
                     let live = crate::python::memory::ProcessMemory { pid: s.pid }
                         .read_mapped(top, LIVE_STACK_BYTES);

@@ -24,19 +24,30 @@ pub use crate::java::walk::Regs;
 
 /// The bytes of the user stack the kernel copied at the sample, from the
 /// sampled `sp` up.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct StackCopy<'a> {
-    pub sp: u64,
-    pub data: &'a [u8],
+    sp: u64,
+    data: &'a [u8],
+    /// A read asked for a word above the copy's end.
+    overran: std::cell::Cell<bool>,
 }
 
-impl StackCopy<'_> {
+impl<'a> StackCopy<'a> {
+    pub fn new(sp: u64, data: &'a [u8]) -> Self {
+        StackCopy {
+            sp,
+            data,
+            overran: Default::default(),
+        }
+    }
+
     /// The word at `addr`, if the copy holds it (a read outside it ends
     /// the walk, as a failed `bpf_probe_read_user` does).
     pub fn read(&self, addr: u64) -> Option<u64> {
         let at = usize::try_from(addr.checked_sub(self.sp)?).ok()?;
-        let bytes = self.data.get(at..at.checked_add(8)?)?;
-        Some(u64::from_ne_bytes(bytes.try_into().ok()?))
+        let bytes = self.data.get(at..at.checked_add(8)?);
+        self.overran.set(self.overran.get() | bytes.is_none());
+        Some(u64::from_ne_bytes(bytes?.try_into().ok()?))
     }
 }
 
@@ -48,6 +59,9 @@ pub struct Walk {
     pub complete: bool,
     /// The walk stopped at its frame limit with frames left.
     pub cut: bool,
+    /// The walk ended on a read above the end of the stack copy: the
+    /// stack goes on past what the sample copied.
+    pub overran: bool,
 }
 
 /// Where a walk starts: the sampled registers, on which machine.
@@ -158,6 +172,7 @@ pub fn walk_with(
             None => fp_step(mode, &mut s, stack),
         };
         if !more {
+            out.overran = stack.overran.get();
             break;
         }
     }

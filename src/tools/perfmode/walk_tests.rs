@@ -69,25 +69,24 @@ fn regs(pc: u64, bp: u64) -> Regs {
 #[test]
 fn rows_give_every_return_address_to_the_outermost_frame() {
     let data = full_stack();
-    let stack = StackCopy { sp: S, data: &data };
+    let stack = StackCopy::new(S, &data);
     let w = walk(Mode::Auto, regs(0x1010, S + 48), &stack, 64, rows);
     assert_eq!(w.pcs, vec![0x1010, 0x2050, 0x3050, 0x4010]);
     assert!(w.complete);
+    assert!(!w.overran);
 }
 
 #[test]
 fn a_stack_copy_that_ends_ends_the_walk() {
     let data = full_stack();
     // main's return address (S + 56) is past the copy.
-    let stack = StackCopy {
-        sp: S,
-        data: &data[..32],
-    };
+    let stack = StackCopy::new(S, &data[..32]);
     let w = walk(Mode::Auto, regs(0x1010, S + 48), &stack, 64, rows);
     assert_eq!(w.pcs, vec![0x1010, 0x2050, 0x3050]);
     assert!(!w.complete);
+    assert!(w.overran, "the stack goes on past the copy");
     // And the depth limit.
-    let stack = StackCopy { sp: S, data: &data };
+    let stack = StackCopy::new(S, &data);
     let w = walk(Mode::Auto, regs(0x1010, S + 48), &stack, 2, rows);
     assert_eq!(w.pcs, vec![0x1010, 0x2050]);
     assert!(w.cut, "frames were left at the limit");
@@ -111,7 +110,7 @@ fn code_without_a_table_is_walked_by_its_frame_pointer() {
         ],
         128,
     );
-    let stack = StackCopy { sp: S, data: &data };
+    let stack = StackCopy::new(S, &data);
     let w = walk(Mode::Auto, regs(0x5010, S + 16), &stack, 64, rows);
     assert_eq!(w.pcs, vec![0x5010, 0x3050, 0x4010]);
     assert!(w.complete);
@@ -129,7 +128,7 @@ fn frame_pointers_alone_lose_a_frameless_leafs_caller() {
     // --unwind fp never asks for rows: from the frameless leaf, rbp leads
     // to main's frame and `caller` is skipped (what the rows fix).
     let data = full_stack();
-    let stack = StackCopy { sp: S, data: &data };
+    let stack = StackCopy::new(S, &data);
     let w = walk(Mode::Fp, regs(0x1010, S + 48), &stack, 64, |_| {
         panic!("fp asks for no rows")
     });
@@ -143,7 +142,7 @@ fn return_addresses_are_looked_up_inside_the_call() {
     // frame pointer, here none: the walk ends). Looked up at 0x1010
     // itself, leaf's row would find one more frame (0x4010).
     let data = image(&[(0, 0x1010), (8, 0x4010)], 64);
-    let stack = StackCopy { sp: S, data: &data };
+    let stack = StackCopy::new(S, &data);
     let w = walk(Mode::Auto, regs(0x2010, 0), &stack, 64, |a| match a {
         0x2000..=0x20ff => Some(row(CFA_RSP, 8, RBP_SAME, 0)),
         _ => rows(a),
@@ -155,7 +154,7 @@ fn return_addresses_are_looked_up_inside_the_call() {
 fn plt_entries_use_the_threshold() {
     // Before the entry's push (pc & 15 < 11): the return address at sp.
     let data = image(&[(0, 0x2050), (8, 0x3050), (24, 0x3050)], 128);
-    let stack = StackCopy { sp: S, data: &data };
+    let stack = StackCopy::new(S, &data);
     let w = walk(Mode::Auto, regs(0x6006, 0), &stack, 2, rows);
     assert_eq!(w.pcs, vec![0x6006, 0x2050]);
     // After it: one word more.
@@ -181,7 +180,7 @@ fn a_signal_frame_resumes_at_the_interrupted_code() {
         ],
         1024,
     );
-    let stack = StackCopy { sp: S, data: &data };
+    let stack = StackCopy::new(S, &data);
     let w = walk(Mode::Auto, regs(0x7008, 0), &stack, 64, rows);
     assert_eq!(w.pcs, vec![0x7008, 0x1010, 0x2050, 0x3050, 0x4010]);
     assert!(w.complete);
@@ -202,7 +201,7 @@ fn an_epilogue_past_its_rbp_pop_keeps_rbp() {
         ],
         64,
     );
-    let stack = StackCopy { sp: S, data: &data };
+    let stack = StackCopy::new(S, &data);
     let w = walk(Mode::Dwarf, regs(0x8000, S + 16), &stack, 64, |a| match a {
         0x8000..=0x80ff => Some(row(CFA_RSP, 16, RBP_SAVED, -4)),
         _ => rows(a),
@@ -270,7 +269,7 @@ fn arm64_stack() -> Vec<u8> {
 #[test]
 fn arm64_rows_find_a_frameless_leafs_caller_in_x30() {
     let data = arm64_stack();
-    let stack = StackCopy { sp: S, data: &data };
+    let stack = StackCopy::new(S, &data);
     let w = walk_arm64(arm64(0x1010, S + 32, 0x2050), &stack, arm64_rows);
     assert_eq!(w.pcs, vec![0x1010, 0x2050, 0x3050, 0x4010]);
     assert!(w.complete);
@@ -281,7 +280,7 @@ fn arm64_x30_holds_no_return_address_past_the_first_frame() {
     // A caller whose row says its return address is still in x30 cannot
     // be: x30 was the leaf's. The walk ends rather than loop or invent.
     let data = arm64_stack();
-    let stack = StackCopy { sp: S, data: &data };
+    let stack = StackCopy::new(S, &data);
     let w = walk_arm64(arm64(0x1010, S + 32, 0x2050), &stack, |a| match a {
         0x2000..=0x20ff => Some(arm64_row(CFA_RSP, 32, RBP_SAME, RA_LR, 0)),
         _ => arm64_rows(a),
@@ -297,7 +296,7 @@ fn arm64_frame_pointers_strip_authentication_codes() {
     // Without rows: x29 -> main's frame record; the leaf's caller (in
     // x30) is lost, as the kernel's own walk loses it.
     let data = arm64_stack();
-    let stack = StackCopy { sp: S, data: &data };
+    let stack = StackCopy::new(S, &data);
     let w = walk_arm64(arm64(0x5010, S + 32, 0x2050), &stack, |_| None);
     assert_eq!(w.pcs, vec![0x5010, 0x4010]);
 }
@@ -320,7 +319,7 @@ fn an_arm64_signal_frame_restores_x30() {
         ],
         2048,
     );
-    let stack = StackCopy { sp: S, data: &data };
+    let stack = StackCopy::new(S, &data);
     let w = walk_arm64(arm64(0x7008, 0, 0), &stack, |a| match a {
         0x7000..=0x70ff => Some(arm64_row(CFA_SIGNAL, 0, RBP_SAME, RA_LR, 0)),
         _ => arm64_rows(a),
@@ -337,7 +336,7 @@ fn an_arm64_epilogue_past_its_record_load_steps_by_x30() {
     // from x30, moves sp past the frame and keeps x29, which points at
     // main's frame record (at S + 48 here).
     let data = image(&[(48, 0), (56, 0x0055_0000_0000_4010)], 128);
-    let stack = StackCopy { sp: S, data: &data };
+    let stack = StackCopy::new(S, &data);
     let w = walk_arm64(
         arm64(0x6010, S + 48, 0x002a_0000_0000_3050),
         &stack,
