@@ -63,9 +63,9 @@ static __always_inline struct flare_stack_scratch *flare_scratch(void)
 	return bpf_map_lookup_elem(&stack_scratch, &cpu);
 }
 
-/* The deepest user stack, in frames, that the kernel's own walk
- * (bpf_get_stack) gives: kernel.perf_event_max_stack, set before load.
- * A stack that long may have been cut. */
+/* The frames the kernel's own walk (bpf_get_stack) stops at:
+ * kernel.perf_event_max_stack, set before load. A stack that long (or
+ * FLARE_MAX_FRAMES long, all it is asked for) may have been cut. */
 const volatile __u32 kernel_max_frames = FLARE_MAX_STACK_DEPTH;
 
 struct flare_stack_stats stack_stats = {};
@@ -277,7 +277,7 @@ static __always_inline __s64 flare_get_stack(void *ctx, __u64 flags, __u64 mask,
 	words = (__u64)n / sizeof(__u64);
 	hash = flare_hash_frames(s, words, max);
 	if (user) {
-		bool cut = words >= kernel_max_frames;
+		bool cut = words >= kernel_max_frames || words >= FLARE_MAX_FRAMES;
 		__u64 frames = words;
 
 		words = flare_test_runtime_frame(s, words, &hash);

@@ -166,6 +166,16 @@ pub fn threads(pid: u32) -> Result<Vec<u32>> {
         .collect())
 }
 
+/// `kernel.perf_event_max_stack`: the frames the kernel's own stack walks
+/// (perf callchains, `bpf_get_stack`) stop at; its default, 127, where
+/// it cannot be read.
+pub fn perf_event_max_stack() -> u32 {
+    std::fs::read_to_string("/proc/sys/kernel/perf_event_max_stack")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(127)
+}
+
 /// The running kernel's (major, minor) version, from uname.
 pub fn kernel_version() -> (u32, u32) {
     // SAFETY: utsname is plain data, valid when zeroed; uname fills it.

@@ -66,8 +66,8 @@ pub struct CommonKnobs {
     /// The size in bytes of the ring time-stamped records are sent to
     /// (`bpf/timed.h`), or 0 when the run counts in the kernel.
     pub timed_ring: u64,
-    /// The deepest user stack the kernel's own walk gives
-    /// ([`crate::collect::stacks::kernel_max_frames`]).
+    /// The frames the kernel's own walk stops at
+    /// ([`system::perf_event_max_stack`]; BPF asks for 1,024 at most).
     pub kernel_max_frames: u32,
 }
 
@@ -95,7 +95,7 @@ impl CommonKnobs {
             test_runtime_frame: std::env::var_os("FLARE_TEST_RUNTIME_FRAME")
                 .is_some_and(|v| v == "1"),
             timed_ring: 0,
-            kernel_max_frames: crate::collect::stacks::kernel_max_frames(),
+            kernel_max_frames: system::perf_event_max_stack(),
         }
     }
 

@@ -59,11 +59,7 @@ pub fn truncated(more: Option<usize>) -> RawFrame {
 /// (`bpf_get_stack`, `--unwind fp`) gives: `kernel.perf_event_max_stack`
 /// (127 unless raised), up to [`MAX_FRAMES`].
 pub fn kernel_max_frames() -> u32 {
-    std::fs::read_to_string("/proc/sys/kernel/perf_event_max_stack")
-        .ok()
-        .and_then(|s| s.trim().parse::<u32>().ok())
-        .unwrap_or(CHUNK_WORDS as u32)
-        .min(MAX_FRAMES as u32)
+    crate::system::perf_event_max_stack().min(MAX_FRAMES as u32)
 }
 
 /// Sizes the stack storage before load: `stacks` holds `size` stacks'
