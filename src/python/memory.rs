@@ -58,64 +58,6 @@ impl Memory for ProcessMemory {
     }
 }
 
-impl ProcessMemory {
-    /// Up to `max` bytes from `addr` on, as far as they are mapped (page
-    /// by page: the read stops at the first page that is not).
-    pub fn read_mapped(&self, addr: u64, max: usize) -> Vec<u8> {
-        const PAGE: u64 = 4096;
-        let mut buf = vec![0u8; max];
-        let mut iov = Vec::new();
-        let (mut at, mut off) = (addr, 0usize);
-        while off < max {
-            let len = ((PAGE - at % PAGE) as usize).min(max - off);
-            iov.push((at, off, len));
-            at += len as u64;
-            off += len;
-        }
-        let mut read = 0usize;
-        // process_vm_readv takes at most IOV_MAX (1024) elements a call.
-        for batch in iov.chunks(1024) {
-            let local: Vec<libc::iovec> = batch
-                .iter()
-                .map(|&(_, off, len)| libc::iovec {
-                    // SAFETY: off + len <= buf.len() by construction.
-                    iov_base: unsafe { buf.as_mut_ptr().add(off) }.cast(),
-                    iov_len: len,
-                })
-                .collect();
-            let remote: Vec<libc::iovec> = batch
-                .iter()
-                .map(|&(a, _, len)| libc::iovec {
-                    iov_base: a as usize as *mut libc::c_void,
-                    iov_len: len,
-                })
-                .collect();
-            let want: usize = batch.iter().map(|&(_, _, len)| len).sum();
-            // SAFETY: each local iovec covers a distinct part of `buf`,
-            // writable for its length; the remote ranges are only read,
-            // by the kernel, which checks them against the target's
-            // mappings and stops at the first element it cannot read.
-            let n = unsafe {
-                libc::process_vm_readv(
-                    self.pid as libc::pid_t,
-                    local.as_ptr(),
-                    local.len() as libc::c_ulong,
-                    remote.as_ptr(),
-                    remote.len() as libc::c_ulong,
-                    0,
-                )
-            };
-            let n = usize::try_from(n).unwrap_or(0);
-            read += n;
-            if n < want {
-                break;
-            }
-        }
-        buf.truncate(read);
-        buf
-    }
-}
-
 /// A buffer standing for memory from `base` on (tests).
 #[derive(Clone, Debug, Default)]
 pub struct Buffer {
@@ -150,19 +92,6 @@ mod tests {
         };
         assert_eq!(me.read_u64(&value as *const u64 as u64).unwrap(), value);
         assert!(me.read_u64(8).is_err());
-    }
-
-    #[test]
-    fn reads_mapped_memory_up_to_the_first_unmapped_page() {
-        let data: Vec<u64> = (0..3000).collect();
-        let me = ProcessMemory {
-            pid: std::process::id(),
-        };
-        let addr = data.as_ptr() as u64;
-        let got = me.read_mapped(addr + 8, 8 * 100);
-        assert_eq!(got.len(), 800);
-        assert_eq!(u64::from_ne_bytes(got[..8].try_into().unwrap()), 1);
-        assert!(me.read_mapped(8, 4096).is_empty(), "page 0 is not mapped");
     }
 
     #[test]

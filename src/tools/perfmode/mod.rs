@@ -51,10 +51,6 @@ use crate::unwind::Mode;
 /// Frames kept per user stack, as in BPF.
 const MAX_DEPTH: usize = crate::collect::stacks::MAX_FRAMES;
 
-/// How much of a thread's live stack above its sample's copy a walk that
-/// ran off the copy may read.
-const LIVE_STACK_BYTES: usize = 1 << 20;
-
 /// How long the reading thread sleeps when no buffer fills (and how long
 /// a stop may take).
 const POLL_MS: i32 = 50;
@@ -224,21 +220,7 @@ impl State {
                         }
                     }
                 };
-                let mut w = walk_over(s.stack);
-                // A walk that ran off the copy goes on in the live stack
-                // above it: deep stacks (a few hundred Java frames)
-                // outgrow any copy a sample can carry, and the root end
-                // of a stack is the part that has not changed since.
-                if w.overran {
-                    let top = sp.saturating_add(s.stack.len() as u64);
-                    let live = crate::python::memory::ProcessMemory { pid: s.pid }
-                        .read_mapped(top, LIVE_STACK_BYTES);
-                    if !live.is_empty() {
-                        let mut data = s.stack.to_vec();
-                        data.extend_from_slice(&live);
-                        w = walk_over(&data);
-                    }
-                }
+                let w = walk_over(s.stack);
                 cut = w.cut;
                 Some(w.pcs)
             }
