@@ -148,7 +148,11 @@ fn profile_on(
     if !env.is_empty() {
         return Some((stacks, stderr, pprof));
     }
-    assert!(total >= 2000, "{total} samples of the worker: {}", ctx());
+    // Emulated, fewer: the guests' timers lose ticks, more on a slower
+    // host (1,283-2,256 samples of 8 s of the worker's CPU in the arm64
+    // guest on one host, above 2,000 on another), as in nonroot's test.
+    let want = if common::bpf::emulated() { 1000 } else { 2000 };
+    assert!(total >= want, "{total} samples of the worker: {}", ctx());
     // Shares of the two functions' time. The program reads its clock in
     // handle() between them (getCurrentThreadCpuTime, 2-6 % of its CPU
     // time depending on the machine) and charges those reads to both, so
@@ -223,7 +227,10 @@ fn profile_on(
     // (libc's, without its local symbols, as in the arm64 guests) do not
     // count. Emulated, the JIT's deoptimizations and recompilations, whose
     // frames in transition the walk cannot always place, take a larger
-    // part of the run (2.1 % of the thread's samples in the arm64 guest).
+    // part of the run (2.1 % of the thread's samples in the arm64 guest on
+    // one host, 3.7-4.1 % on a slower one, at this commit and the one
+    // before deep stacks alike: deoptimization, counter-overflow stubs,
+    // and libc's local functions, which the guest's libc does not name).
     let java: Vec<&(Vec<String>, u64)> = stacks
         .iter()
         .filter(|(f, _)| f.first().is_some_and(|c| c == "java"))
@@ -237,7 +244,7 @@ fn profile_on(
         })
         .map(|(_, n)| n)
         .sum();
-    let bound = if common::bpf::emulated() { 3 } else { 2 };
+    let bound = if common::bpf::emulated() { 6 } else { 2 };
     assert!(
         unknown * 100 <= java_total * bound,
         "{unknown} of the java thread's {java_total} samples with an [unknown] frame: {}",
@@ -485,8 +492,10 @@ fn a_jvm_that_exited_is_named_as_when_alive() {
         .map(|(_, n)| n)
         .sum();
     // Emulated, fewer: timers lag (132 in the arm64 guest, 9 unnamed
-    // beside them; none are named when names do not outlive the JVM).
-    let want = if common::bpf::emulated() { 100 } else { 200 };
+    // beside them; 85 and 86 on a slower host, at this commit and the one
+    // before deep stacks alike). None are named when names do not outlive
+    // the JVM.
+    let want = if common::bpf::emulated() { 50 } else { 200 };
     eprintln!("{named} samples named in parseRequest after the JVM exited");
     assert!(
         named >= want,

@@ -138,7 +138,11 @@ fn check(python: &Path, mode: Mode) {
     // emulation, where the reader waits for a virtual CPU, 0.8-2.0 % of
     // samples did in five runs in the x86-64 5.10 guest (6.5 % once), and
     // 1.6-7.6 % in six runs in the arm64 6.1 guest: how long the reader
-    // waits there is QEMU's scheduling, not flare's.
+    // waits there is QEMU's scheduling, not flare's. On a slower host it
+    // is bimodal: 1.2-4.4 % in six runs in the 5.10 and 6.12 guests, and
+    // 33-34 % in three runs (two of them CI's) where the workload got a
+    // third of its usual samples (956-1,097 of 2,300-2,900), its CPU
+    // shared with the reader. The shares and the chain above hold in all.
     let eval: u64 = stacks
         .iter()
         .filter(|(f, _)| f.iter().any(|x| x.starts_with("_PyEval_EvalFrameDefault")))
@@ -149,7 +153,7 @@ fn check(python: &Path, mode: Mode) {
         python.display()
     );
     let most = if mode == Mode::PerfEvents && common::bpf::emulated() {
-        12
+        45
     } else {
         3
     };
