@@ -15,7 +15,7 @@ use crate::java::detect::Detector;
 use crate::java::walk::{Leaf, Regs, Walker};
 use crate::java::{Process, Registry};
 use crate::procmaps::Mappings;
-use crate::python::memory::ProcessMemory;
+use crate::python::memory::{Pages, ProcessMemory};
 use crate::unwind::runtimes::Found;
 
 /// The perf-event collector's Java side.
@@ -31,7 +31,8 @@ pub struct PerfJava {
 pub struct Stepper<'a> {
     process: &'a Process,
     walker: &'a mut Walker,
-    mem: ProcessMemory,
+    /// The sample's reads, a page at a time.
+    mem: Pages<ProcessMemory>,
     leaf: Leaf,
 }
 
@@ -89,7 +90,7 @@ impl PerfJava {
             Some(Entry::Found((process, walker))) => Some(Stepper {
                 process,
                 walker,
-                mem: ProcessMemory { pid },
+                mem: Pages::new(ProcessMemory { pid }),
                 leaf,
             }),
             _ => None,

@@ -14,7 +14,7 @@ use super::{Entry, NoRuntime, Procs};
 use crate::collect::RawFrame;
 use crate::procmaps::Mappings;
 use crate::python::detect::{Detected, Detector};
-use crate::python::memory::ProcessMemory;
+use crate::python::memory::{Pages, ProcessMemory};
 use crate::python::walk::{splice, Threads};
 use crate::python::Registry;
 
@@ -74,7 +74,9 @@ impl PerfPython {
         if crate::procmaps::now().saturating_sub(time) > MAX_LAG_NS {
             return native(pcs);
         }
-        let mem = ProcessMemory { pid };
+        // Whole pages, each read once: a deep stack's frames in a few
+        // system calls, not thousands (the reader keeps up with samples).
+        let mem = Pages::new(ProcessMemory { pid });
         // Stacks that disagree keep their native frames (the thread moved
         // to another eval call before its frames were read).
         threads
