@@ -18,8 +18,16 @@ use crate::error::{Error, Result};
 use crate::procmaps::perf::{track_mappings, Ring};
 use crate::system::perf_event_open;
 
-/// Bytes of user stack copied with each sample (`--unwind auto|dwarf`).
+/// Bytes of user stack copied with each sample (`--unwind auto|dwarf`):
+/// native stacks some 200-2,000 frames deep, a JVM's some 130 Java
+/// frames (a Java frame takes 100-150 bytes of stack).
 pub const STACK_BYTES: u32 = 16 * 1024;
+
+/// The copy for a JVM: the most perf events copy (the sample's size is
+/// 16 bits; the kernel trims the copy to fit beside the sample's other
+/// fields), some 500 Java frames. Four times the bytes per sample, so
+/// only for processes that map HotSpot.
+pub const JVM_STACK_BYTES: u32 = 65528;
 
 /// Data bytes over all CPUs' buffers tried first: each sample holds its
 /// copy of the user stack ([`STACK_BYTES`]), so a buffer of 1 MiB holds
@@ -59,6 +67,9 @@ pub struct Plan<'a> {
     pub cpus: &'a [u32],
     /// Enabled when the (held) target calls exec: a launched command.
     pub on_exec: bool,
+    /// Bytes of user stack each sample copies ([`STACK_BYTES`] or
+    /// [`JVM_STACK_BYTES`]).
+    pub stack_bytes: u32,
     /// Every sample wakes the reader: Python frames are read then, and
     /// Java frames walked over the JIT's live code cache, which changes
     /// under a sample read late (woken at half of a 4 MiB buffer, the Java
@@ -96,7 +107,7 @@ fn attr(plan: &Plan<'_>, build_id: bool) -> sys::perf_event_attr {
     a.clockid = libc::CLOCK_MONOTONIC;
     if plan.layout.user_stack {
         a.sample_regs_user = REGS_MASK;
-        a.sample_stack_user = STACK_BYTES;
+        a.sample_stack_user = plan.stack_bytes;
         // The user stack is walked from the copy, not by the kernel.
         a.set_exclude_callchain_user(1);
     }

@@ -454,6 +454,13 @@ impl Session {
             let pids: Vec<u32> = threads.iter().map(|&(p, _)| p).collect();
             mappings.snapshot(&pids);
         }
+        // A JVM's Java frames are large: its samples copy all the stack
+        // perf events allow. (A launched command is not yet one when the
+        // events open: it copies the usual bytes.)
+        let stack_bytes = match java && !launched && threads.iter().any(|&(p, _)| maps_jvm(p)) {
+            true => events::JVM_STACK_BYTES,
+            false => events::STACK_BYTES,
+        };
         system::raise_nofile();
         let tids: Vec<u32> = threads.iter().map(|&(_, t)| t).collect();
         let pid_of: HashMap<u32, u32> = threads.iter().map(|&(p, t)| (t, p)).collect();
@@ -467,6 +474,7 @@ impl Session {
                 cpus: &cpus,
                 on_exec: launched,
                 wake_each: python || java,
+                stack_bytes,
             },
             &|tid, _| refused(pid_of.get(&tid).copied().unwrap_or(tid), paranoid),
         )?;
@@ -606,4 +614,10 @@ impl Collector for Session {
             events,
         })
     }
+}
+
+/// Whether process `pid` maps HotSpot (`libjvm.so`) now.
+fn maps_jvm(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/maps"))
+        .is_ok_and(|maps| maps.lines().any(|l| l.ends_with("/libjvm.so")))
 }
