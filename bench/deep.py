@@ -33,7 +33,11 @@ reaching the entry (of all, of those with frames), the deepest and median
 stack in Python/Java frames (flare's: `f (file:LINE)`, `pkg.Class.m(types)`).
 
 usage: bench/deep.py [--part cost|python|java|all] [--rounds N] [--seconds S]
-                     [--depths 16,128,512,1024]          (as root)
+                     [--depths 16,128,512,1024] [--before FLARE] [--perf-events]
+                     (as root)
+--perf-events: the python and java parts' flare samples as without root.
+--before FLARE runs that binary (e.g. `git worktree add /tmp/b COMMIT`,
+built there) in turn in the cost part's native windows, as "before".
 Peers that are missing (perf, py-spy, JFR, bpftool) are skipped with a note.
 """
 
@@ -132,12 +136,14 @@ class Tally:
         return statistics.median_low(self.depths.elements()) if self.samples else 0
 
 
-def start(cmd, tmp, out=None, events=1, settle=0.5):
-    """Starts a profiler (stdout to the file `out`), waits until it holds
-    `events` perf events, then `settle` seconds more."""
+def start(cmd, tmp, out=None, events=1, settle=0.5, env=None):
+    """Starts a profiler (stdout to the file `out`, `env` added to its
+    environment), waits until it holds `events` perf events, then `settle`
+    seconds more."""
     err = open(os.path.join(tmp, "profiler.err"), "w")
     p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stderr=err,
-                         stdout=open(out, "w") if out else subprocess.DEVNULL)
+                         stdout=open(out, "w") if out else subprocess.DEVNULL,
+                         env=dict(os.environ, **(env or {})))
     t0 = time.monotonic()
     while perf_fds(p.pid) < events:
         if os.waitpid(p.pid, os.WNOHANG)[0] or time.monotonic() - t0 > 120:
@@ -269,7 +275,8 @@ def cost_native(args, tmp, perf):
         builds[build] = os.path.join(tmp, f"deeprec-{build}")
         subprocess.run(["gcc", "-O2", flag, "-g", "-o", builds[build],
                         os.path.join(WORKLOADS, "deeprec.c")], check=True)
-    names = ["flare auto", "flare fp"] + (["perf fp"] if perf else [])
+    names = ["flare auto", "flare fp"] + (["before auto", "before fp"] if args.before else []) \
+        + (["perf fp"] if perf else [])
     if not perf:
         note("perf not found (apt-get install linux-perf): perf skipped")
     res = collections.defaultdict(lambda: {"us": [], "slow": [], "slowcpu": [], "cpu": [], "rss": [],
@@ -288,7 +295,8 @@ def cost_native(args, tmp, perf):
                         cmd = [perf, "record", "-F", "997", "--call-graph", "fp", "-p", ",".join(w.pids),
                                "-o", data]
                     else:
-                        cmd = [FLARE, "profile", "-F", "997", "-p", ",".join(w.pids), "-f",
+                        binary = args.before if name.startswith("before") else FLARE
+                        cmd = [binary, "profile", "-F", "997", "-p", ",".join(w.pids), "-f",
                                "--unwind", name.split()[1]]
                     max_stack = sysctl("kernel.perf_event_max_stack", "1024") if is_perf else None
                     with max_stack or contextlib.nullcontext():
@@ -380,8 +388,13 @@ def cost_runtimes(args, tmp):
 
 
 def cost_memory(args, tmp):
-    progress("cost: default flare profile, memory")
-    p = start([FLARE, "profile"], tmp, os.path.join(tmp, "default.txt"), events=os.cpu_count() or 1,
+    for label, binary in [("flare", FLARE)] + ([("before", args.before)] if args.before else []):
+        memory_of(args, tmp, label, binary)
+
+
+def memory_of(args, tmp, label, binary):
+    progress(f"cost: default {label} profile, memory")
+    p = start([binary, "profile"], tmp, os.path.join(tmp, "default.txt"), events=os.cpu_count() or 1,
               settle=1.0)
     time.sleep(args.seconds)
     maps = {}
@@ -396,7 +409,7 @@ def cost_memory(args, tmp):
         shown = subprocess.run([bpftool, "-j", "map", "show"], capture_output=True, text=True).stdout
         names = {m["id"]: (m.get("name", ""), m.get("type", "")) for m in json.loads(shown or "[]")}
     rss, cpu = finish(p)
-    print(f"\ncost: default `flare profile` (all CPUs) for {args.seconds:g} s: peak RSS {rss:.0f} MiB, "
+    print(f"\ncost: default `flare profile` ({label}; all CPUs) for {args.seconds:g} s: peak RSS {rss:.0f} MiB, "
           f"CPU {cpu:.2f} s, BPF maps {sum(m[1] for m in maps.values()) / 2**20:.1f} MiB (memlock) "
           f"in {len(maps)} maps")
     if not bpftool:
@@ -444,6 +457,12 @@ def pylint_venv():
     return venv
 
 
+def no_root_env(args):
+    """flare's environment for the runtime parts: with --perf-events, the
+    test switch that samples with perf events as without root."""
+    return {"FLARE_TEST_PERF_EVENTS": "1"} if args.perf_events else {}
+
+
 def part_python(args, tmp):
     venv = pylint_venv()
     if not venv:
@@ -461,7 +480,8 @@ def part_python(args, tmp):
                                  "--exit-zero", "--score=n", target],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(1.0)   # past the interpreter's start, so that py-spy finds it
-        fl = start([FLARE, "profile", "-F", "99", "-p", str(lint.pid), "-f"], tmp, fout, settle=0)
+        fl = start([FLARE, "profile", "-F", "99", "-p", str(lint.pid), "-f"], tmp, fout, settle=0,
+                   env=no_root_env(args))
         spy = subprocess.Popen([os.path.join(venv, "bin", "py-spy"), "record", "-r", "99", "-f", "raw",
                                 "-o", sout, "-p", str(lint.pid)],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -548,7 +568,8 @@ def part_java(args, tmp):
                                "--patch-module", f"java.base={module}", "-d", classes, "-nowarn",
                                "-proc:none", "-implicit:none", "-Xlint:none", "-XDignore.symbol.file",
                                "@" + listing], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        fl = start([FLARE, "profile", "-F", "99", "-p", str(jc.pid), "-f"], tmp, out, settle=0)
+        fl = start([FLARE, "profile", "-F", "99", "-p", str(jc.pid), "-f"], tmp, out, settle=0,
+                   env=no_root_env(args))
         jc.wait()
         walls.append(time.monotonic() - t0)
         finish(fl, grace=3)
@@ -569,6 +590,10 @@ def main():
     ap.add_argument("--rounds", type=int, default=1, help="rounds of each part (default 1)")
     ap.add_argument("--seconds", type=float, default=5, help="each cost window (default 5)")
     ap.add_argument("--depths", default="16,128,512,1024", help="recursion depths of the cost part")
+    ap.add_argument("--perf-events", action="store_true",
+                    help="python and java parts: flare samples with perf events, as without root")
+    ap.add_argument("--before", metavar="FLARE",
+                    help="another flare binary (an older commit's) the cost part runs in turn beside")
     args = ap.parse_args()
     args.depths = [int(d) for d in args.depths.split(",")]
     if os.geteuid() != 0:
