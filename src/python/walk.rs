@@ -140,6 +140,9 @@ pub fn eval_calls(p: &Process, tstate: u64, mem: &dyn Memory) -> Option<Vec<Eval
     let mut calls: Vec<EvalCall> = Vec::new();
     let mut call: EvalCall = Vec::new();
     let mut walked = 0;
+    // The last frame read began an eval call (or a frame object: ≤ 3.10
+    // frames do not say).
+    let mut began = true;
     while frame != 0 && walked < MAX_FRAMES {
         walked += 1;
         let f = frame;
@@ -147,7 +150,7 @@ pub fn eval_calls(p: &Process, tstate: u64, mem: &dyn Memory) -> Option<Vec<Eval
             mem.read_u64(at(f, l.frame_previous)),
             mem.read_u64(at(f, l.frame_code)),
         ) else {
-            break;
+            return None;
         };
         frame = next;
         let (instr, last) = match l.model {
@@ -161,11 +164,12 @@ pub fn eval_calls(p: &Process, tstate: u64, mem: &dyn Memory) -> Option<Vec<Eval
                     mem.read(at(f, l.frame_entry), &mut mark),
                     mem.read_u64(at(f, l.frame_instr)),
                 ) else {
-                    break;
+                    return None;
                 };
                 if l.model == FrameModel::Owner && mark[0] == l.owner_cstack {
                     // The shim an eval call starts with: its frames end.
                     calls.push(std::mem::take(&mut call));
+                    began = true;
                     continue;
                 }
                 (
@@ -181,9 +185,17 @@ pub fn eval_calls(p: &Process, tstate: u64, mem: &dyn Memory) -> Option<Vec<Eval
                 cookie,
             });
         }
+        began = last;
         if last {
             calls.push(std::mem::take(&mut call));
         }
+    }
+    // A chain that does not end (read while the thread changed it, or
+    // deeper than a stack holds), or ends in a frame that did not begin
+    // an eval call (a generator's frame whose link to its caller was
+    // cleared as it yielded, mid-read), is not the thread's stack.
+    if frame != 0 || !began {
+        return None;
     }
     if !call.is_empty() {
         calls.push(call);
@@ -241,6 +253,32 @@ pub fn splice(
         }
     }
     Some(out)
+}
+
+/// For a sample whose native stack and `calls` disagree ([`splice`]:
+/// the thread entered or left an eval call between the sample and the
+/// read): the Python frames of all `calls`, as read (as py-spy shows a
+/// stack), over the sample's native root, the native frames outside its
+/// outermost eval-loop frame. The native frames between eval calls are
+/// left out: which belong where is not known. `None` when the sample ran
+/// no eval loop or no call has frames.
+pub fn over_root(
+    native: &[u64],
+    eval: &[Range<u64>; 2],
+    calls: &[EvalCall],
+) -> Option<Vec<RawFrame>> {
+    let in_eval = |pc: &u64| eval.iter().any(|r| r.contains(pc));
+    let outermost = native.iter().rposition(in_eval)?;
+    let python: Vec<RawFrame> = calls
+        .iter()
+        .flatten()
+        .map(|f| RawFrame::Runtime(Box::new(*f)))
+        .collect();
+    if python.is_empty() {
+        return None;
+    }
+    let root = native[outermost + 1..].iter().map(|&pc| RawFrame::Addr(pc));
+    Some(python.into_iter().chain(root).collect())
 }
 
 #[cfg(test)]

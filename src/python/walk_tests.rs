@@ -6,7 +6,7 @@
 use std::ops::Range;
 use std::sync::Arc;
 
-use super::{eval_calls, splice, EvalCall, Threads};
+use super::{eval_calls, over_root, splice, EvalCall, Threads};
 use crate::collect::{RawFrame, Runtime, RuntimeFrame};
 use crate::python::layout::{for_version, Layout};
 use crate::python::memory::Buffer;
@@ -183,12 +183,42 @@ fn shim_frames_start_each_eval_call_and_are_left_out() {
 }
 
 #[test]
+fn a_chain_that_ends_outside_an_eval_call_s_start_is_no_stack() {
+    // 3.12+: the outermost frame is an eval call's shim; 3.11: it is
+    // marked as an eval call's entry. A chain that ends before (a
+    // generator's frame unlinked as it yielded, read mid-way) is torn.
+    for minor in [11, 12, 13] {
+        let mut m = Mem::new(minor);
+        let c0 = m.code(0);
+        let f0 = m.frame(0, c0, 8, 0, 0);
+        m.thread(f0, 0x2d0);
+        assert_eq!(
+            eval_calls(&m.process(), TSTATE, &m.buffer()),
+            None,
+            "3.{minor}"
+        );
+    }
+    // A chain that does not end within the frames a stack holds.
+    let mut m = Mem::new(12);
+    let c0 = m.code(0);
+    let f0 = m.frame(0, c0, 8, FRAMES, 0);
+    m.thread(f0, 0x2d0);
+    assert_eq!(
+        eval_calls(&m.process(), TSTATE, &m.buffer()),
+        None,
+        "a loop"
+    );
+}
+
+#[test]
 fn threads_are_found_by_their_kernel_thread_id() {
     // x86-64 glibc's, a later glibc's, arm64 glibc's.
     for tid_at in [0x2d0u16, 0x2e8, 0xd0] {
         let mut m = Mem::new(12);
         let c0 = m.code(0);
-        let f0 = m.frame(0, c0, 8, 0, 0);
+        let shim = m.layout.owner_cstack;
+        let s0 = m.frame(1, c0, 0, 0, shim);
+        let f0 = m.frame(0, c0, 8, s0, 0);
         m.thread(f0, tid_at);
         let mem = m.buffer();
         let mut t = Threads::new(Arc::new(m.process()), PID, &[PID, PID + 1], &mem)
@@ -242,4 +272,26 @@ fn splice_puts_each_eval_call_s_frames_in_place() {
     // The thread moved to another eval call: no splice.
     assert!(splice(&native, &EVAL, &calls[..2], false).is_none());
     assert!(splice(&native[..5], &EVAL, &calls, false).is_none());
+}
+
+#[test]
+fn over_root_puts_every_call_s_frames_on_the_native_root() {
+    let calls: Vec<EvalCall> = vec![
+        vec![py(0xa, 0, 1), py(0xb, 0, 1)],
+        vec![],
+        vec![py(0xc, 0, 1)],
+    ];
+    // Two eval frames where the read found three calls: the native
+    // frames between them are left out, the root outside the outermost
+    // eval frame kept.
+    let native = [0x9000, 0x1010, 0x9100, 0x1020, 0x9300, 0x9400];
+    assert!(splice(&native, &EVAL, &calls, false).is_none());
+    let over = over_root(&native, &EVAL, &calls).expect("frames");
+    assert_eq!(
+        frames(&over),
+        ["py0xa", "py0xb", "py0xc", "0x9300", "0x9400"]
+    );
+    // No eval loop in the sample, or no frames read: nothing.
+    assert!(over_root(&[0x9000, 0x9300], &EVAL, &calls).is_none());
+    assert!(over_root(&native, &EVAL, &[vec![], vec![]]).is_none());
 }

@@ -15,7 +15,7 @@ use crate::collect::RawFrame;
 use crate::procmaps::Mappings;
 use crate::python::detect::{Detected, Detector};
 use crate::python::memory::{Pages, ProcessMemory};
-use crate::python::walk::{splice, Threads};
+use crate::python::walk::{over_root, splice, Threads};
 use crate::python::Registry;
 
 /// Samples older than this when read keep their native frames: the
@@ -77,11 +77,16 @@ impl PerfPython {
         // Whole pages, each read once: a deep stack's frames in a few
         // system calls, not thousands (the reader keeps up with samples).
         let mem = Pages::new(ProcessMemory { pid });
-        // Stacks that disagree keep their native frames (the thread moved
-        // to another eval call before its frames were read).
-        threads
-            .eval_calls(tid, &mem)
-            .and_then(|calls| splice(&pcs, &threads.process.eval, &calls, false))
+        // Stacks that disagree (the thread entered or left an eval call
+        // before its frames were read: in call-heavy code such as pylint's
+        // half the samples) get the Python frames read over the sample's
+        // native root.
+        let calls = threads.eval_calls(tid, &mem);
+        let eval = &threads.process.eval;
+        calls
+            .and_then(|calls| {
+                splice(&pcs, eval, &calls, false).or_else(|| over_root(&pcs, eval, &calls))
+            })
             .unwrap_or_else(|| native(pcs))
     }
 
