@@ -32,7 +32,7 @@ use std::path::PathBuf;
 
 use common::bpf::{attached, build, require_bpf, serial};
 use common::java::classes;
-use common::python::pyenv;
+use common::python::pyenv_required;
 use common::session::{parse_folded, Flare, Workload};
 
 /// deeprec built with (`fp`) or without (`nofp`) frame pointers.
@@ -330,12 +330,7 @@ fn python_recursion_300_deep_is_whole() {
     if !require_bpf() {
         return;
     }
-    let Some(python) = pyenv(12) else {
-        assert!(
-            std::env::var_os("FLARE_REQUIRE_BPF").is_none(),
-            "pyenv's CPython 3.12 is required (FLARE_REQUIRE_BPF=1) but not installed"
-        );
-        eprintln!("skipping: pyenv's CPython 3.12 is not installed");
+    let Some(python) = pyenv_required(12) else {
         return;
     };
     let _guard = serial();

@@ -25,7 +25,7 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use common::bpf::{require_bpf, serial};
-use common::python::pyenv;
+use common::python::{pyenv, pyenv_required};
 use common::session::{parse_folded, Flare, Workload};
 
 /// The script, from the source tree.
@@ -324,12 +324,7 @@ fn perf_events_call_heavy_code_keeps_its_python_frames() {
     if !require_bpf() {
         return;
     }
-    let Some(python) = pyenv(12) else {
-        assert!(
-            std::env::var_os("FLARE_REQUIRE_BPF").is_none(),
-            "pyenv's CPython 3.12 is required (FLARE_REQUIRE_BPF=1) but not installed"
-        );
-        eprintln!("skipping: pyenv's CPython 3.12 is not installed");
+    let Some(python) = pyenv_required(12) else {
         return;
     };
     let _guard = serial();

@@ -18,3 +18,18 @@ pub fn pyenv(minor: u32) -> Option<PathBuf> {
     dirs.sort();
     dirs.pop()
 }
+
+/// [`pyenv`]'s CPython 3.`minor` for a test that needs it: missing, it
+/// fails the test under FLARE_REQUIRE_BPF=1 and skips it (said on
+/// stderr) otherwise.
+pub fn pyenv_required(minor: u32) -> Option<PathBuf> {
+    let python = pyenv(minor);
+    if python.is_none() {
+        assert!(
+            std::env::var_os("FLARE_REQUIRE_BPF").is_none(),
+            "pyenv's CPython 3.{minor} is required (FLARE_REQUIRE_BPF=1) but not installed"
+        );
+        eprintln!("skipping: pyenv's CPython 3.{minor} is not installed");
+    }
+    python
+}
