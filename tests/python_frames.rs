@@ -152,10 +152,14 @@ fn check(python: &Path, mode: Mode) {
         "{} ({mode:?}): {eval} of {total} samples keep an eval-loop frame",
         python.display()
     );
-    let most = if mode == Mode::PerfEvents && common::bpf::emulated() {
-        45
-    } else {
-        3
+    // Natively, in perf-event mode: 0-3.0 % in 48 runs of the six pyenv
+    // versions on a 2-CPU host whose reader waits for a CPU beside the
+    // workload and the test, 4.0 % once in CI (before a disagreeing read
+    // kept its Python frames over the native root: up to 6.7 %).
+    let most = match mode {
+        Mode::PerfEvents if common::bpf::emulated() => 45,
+        Mode::PerfEvents => 5,
+        Mode::Bpf => 3,
     };
     assert!(
         eval * 100 <= total * most,
