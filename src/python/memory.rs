@@ -6,6 +6,7 @@
 //! one walk's many small reads from a few whole pages.
 
 use std::cell::RefCell;
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::io;
 
@@ -95,18 +96,19 @@ impl<M: Memory> Pages<M> {
     /// within the page); reads the page when not yet held.
     fn copy(&self, page: u64, off: usize, buf: &mut [u8]) -> io::Result<()> {
         let mut pages = self.pages.borrow_mut();
-        if !pages.contains_key(&page) {
-            if pages.len() >= MAX_PAGES {
-                let addr = page.wrapping_add(off as u64);
-                return self.mem.read(addr, buf);
+        let held = pages.len();
+        let page_bytes = match pages.entry(page) {
+            Entry::Occupied(e) => e.into_mut(),
+            Entry::Vacant(_) if held >= MAX_PAGES => {
+                return self.mem.read(page.wrapping_add(off as u64), buf);
             }
-            let mut bytes = vec![0u8; PAGE as usize].into_boxed_slice();
-            let read = self.mem.read(page, &mut bytes).ok().map(|()| bytes);
-            pages.insert(page, read);
-        }
-        let bytes = pages
-            .get(&page)
-            .and_then(|p| p.as_deref())
+            Entry::Vacant(e) => {
+                let mut bytes = vec![0u8; PAGE as usize].into_boxed_slice();
+                e.insert(self.mem.read(page, &mut bytes).ok().map(|()| bytes))
+            }
+        };
+        let bytes = page_bytes
+            .as_deref()
             .and_then(|p| p.get(off..off.checked_add(buf.len())?))
             .ok_or(io::ErrorKind::UnexpectedEof)?;
         buf.copy_from_slice(bytes);

@@ -233,15 +233,14 @@ pub fn splice(
     calls: &[EvalCall],
     keep_leaf: bool,
 ) -> Option<Vec<RawFrame>> {
-    let in_eval = |pc: u64| eval.iter().any(|r| r.contains(&pc));
-    if native.iter().filter(|&&pc| in_eval(pc)).count() != calls.len() {
+    if native.iter().filter(|&&pc| in_eval(eval, pc)).count() != calls.len() {
         return None;
     }
     let mut calls = calls.iter();
     let mut out = Vec::with_capacity(native.len());
     let mut python = false;
     for &pc in native {
-        match in_eval(pc).then(|| calls.next()).flatten() {
+        match in_eval(eval, pc).then(|| calls.next()).flatten() {
             Some(call) if !call.is_empty() => {
                 if !keep_leaf && !python {
                     out.clear();
@@ -267,8 +266,7 @@ pub fn over_root(
     eval: &[Range<u64>; 2],
     calls: &[EvalCall],
 ) -> Option<Vec<RawFrame>> {
-    let in_eval = |pc: &u64| eval.iter().any(|r| r.contains(pc));
-    let outermost = native.iter().rposition(in_eval)?;
+    let outermost = native.iter().rposition(|&pc| in_eval(eval, pc))?;
     let python: Vec<RawFrame> = calls
         .iter()
         .flatten()
@@ -279,6 +277,11 @@ pub fn over_root(
     }
     let root = native[outermost + 1..].iter().map(|&pc| RawFrame::Addr(pc));
     Some(python.into_iter().chain(root).collect())
+}
+
+/// Whether `pc` is in the eval loop (`eval`: its ranges).
+fn in_eval(eval: &[Range<u64>; 2], pc: u64) -> bool {
+    eval.iter().any(|r| r.contains(&pc))
 }
 
 #[cfg(test)]

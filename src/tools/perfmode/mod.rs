@@ -450,17 +450,18 @@ impl Session {
         // Java frames are walked from the copied stack.
         let java = user && mode != Mode::Fp && config.recording.runtimes.java;
         let mappings = Mappings::fed();
-        if !launched {
-            let pids: Vec<u32> = threads.iter().map(|&(p, _)| p).collect();
-            mappings.snapshot(&pids);
-        }
         // A JVM's Java frames are large: its samples copy all the stack
         // perf events allow. (A launched command is not yet one when the
         // events open: it copies the usual bytes.)
-        let stack_bytes = match java && !launched && threads.iter().any(|&(p, _)| maps_jvm(p)) {
-            true => events::JVM_STACK_BYTES,
-            false => events::STACK_BYTES,
-        };
+        let mut stack_bytes = events::STACK_BYTES;
+        if !launched {
+            let mut pids: Vec<u32> = threads.iter().map(|&(p, _)| p).collect();
+            pids.dedup();
+            mappings.snapshot(&pids);
+            if java && pids.iter().any(|&p| maps_jvm(&mappings, p)) {
+                stack_bytes = events::JVM_STACK_BYTES;
+            }
+        }
         system::raise_nofile();
         let tids: Vec<u32> = threads.iter().map(|&(_, t)| t).collect();
         let pid_of: HashMap<u32, u32> = threads.iter().map(|&(p, t)| (t, p)).collect();
@@ -616,8 +617,13 @@ impl Collector for Session {
     }
 }
 
-/// Whether process `pid` maps HotSpot (`libjvm.so`) now.
-fn maps_jvm(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/maps"))
-        .is_ok_and(|maps| maps.lines().any(|l| l.ends_with("/libjvm.so")))
+/// Whether process `pid` maps HotSpot (`libjvm.so`) in `mappings`' view
+/// (the snapshot taken at the start; none for a launched command).
+fn maps_jvm(mappings: &Mappings, pid: u32) -> bool {
+    mappings.space(pid, None).is_some_and(|space| {
+        space.mappings.iter().any(|m| match &m.backing {
+            crate::procmaps::Backing::File(o) => crate::java::detect::is_libjvm(o.path()),
+            _ => false,
+        })
+    })
 }
