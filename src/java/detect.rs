@@ -184,7 +184,7 @@ fn read_object(pid: u32, m: &ExecMapping) -> Option<Object> {
 const SEGMENT_BITS: std::ops::RangeInclusive<u32> = 4..=12;
 
 /// The code heaps and the code cache's bounds, or `None` while the code
-/// cache is not set up.
+/// cache is not set up (or not all its heaps are added).
 fn heaps(l: &Layout, mem: &dyn Memory) -> io::Result<Option<(Vec<Heap>, std::ops::Range<u64>)>> {
     let array = mem.read_u64(l.code_cache_heaps)?;
     let low = mem.read_u64(l.code_cache_low)?;
@@ -220,6 +220,22 @@ fn heaps(l: &Layout, mem: &dyn Memory) -> io::Result<Option<(Vec<Heap>, std::ops
             segmap,
             log2_segment: log2 as u8,
         });
+    }
+    // The heaps split the code cache between them, every byte of it (JDK
+    // 17 and 25, segmented or not, seen here): fewer bytes are a JVM still
+    // adding its heaps, which BPF would otherwise be given some of for
+    // good (its compiled methods then unknown).
+    let mut sorted: Vec<&Heap> = out.iter().collect();
+    sorted.sort_by_key(|h| h.range.start);
+    if sorted.windows(2).any(|w| w[0].range.end > w[1].range.start) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "overlapping code heaps",
+        ));
+    }
+    let covered: u64 = out.iter().map(|h| h.range.end - h.range.start).sum();
+    if covered != high - low {
+        return Ok(None);
     }
     Ok(Some((out, low..high)))
 }
@@ -339,6 +355,72 @@ mod tests {
             why.contains("CodeBlob::_code_begin or CodeBlob::_code_offset"),
             "{why}"
         );
+    }
+
+    /// A code cache of `len` heaps (of three: 64, 32 and 160 KiB from
+    /// 0x10_0000 up) as JDK 17's layout reads it, with the heap at
+    /// `last` instead when given.
+    fn code_cache(
+        len: u32,
+        last: Option<std::ops::Range<u64>>,
+    ) -> (Layout, crate::python::memory::Buffer) {
+        let vm = parse_dump(include_str!("jdk17-vmstructs.txt"));
+        let mut l = layout::from_vmstructs(&vm, 17).expect("JDK 17");
+        let base = 0x1000u64;
+        let mut bytes = vec![0u8; 0x1000];
+        let mut put = |at: u64, v: u64, wide: bool| {
+            let at = (at - base) as usize;
+            match wide {
+                true => bytes[at..at + 8].copy_from_slice(&v.to_ne_bytes()),
+                false => bytes[at..at + 4].copy_from_slice(&(v as u32).to_ne_bytes()),
+            }
+        };
+        let (low, high) = (0x10_0000u64, 0x13_0000u64);
+        (l.code_cache_heaps, l.code_cache_low, l.code_cache_high) = (base, base + 8, base + 16);
+        put(base, base + 0x100, true);
+        put(base + 8, low, true);
+        put(base + 16, high, true);
+        put(
+            base + 0x100 + u64::from(l.growable_len),
+            u64::from(len),
+            false,
+        );
+        put(
+            base + 0x100 + u64::from(l.growable_data),
+            base + 0x200,
+            true,
+        );
+        let mut ranges = [low..0x11_0000, 0x11_0000..0x11_8000, 0x11_8000..high];
+        if let Some(r) = last {
+            ranges[2] = r;
+        }
+        for (i, r) in ranges.iter().enumerate() {
+            let heap = base + 0x400 + i as u64 * 0x300;
+            put(base + 0x200 + i as u64 * 8, heap, true);
+            let memory = heap + u64::from(l.heap_memory);
+            put(memory + u64::from(l.space_low), r.start, true);
+            put(memory + u64::from(l.space_high), r.end, true);
+            put(
+                heap + u64::from(l.heap_segmap) + u64::from(l.space_low),
+                0x9000,
+                true,
+            );
+            put(heap + u64::from(l.heap_log2_segment), 7, false);
+        }
+        (l, crate::python::memory::Buffer { base, bytes })
+    }
+
+    #[test]
+    fn a_code_cache_is_ready_once_its_heaps_fill_it() {
+        let (l, mem) = code_cache(3, None);
+        let (got, cache) = heaps(&l, &mem).expect("read").expect("ready");
+        assert_eq!((got.len(), cache), (3, 0x10_0000..0x13_0000));
+        // A JVM between adding its second heap and its third.
+        let (l, mem) = code_cache(2, None);
+        assert!(heaps(&l, &mem).expect("read").is_none());
+        // Heaps that overlap are not a code cache.
+        let (l, mem) = code_cache(3, Some(0x11_4000..0x13_0000));
+        assert!(heaps(&l, &mem).is_err());
     }
 
     #[test]
