@@ -13,7 +13,7 @@ use super::scopes::{read_nmethod, Nmethod, Scope};
 use super::vmstructs::string_at;
 use super::{FrameId, Kind, Layout, Process, Registry, NO_BCI};
 use crate::collect::{Namer, Namers, Runtime, RuntimeFrame};
-use crate::profile::{clean_name, Frame, FrameKind, SourceLine};
+use crate::profile::{clean_name_within, Frame, FrameKind, SourceLine, MAX_RUNTIME_NAME};
 use crate::python::memory::{Memory, ProcessMemory};
 use crate::unwind::runtimes::{lookup, ReadCache};
 
@@ -160,11 +160,14 @@ fn java_frame(info: &MethodInfo, bci: Option<i32>, kind: FrameKind) -> Frame {
     Frame {
         source: info.source_file.as_ref().map(|file| {
             Box::new(SourceLine {
-                file: clean_name(file).into(),
+                file: clean_name_within(file, MAX_RUNTIME_NAME).into(),
                 line: bci.and_then(|b| info.line(b)),
             })
         }),
-        ..Frame::named(clean_name(&info.display_name()), kind)
+        ..Frame::named(
+            clean_name_within(&info.display_name(), MAX_RUNTIME_NAME),
+            kind,
+        )
     }
 }
 
@@ -182,7 +185,7 @@ fn stub(mem: &dyn Memory, layout: &Layout, blob: u64, cookie: u64) -> Option<Vec
     }
     let name = string_at(mem, name_at).ok()??;
     Some(vec![Frame::named(
-        format!("[{}]", clean_name(&name)),
+        format!("[{}]", clean_name_within(&name, MAX_RUNTIME_NAME)),
         FrameKind::Jit,
     )])
 }

@@ -245,21 +245,58 @@ pub struct SourceLine {
 /// The name bcc and flare give a frame that could not be resolved.
 pub const UNKNOWN: &str = "[unknown]";
 
+/// The longest name, in bytes, an output shows of a symbol, a file or a
+/// process: a longer one is cut at a character boundary and ends in `…`.
+/// (C++ names past it are rare; names made to fill output are not.)
+pub const MAX_NAME: usize = 1024;
+
+/// The longest name, in bytes, of a runtime's function or file (read from
+/// another process's memory: Python, Java).
+pub const MAX_RUNTIME_NAME: usize = 512;
+
 /// A name others chose (a process name, a symbol, a perf map's entry, a
 /// file name) made safe for every output: control characters, line
-/// breaks and escape sequences among them, become `?`, so that a name
-/// can neither forge a line of folded or text output nor drive a
-/// terminal. (`;`, which only folded lines give a meaning, is their
-/// writers' to replace: [`folded_safe`].)
+/// breaks and escape sequences among them, and Unicode's format and
+/// separator characters (bidirectional overrides, U+2028/U+2029, U+FEFF)
+/// become `?`, so that a name can neither forge a line of folded or text
+/// output, nor drive a terminal, nor reorder what a viewer shows; and it
+/// is cut at [`MAX_NAME`] bytes. (`;`, which only folded lines give a
+/// meaning, is their writers' to replace: [`folded_safe`].)
 pub fn clean_name(name: &str) -> std::borrow::Cow<'_, str> {
-    if name.chars().any(char::is_control) {
-        name.chars()
-            .map(|c| if c.is_control() { '?' } else { c })
-            .collect::<String>()
-            .into()
-    } else {
-        name.into()
+    clean_name_within(name, MAX_NAME)
+}
+
+/// [`clean_name`], cut at `max` bytes (then `…`, three more).
+pub fn clean_name_within(name: &str, max: usize) -> std::borrow::Cow<'_, str> {
+    if name.len() <= max && !name.chars().any(unsafe_char) {
+        return name.into();
     }
+    let mut out = String::with_capacity(name.len().min(max + 3));
+    for c in name.chars() {
+        let c = if unsafe_char(c) { '?' } else { c };
+        if out.len() + c.len_utf8() > max {
+            out.push('…');
+            break;
+        }
+        out.push(c);
+    }
+    out.into()
+}
+
+/// A character no name is shown with: a control, format (Cf: bidi
+/// controls, zero-width ones, U+FEFF) or line or paragraph separator.
+fn unsafe_char(c: char) -> bool {
+    use unicode_properties::{GeneralCategory, UnicodeGeneralCategory};
+    if c.is_ascii() {
+        return c.is_ascii_control();
+    }
+    c.is_control()
+        || matches!(
+            c.general_category(),
+            GeneralCategory::Format
+                | GeneralCategory::LineSeparator
+                | GeneralCategory::ParagraphSeparator
+        )
 }
 
 /// A name as a folded line may hold it: cleaned, and `;` (which

@@ -133,6 +133,27 @@ fn names_are_cleaned_of_control_characters_and_folded_separators() {
     assert_eq!(folded_safe("plain"), "plain");
 }
 
+#[test]
+fn names_are_cleaned_of_format_and_separator_characters_and_cut() {
+    // Right-to-left override, line and paragraph separators, BOM, a
+    // zero-width joiner, C1's NEL; letters of any script stay.
+    assert_eq!(
+        clean_name("a\u{202E}b\u{2028}c\u{2029}d\u{FEFF}e\u{200D}f\u{85}g"),
+        "a?b?c?d?e?f?g"
+    );
+    assert_eq!(clean_name("naïve_関数_функция"), "naïve_関数_функция");
+    let long = "é".repeat(3000);
+    let cut = clean_name(&long);
+    assert!(
+        cut.len() <= MAX_NAME + 3 && cut.len() > MAX_NAME - 4,
+        "{}",
+        cut.len()
+    );
+    assert!(cut.ends_with('…') && cut.starts_with("éé"));
+    assert_eq!(clean_name_within("abcdef", 4), "abcd…");
+    assert_eq!(clean_name_within("abcd", 4), "abcd");
+}
+
 fn event(time_ns: u64, sample: u32, tid: u32) -> Event {
     Event {
         time_ns,

@@ -11,9 +11,13 @@
 use super::layout::Layout;
 use super::memory::Memory;
 
-/// The longest string read, in bytes of its characters (a function's
-/// name, a file's path).
+/// The most read of a string, in bytes of its characters (a function's
+/// name, a file's path): a longer one is read this far and ends in `…`
+/// (outputs cut names shorter still: [`crate::profile::MAX_RUNTIME_NAME`]).
 const MAX_STRING_BYTES: usize = 4096;
+
+/// The longest string taken for one, in bytes: past it, a length is garbage.
+const MAX_STRING_LENGTH: usize = 1 << 20;
 
 /// The longest line table read, in bytes.
 const MAX_LINE_TABLE: usize = 1 << 20;
@@ -118,8 +122,8 @@ const STATE_READY: u32 = 1 << 7;
 
 /// Reads the `str` at `addr`, a compact one (as names and file names of
 /// code objects are): ASCII, or latin-1, UCS-2 or UCS-4 characters
-/// right after the header. `None` for any other form, or beyond
-/// [`MAX_STRING_BYTES`].
+/// right after the header, its first [`MAX_STRING_BYTES`] (then `…`).
+/// `None` for any other form, or beyond [`MAX_STRING_LENGTH`].
 fn read_string(mem: &dyn Memory, layout: &Layout, addr: u64) -> Option<String> {
     if addr == 0 {
         return None;
@@ -149,13 +153,22 @@ fn read_string(mem: &dyn Memory, layout: &Layout, addr: u64) -> Option<String> {
     };
     // A negative length (garbage) fails the conversion.
     let size = usize::try_from(length).ok()?.checked_mul(width)?;
-    if size > MAX_STRING_BYTES {
+    if size > MAX_STRING_LENGTH {
         return None;
     }
-    let mut data = vec![0u8; size];
+    let mut data = vec![0u8; size.min(MAX_STRING_BYTES / width * width)];
     mem.read(addr.checked_add(u64::from(header))?, &mut data)
         .ok()?;
-    match (state & STATE_ASCII != 0, width) {
+    let mut text = decode(&data, state & STATE_ASCII != 0, width)?;
+    if data.len() < size {
+        text.push('…');
+    }
+    Some(text)
+}
+
+/// A compact string's characters `data`, `width` bytes each.
+fn decode(data: &[u8], ascii: bool, width: usize) -> Option<String> {
+    match (ascii, width) {
         (true, _) => data
             .is_ascii()
             .then(|| data.iter().map(|&b| char::from(b)).collect()),
@@ -470,8 +483,12 @@ mod tests {
             }
             f.string(NAME, "ab", 2);
             assert_eq!(f.read().unwrap().name, "ab");
-            // Too long, negative.
+            // Long: its first 4 KiB, marked; too long, negative.
             f.put(NAME + 16, &(MAX_STRING_BYTES as u64 / 2 + 1).to_ne_bytes());
+            let name = f.read().unwrap().name;
+            assert_eq!(name.chars().count(), MAX_STRING_BYTES / 2 + 1);
+            assert!(name.starts_with("ab") && name.ends_with('…'), "{name:?}");
+            f.put(NAME + 16, &(MAX_STRING_LENGTH as u64 / 2 + 1).to_ne_bytes());
             assert!(f.read().is_none());
             f.put(NAME + 16, &(-1i64).to_ne_bytes());
             assert!(f.read().is_none());

@@ -393,6 +393,32 @@ fn names_and_versions() {
 }
 
 #[test]
+fn symbols_naming_one_huge_string_are_passed_over() {
+    // 2,000 symbols all naming one 1 MB string (no NUL in reach), then
+    // `_PyRuntime`: the scan looks a bounded way for each name's end.
+    let mut strs = vec![0u8];
+    strs.extend(b"_PyRuntime\0");
+    let huge = strs.len() as u32;
+    strs.extend(std::iter::repeat_n(b'A', 1 << 20));
+    strs.push(0);
+    let entry = |name: u32, value: u64| {
+        let mut e = vec![0u8; 24];
+        e[0..4].copy_from_slice(&name.to_le_bytes());
+        e[6..8].copy_from_slice(&1u16.to_le_bytes());
+        e[8..16].copy_from_slice(&value.to_le_bytes());
+        e
+    };
+    let mut syms: Vec<u8> = (0..2000).flat_map(|i| entry(huge, i)).collect();
+    syms.extend(entry(1, 0x4000));
+    let mut seen = Vec::new();
+    each_symbol(&syms, &strs, |s| seen.push((s.name.to_vec(), s.value)));
+    assert_eq!(seen, vec![(b"_PyRuntime".to_vec(), 0x4000)]);
+    let mut found = Symbols::default();
+    scan_symbols(&syms, &strs, &mut found);
+    assert_eq!(found.runtime.map(|s| s.value), Some(0x4000));
+}
+
+#[test]
 fn outlined_parts_of_the_eval_loop() {
     let s = |value, size| Sym { value, size };
     assert_eq!(cold_part(&[]), None);

@@ -10,7 +10,7 @@ use super::code::{read_code, CodeInfo};
 use super::memory::ProcessMemory;
 use super::{Process, Registry};
 use crate::collect::{Namer, Runtime, RuntimeFrame};
-use crate::profile::{clean_name, Frame, FrameKind, SourceLine};
+use crate::profile::{clean_name_within, Frame, FrameKind, SourceLine, MAX_RUNTIME_NAME};
 use crate::unwind::runtimes::{lookup, ReadCache};
 
 /// Names [`Runtime::Python`] frames of the processes in a [`Registry`].
@@ -59,7 +59,7 @@ impl Namer for PythonNamer {
         let code = self.code(pid, &process, frame)?;
         Some(vec![Frame {
             source: Some(Box::new(SourceLine {
-                file: clean_name(&code.filename).into(),
+                file: clean_name_within(&code.filename, MAX_RUNTIME_NAME).into(),
                 line: code.line(frame.ids[1]),
             })),
             ..Frame::named(display_name(&code), FrameKind::Interpreted)
@@ -74,10 +74,14 @@ impl Namer for PythonNamer {
 /// pprof keeps); py-spy's `name (file:line)` shape, which flamegraph.pl
 /// and every folded reader take as one frame.
 fn display_name(code: &CodeInfo) -> String {
-    let file = clean_name(&code.filename);
+    let file = clean_name_within(&code.filename, MAX_RUNTIME_NAME);
     let short = match file.rmatch_indices('/').nth(1) {
         Some((i, _)) => &file[i + 1..],
         None => &file[..],
     };
-    format!("{} ({short}:{})", clean_name(&code.name), code.firstlineno)
+    format!(
+        "{} ({short}:{})",
+        clean_name_within(&code.name, MAX_RUNTIME_NAME),
+        code.firstlineno
+    )
 }
