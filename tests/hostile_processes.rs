@@ -11,6 +11,15 @@
 //!   characters (U+202E, U+2028, U+2029, U+FEFF), and with 4,096-byte
 //!   names: printed raw, and whole (246 KB folded lines).
 //!
+//! - 20,000 Python functions sharing one 1 MiB line table, called in
+//!   turn: each code object's table was kept whole, 2-4 GB of RSS within
+//!   a 3 s profile.
+//!
+//! - A process mapping one page of the real `libjvm.so` beside tables of
+//!   its own making (`gHotSpotVMStructs` and the rest: empty): the layout
+//!   read from it was kept for the file, and root's JVM started later
+//!   showed no Java frame.
+//!
 //! Needs root, `setpriv` and user nobody: without them the tests are
 //! skipped, unless `FLARE_REQUIRE_BPF=1`, when they fail.
 
@@ -75,28 +84,59 @@ fn as_nobody(dir: &Path, script: &str) -> Reaper {
 }
 
 /// Waits for `child` at most `limit`; kills it and panics past that.
-fn wait_within(mut child: Child, limit: Duration, what: &str) -> Output {
+fn wait_within(child: Child, limit: Duration, what: &str) -> Output {
+    wait_measured(child, limit, what).0
+}
+
+/// [`wait_within`], and the child's peak RSS in KiB (its `VmHWM`, read
+/// every 20 ms while it runs). Its output is read as it comes.
+fn wait_measured(mut child: Child, limit: Duration, what: &str) -> (Output, u64) {
+    let drain = |pipe: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            if let Some(mut p) = pipe {
+                let _ = p.read_to_end(&mut bytes);
+            }
+            bytes
+        })
+    };
+    let stdout = drain(
+        child
+            .stdout
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let stderr = drain(
+        child
+            .stderr
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
     let begun = Instant::now();
-    while child.try_wait().expect("waiting").is_none() {
+    let mut peak = 0;
+    let status_path = format!("/proc/{}/status", child.id());
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("waiting") {
+            break status;
+        }
+        let hwm = std::fs::read_to_string(&status_path).ok().and_then(|s| {
+            let line = s.lines().find(|l| l.starts_with("VmHWM:"))?;
+            line.split_whitespace().nth(1)?.parse::<u64>().ok()
+        });
+        peak = peak.max(hwm.unwrap_or(0));
         if begun.elapsed() > limit {
             let _ = child.kill();
             let _ = child.wait();
             panic!("{what}: flare had not exited after {limit:?}");
         }
         std::thread::sleep(Duration::from_millis(20));
-    }
-    let mut out = Output {
-        status: child.wait().expect("waiting"),
-        stdout: Vec::new(),
-        stderr: Vec::new(),
     };
-    if let Some(mut s) = child.stdout.take() {
-        let _ = s.read_to_end(&mut out.stdout);
-    }
-    if let Some(mut s) = child.stderr.take() {
-        let _ = s.read_to_end(&mut out.stderr);
-    }
-    out
+    let out = Output {
+        status,
+        stdout: stdout.join().unwrap_or_default(),
+        stderr: stderr.join().unwrap_or_default(),
+    };
+    (out, peak)
 }
 
 fn spawn_flare(args: &[&str]) -> Child {
@@ -285,4 +325,168 @@ fn names_are_cleaned_of_format_characters_and_cut() {
         .max()
         .unwrap_or(0);
     assert!(widest <= 1100, "a frame of {widest} bytes");
+}
+
+/// 20,000 functions whose code objects share one 1 MiB line table, each
+/// defined on a line of its own, called in turn.
+const SHARED_TABLE: &str = r#"
+import types
+SRC = "def f(n):\n    x = 0\n    for i in range(n):\n        x += i\n    return x\n"
+ns = {}
+exec(compile(SRC, "/srv/shared.py", "exec"), ns)
+code = ns["f"].__code__
+table = code.co_linetable.ljust(1 << 20, b"\x80")
+fs = [types.FunctionType(code.replace(co_linetable=table, co_firstlineno=i + 1), ns)
+      for i in range(20_000)]
+print("ready", flush=True)
+while True:
+    for f in fs:
+        f(30)
+"#;
+
+#[test]
+fn code_objects_sharing_one_huge_line_table_keep_memory_bounded() {
+    if !can_run_as_nobody() {
+        return;
+    }
+    let _g = serial();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let w = as_nobody(dir.path(), SHARED_TABLE);
+    let pid = w.0.id().to_string();
+    let (out, peak_kib) = wait_measured(
+        spawn_flare(&["profile", "-F", "997", "-f", "-p", &pid, "3"]),
+        Duration::from_secs(20),
+        "profile -p for 3 s",
+    );
+    drop(w);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Many of the functions named (each its own line: `f (srv/shared.py:N)`).
+    let named: std::collections::HashSet<&str> = stdout
+        .split(';')
+        .filter_map(|f| f.strip_prefix("f (srv/shared.py:"))
+        .filter_map(|f| f.split(')').next())
+        .collect();
+    eprintln!(
+        "{} functions named, peak RSS {} MiB",
+        named.len(),
+        peak_kib / 1024
+    );
+    assert!(
+        named.len() >= 200,
+        "{} functions named:\n{stdout}",
+        named.len()
+    );
+    assert!(
+        peak_kib < 300 << 10,
+        "flare's peak RSS {} MiB",
+        peak_kib / 1024
+    );
+}
+
+/// Maps the text page of the JDK's `libjvm.so` (that of `java` on PATH)
+/// where the library would lie in a reserved range, and pages of its own
+/// at the library's `gHotSpot*` variables: every table empty (pointing at
+/// zeros), strides 64, offsets 0. Then spins.
+const POISON: &str = r#"
+import ctypes, os, shutil, struct
+java = os.path.realpath(shutil.which("java"))
+libjvm = os.path.join(os.path.dirname(os.path.dirname(java)), "lib/server/libjvm.so")
+data = open(libjvm, "rb").read()
+phoff, shoff = struct.unpack_from("<QQ", data, 32)
+phentsize, phnum, shentsize, shnum = struct.unpack_from("<HHHH", data, 54)
+loads = []
+for i in range(phnum):
+    p_type, p_flags, p_offset, p_vaddr, _, p_filesz, p_memsz, _ = \
+        struct.unpack_from("<IIQQQQQQ", data, phoff + i * phentsize)
+    if p_type == 1:
+        loads.append((p_flags, p_offset, p_vaddr, p_memsz))
+symbols = {}
+for i in range(shnum):
+    _, sh_type, _, _, off, size, link, _, _, _ = \
+        struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize)
+    if sh_type != 11:
+        continue
+    str_off = struct.unpack_from("<Q", data, shoff + link * shentsize + 24)[0]
+    for e in range(0, size, 24):
+        name, _, _, shndx, value, _ = struct.unpack_from("<IBBHQQ", data, off + e)
+        end = data.index(b"\0", str_off + name)
+        n = data[str_off + name:end]
+        if shndx and n.startswith(b"gHotSpot"):
+            symbols[n.decode()] = value
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                      ctypes.c_long]
+span = (max(v + m for _, _, v, m in loads) + 4095) & ~4095
+base = libc.mmap(None, span, 0, 0x22, -1, 0)
+flags, off, vaddr, _ = next(l for l in loads if l[0] & 1)
+fd = os.open(libjvm, os.O_RDONLY)
+at = libc.mmap(base + vaddr, 4096, 5, 0x12, fd, off)
+assert at == base + vaddr, ctypes.get_errno()
+zeros = ctypes.create_string_buffer(1 << 16)
+for page in sorted({(base + v) & ~4095 for v in symbols.values()}):
+    assert libc.mmap(page, 4096, 3, 0x32, -1, 0) == page, ctypes.get_errno()
+for name, value in symbols.items():
+    v = 64 if name.endswith("Stride") else 0 if "Offset" in name else ctypes.addressof(zeros)
+    ctypes.c_uint64.from_address(base + value).value = v
+print("ready", flush=True)
+while True:
+    pass
+"#;
+
+#[test]
+fn tables_one_process_makes_do_not_reach_another_jvm() {
+    if !can_run_as_nobody() {
+        return;
+    }
+    let Some(classes) = common::java::classes("DeepRec") else {
+        return;
+    };
+    let _g = serial();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let poison = as_nobody(dir.path(), POISON);
+    let flare = spawn_flare(&["profile", "-F", "199", "-f", "10"]);
+    // The poisoning process is met first: it spins from the start.
+    std::thread::sleep(Duration::from_secs(2));
+    let mut jvm = Reaper(
+        Command::new("java")
+            .args(["-cp"])
+            .arg(&classes)
+            .args(["DeepRec", "20", "4"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("starting java"),
+    );
+    let mut line = String::new();
+    common::stackcount::read_line_unbuffered(jvm.0.stdout.as_mut().expect("stdout"), &mut line);
+    assert_eq!(line, "ready\n");
+    {
+        use std::io::Write;
+        let stdin = jvm.0.stdin.as_mut().expect("stdin");
+        stdin.write_all(b"go\n").expect("go");
+        stdin.flush().expect("flush");
+    }
+    line.clear();
+    common::stackcount::read_line_unbuffered(jvm.0.stdout.as_mut().expect("stdout"), &mut line);
+    assert!(line.starts_with("cpu "), "{line}");
+    let out = wait_within(flare, Duration::from_secs(30), "system-wide profile");
+    drop(jvm);
+    drop(poison);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let err = String::from_utf8_lossy(&out.stderr);
+    let leaf: u64 = stdout
+        .lines()
+        .filter(|l| l.contains("DeepRec.leaf("))
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<u64>().ok())
+        .sum();
+    assert!(
+        leaf >= 200,
+        "{leaf} samples in DeepRec.leaf; stderr:\n{err}"
+    );
 }

@@ -6,8 +6,11 @@
 //! opened through the paths the process maps it by and read in bounded
 //! pieces; and the memory is the process's: the heaps read from it are
 //! checked to lie in the code cache, their segment sizes to be sane.
-//! What a libjvm says (its symbols, the layout, with its statics' addresses
-//! relative to the library) is kept per file (device, inode).
+//! What a libjvm file says (its symbols, its segments) is kept per file
+//! (device, inode); the layout, read from a process's memory, serves that
+//! process alone: another user's process may map the same file beside
+//! tables of its own making, which must not be trusted for anyone else's
+//! JVM.
 
 use std::collections::HashMap;
 use std::io;
@@ -36,10 +39,6 @@ struct Object {
     /// `gHotSpot*` symbols: name, virtual address.
     symbols: HashMap<String, u64>,
     segments: Vec<crate::unwind::elf::Segment>,
-    /// The layout once read from a process, its statics relative to the
-    /// library's load bias (the same for every process of the file:
-    /// [`Layout::rebase`]).
-    layout: Option<Result<Layout, String>>,
 }
 
 /// Finds JVMs in processes.
@@ -80,7 +79,7 @@ impl Detector {
             }
             self.objects.insert(key, object);
         }
-        let Some(object) = self.objects.get_mut(&key) else {
+        let Some(object) = self.objects.get(&key) else {
             return Found::No;
         };
         let Some(vaddr) = vaddr_of_offset(&object.segments, m.offset) else {
@@ -89,51 +88,36 @@ impl Detector {
             );
         };
         let bias = m.start.wrapping_sub(vaddr);
-        if object.layout.is_none() {
-            let symbols = &object.symbols;
-            let at = |name: &str| symbols.get(name).map(|v| v.wrapping_add(bias));
-            if !symbols.contains_key("gHotSpotVMStructs") {
-                object.layout = Some(Err(
-                    "its libjvm.so exports no gHotSpotVMStructs (not HotSpot?)".into(),
-                ));
-            } else {
-                let mut vm = match VmStructs::read(mem, &at) {
-                    Ok(vm) => vm,
-                    Err(e) => return unreadable(&e),
-                };
-                // Test knob: a JVM whose tables lack a member (a layout
-                // flare does not know).
-                if let Ok(lacks) = std::env::var("FLARE_TEST_JAVA_LAYOUT_LACKS") {
-                    if let Some((ty, field)) = lacks.split_once("::") {
-                        vm.fields.remove(&(ty.to_string(), field.to_string()));
-                    }
-                }
-                let major = vm
-                    .address("Abstract_VM_Version", "_vm_major_version")
-                    .and_then(|a| mem.read_u32(a).ok())
-                    .unwrap_or(0);
-                object.layout = Some(layout::from_vmstructs(&vm, major).map(|mut l| {
-                    l.rebase(bias.wrapping_neg());
-                    l
-                }));
-                if let Some(Err(why)) = &object.layout {
-                    let why = if major != 0 {
-                        format!("Java {major}: {why}")
-                    } else {
-                        why.clone()
-                    };
-                    object.layout = Some(Err(why));
-                }
+        let symbols = &object.symbols;
+        let at = |name: &str| symbols.get(name).map(|v| v.wrapping_add(bias));
+        if !symbols.contains_key("gHotSpotVMStructs") {
+            return Found::Unsupported(
+                "HotSpot is not supported: its libjvm.so exports no gHotSpotVMStructs (not HotSpot?)"
+                    .into(),
+            );
+        }
+        let mut vm = match VmStructs::read(mem, &at) {
+            Ok(vm) => vm,
+            Err(e) => return unreadable(&e),
+        };
+        // Test knob: a JVM whose tables lack a member (a layout flare does
+        // not know).
+        if let Ok(lacks) = std::env::var("FLARE_TEST_JAVA_LAYOUT_LACKS") {
+            if let Some((ty, field)) = lacks.split_once("::") {
+                vm.fields.remove(&(ty.to_string(), field.to_string()));
             }
         }
-        let mut layout = match &object.layout {
-            Some(Ok(l)) => l.clone(),
-            Some(Err(why)) => {
-                return Found::Unsupported(format!("HotSpot is not supported: {why}"))
+        let major = vm
+            .address("Abstract_VM_Version", "_vm_major_version")
+            .and_then(|a| mem.read_u32(a).ok())
+            .unwrap_or(0);
+        let layout = match layout::from_vmstructs(&vm, major) {
+            Ok(l) => l,
+            Err(why) if major != 0 => {
+                return Found::Unsupported(format!("HotSpot is not supported: Java {major}: {why}"))
             }
-            None => return Found::NotReady,
+            Err(why) => return Found::Unsupported(format!("HotSpot is not supported: {why}")),
         };
-        layout.rebase(bias);
         match heaps(&layout, mem) {
             Ok(Some((heaps, cache))) => Found::Yes(Process {
                 layout: Arc::new(layout),
@@ -175,7 +159,6 @@ fn read_object(pid: u32, m: &ExecMapping) -> Option<Object> {
     Some(Object {
         symbols,
         segments: elf.segments,
-        layout: None,
     })
 }
 

@@ -151,20 +151,6 @@ pub enum MetadataAt {
     },
 }
 
-impl Layout {
-    /// Moves the statics' addresses by `delta` (a load bias, or its
-    /// negation to make them relative to the library).
-    pub fn rebase(&mut self, delta: u64) {
-        for a in [
-            &mut self.code_cache_heaps,
-            &mut self.code_cache_low,
-            &mut self.code_cache_high,
-        ] {
-            *a = a.wrapping_add(delta);
-        }
-    }
-}
-
 /// The members flare needs that `vm` lacks, or the layout.
 pub fn from_vmstructs(vm: &VmStructs, major: u32) -> Result<Layout, String> {
     let mut missing: Vec<String> = Vec::new();

@@ -45,6 +45,16 @@ pub struct MethodInfo {
     lines: Vec<(i32, i32)>,
 }
 
+impl crate::unwind::runtimes::Weight for MethodInfo {
+    fn weight(&self) -> usize {
+        let strings = self.class.len() + self.name.len() + self.signature.len();
+        strings
+            + self.source_file.as_ref().map_or(0, String::len)
+            + self.lines.len() * std::mem::size_of::<(i32, i32)>()
+            + std::mem::size_of::<Self>()
+    }
+}
+
 impl MethodInfo {
     /// How the method is shown: `com.foo.Handler.renderPage(int)`, its
     /// class, name and parameter types as Java writes them (the return

@@ -53,6 +53,12 @@ pub struct Nmethod {
     metadata_len: u64,
 }
 
+impl crate::unwind::runtimes::Weight for Nmethod {
+    fn weight(&self) -> usize {
+        self.pcs.len() * std::mem::size_of::<(i32, i32)>() + std::mem::size_of::<Self>()
+    }
+}
+
 /// One scope at a pc: a method and the bytecode index it is at.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Scope {

@@ -46,6 +46,12 @@ pub struct CodeInfo {
     adaptive: Option<u16>,
 }
 
+impl crate::unwind::runtimes::Weight for CodeInfo {
+    fn weight(&self) -> usize {
+        self.name.len() + self.filename.len() + self.line_table.len() + std::mem::size_of::<Self>()
+    }
+}
+
 /// Reads the code object at `code` of a process whose interpreter has
 /// `layout` and whose `PyCode_Type` lies at `code_type`. `None` when it is
 /// not (or no longer) a code object of that type, or anything it points

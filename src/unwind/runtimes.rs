@@ -68,11 +68,20 @@ pub fn lookup<P>(registry: &Registry<P>, pid: u32) -> Option<Arc<P>> {
 /// What a namer read in its processes' memory, by (process id, address,
 /// cookie): each answer (`None`: not what BPF saw) is kept with the
 /// process it was read in, as a process id reused by another process is
-/// another process in the registry. Past [`ReadCache::MAX`] answers all
-/// are forgotten (a run without end stays flat; what is still sampled is
-/// read again).
+/// another process in the registry. Past [`ReadCache::MAX`] answers, or
+/// [`ReadCache::MAX_BYTES`] of them, all are forgotten (a run without end
+/// stays flat, and so does one whose processes make each answer large:
+/// what is still sampled is read again).
 pub struct ReadCache<P, T> {
     entries: HashMap<ReadKey, (Arc<P>, Option<Arc<T>>)>,
+    /// What the entries weigh ([`Weight`]).
+    bytes: usize,
+}
+
+/// What a value read from another process holds, in bytes: the budget of
+/// a [`ReadCache`] counts it.
+pub trait Weight {
+    fn weight(&self) -> usize;
 }
 
 /// (process id, address, cookie).
@@ -82,12 +91,21 @@ impl<P, T> Default for ReadCache<P, T> {
     fn default() -> Self {
         ReadCache {
             entries: HashMap::new(),
+            bytes: 0,
         }
     }
 }
 
-impl<P, T> ReadCache<P, T> {
+impl<P, T: Weight> ReadCache<P, T> {
     pub const MAX: usize = 1 << 16;
+
+    /// The bytes kept at most: a few hundred times what real programs
+    /// need (a code object of a real Python program weighs a few hundred
+    /// bytes; a crafted one up to its 1 MiB line table).
+    pub const MAX_BYTES: usize = 64 << 20;
+
+    /// What one entry costs besides its value: key, process, map slot.
+    const ENTRY: usize = 64;
 
     /// The answer for `key` in `process`, read with `read` once.
     pub fn get_or_read(
@@ -102,12 +120,26 @@ impl<P, T> ReadCache<P, T> {
             }
         }
         let info = read().map(Arc::new);
-        if self.entries.len() >= Self::MAX {
+        let weight = Self::ENTRY + info.as_ref().map_or(0, |i| i.weight());
+        if self.entries.len() >= Self::MAX || self.bytes + weight > Self::MAX_BYTES {
             self.entries.clear();
+            self.bytes = 0;
         }
-        self.entries
+        let old = self
+            .entries
             .insert(key, (Arc::clone(process), info.clone()));
+        if let Some((_, old)) = old {
+            self.bytes = self
+                .bytes
+                .saturating_sub(Self::ENTRY + old.map_or(0, |i| i.weight()));
+        }
+        self.bytes += weight;
         info
+    }
+
+    /// The bytes its entries weigh.
+    pub fn bytes(&self) -> usize {
+        self.bytes
     }
 }
 
@@ -229,5 +261,51 @@ impl Detect for crate::java::detect::Detector {
 
     fn note_unsupported(said: &mut HashSet<String>, why: String) {
         crate::java::note_unsupported(said, why);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Sized(usize);
+
+    impl Weight for Sized {
+        fn weight(&self) -> usize {
+            self.0
+        }
+    }
+
+    #[test]
+    fn a_read_cache_keeps_to_its_byte_budget() {
+        let mut cache: ReadCache<(), Sized> = ReadCache::default();
+        let process = Arc::new(());
+        let mut reads = 0;
+        // 1 MiB answers, as a line table shared by many code objects makes
+        // them: never more than the budget kept.
+        for round in 0..2 {
+            for at in 0..200u64 {
+                let got = cache.get_or_read((1, at, 0), &process, || {
+                    reads += 1;
+                    Some(Sized(1 << 20))
+                });
+                assert!(got.is_some());
+                assert!(cache.bytes() <= ReadCache::<(), Sized>::MAX_BYTES);
+            }
+            assert!(cache.entries.len() < 64, "round {round}");
+        }
+        assert_eq!(reads, 400);
+        // Small answers are kept and read once.
+        let mut cache: ReadCache<(), Sized> = ReadCache::default();
+        for _ in 0..3 {
+            for at in 0..100u64 {
+                cache.get_or_read((1, at, 0), &process, || {
+                    reads += 1;
+                    Some(Sized(100))
+                });
+            }
+        }
+        assert_eq!(reads, 500);
+        assert_eq!(cache.bytes(), 100 * (100 + 64));
     }
 }
