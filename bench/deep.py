@@ -28,11 +28,17 @@
    the JDK's own is missing) with Flight Recorder on (settings=profile,
    10 ms; stackdepth=2048) and flare `profile -F 99 -p PID -f`, Java main
    thread only (JFR "main", flare comm javac). Entry: javac's Main.main.
+4. ab (only with --before FLARE): the cost part's per-sample time, this
+   flare against FLARE, at --depths, both builds, --unwind auto: one
+   workload per build and depth, then --rounds pairs of --seconds windows,
+   each pair's order alternating (AB, BA, ...); the mean us/sample of each
+   and the mean paired difference with its 95 % interval (t distribution),
+   which a window-to-window drift of the machine does not widen.
 Runtime tables: samples, those without Python/Java frames, the share
 reaching the entry (of all, of those with frames), the deepest and median
 stack in Python/Java frames (flare's: `f (file:LINE)`, `pkg.Class.m(types)`).
 
-usage: bench/deep.py [--part cost|python|java|all] [--rounds N] [--seconds S]
+usage: bench/deep.py [--part cost|python|java|ab|all] [--rounds N] [--seconds S]
                      [--depths 16,128,512,1024] [--before FLARE] [--perf-events]
                      (as root)
 --perf-events: the python and java parts' flare samples as without root.
@@ -428,6 +434,52 @@ def part_cost(args, tmp):
     cost_memory(args, tmp)
 
 
+# Two-sided 95 % quantiles of Student's t by degrees of freedom (1-30).
+T95 = [12.71, 4.30, 3.18, 2.78, 2.57, 2.45, 2.36, 2.31, 2.26, 2.23, 2.20, 2.18, 2.16, 2.14, 2.13,
+       2.12, 2.11, 2.10, 2.09, 2.09, 2.08, 2.07, 2.07, 2.06, 2.06, 2.06, 2.05, 2.05, 2.05, 2.04]
+
+
+def part_ab(args, tmp):
+    if not args.before:
+        sys.exit("--part ab needs --before FLARE")
+    builds = {}
+    for build, flag in (("fp", "-fno-omit-frame-pointer"), ("nofp", "-fomit-frame-pointer")):
+        builds[build] = os.path.join(tmp, f"deeprec-{build}")
+        subprocess.run(["gcc", "-O2", flag, "-g", "-o", builds[build],
+                        os.path.join(WORKLOADS, "deeprec.c")], check=True)
+    out = os.path.join(tmp, "out.folded")
+    rows = []
+    with sysctl("kernel.bpf_stats_enabled", "1"):
+        for depth in args.depths:
+            for build, exe in builds.items():
+                w = DeepRec(exe, depth)
+                us = {"after": [], "before": []}
+                for r in range(args.rounds):
+                    progress(f"ab: {build} depth {depth}, pair {r + 1}")
+                    order = ["after", "before"] if r % 2 == 0 else ["before", "after"]
+                    for name in order:
+                        binary = FLARE if name == "after" else args.before
+                        p = start([binary, "profile", "-F", "997", "-p", ",".join(w.pids), "-f"],
+                                  tmp, out, events=2)
+                        ns0, runs0 = sampling_prog_stats(p.pid)
+                        time.sleep(args.seconds)
+                        ns1, runs1 = sampling_prog_stats(p.pid)
+                        finish(p)
+                        us[name].append((ns1 - ns0) / (runs1 - runs0) / 1000 if runs1 > runs0
+                                        else float("nan"))
+                w.end()
+                diffs = [a - b for a, b in zip(us["after"], us["before"])]
+                n = len(diffs)
+                half = (T95[min(n - 1, 30) - 1] * statistics.stdev(diffs) / n ** 0.5) if n > 1 else float("nan")
+                rows.append((build, depth, statistics.mean(us["before"]), statistics.mean(us["after"]),
+                             statistics.mean(diffs), half))
+    print(f"\nab: us/sample, {args.before} (before) against {FLARE} (after), --unwind auto, 997 Hz, "
+          f"{args.rounds} pairs of {args.seconds:g} s windows per row, order alternating")
+    print(f"{'build':5} {'depth':>5} {'before':>7} {'after':>7} {'after-before':>12} {'95 % interval':>14}")
+    for build, depth, b, a, d, h in rows:
+        print(f"{build:5} {depth:5} {b:7.2f} {a:7.2f} {d:+12.2f} {f'{d - h:+.2f}..{d + h:+.2f}':>14}")
+
+
 def table(tallies, kind):
     print(f"{'tool':7} {'samples':>7} {'no ' + kind + ' frame':>16} {'reach entry':>11} {'of framed':>9} "
           f"{'[truncated]':>11} {'deepest':>7} {'median':>6}   (depths in {kind} frames)")
@@ -586,7 +638,7 @@ def part_java(args, tmp):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--part", choices=["cost", "python", "java", "all"], default="all")
+    ap.add_argument("--part", choices=["cost", "python", "java", "ab", "all"], default="all")
     ap.add_argument("--rounds", type=int, default=1, help="rounds of each part (default 1)")
     ap.add_argument("--seconds", type=float, default=5, help="each cost window (default 5)")
     ap.add_argument("--depths", default="16,128,512,1024", help="recursion depths of the cost part")
@@ -604,8 +656,9 @@ def main():
     print(f"flare: {FLARE}, built {time.strftime('%Y-%m-%d %H:%M', time.localtime(os.path.getmtime(FLARE)))}")
     tmp = tempfile.mkdtemp(prefix="flare-deep-bench-")
     try:
-        for part, run in (("cost", part_cost), ("python", part_python), ("java", part_java)):
-            if args.part in (part, "all"):
+        for part, run in (("cost", part_cost), ("python", part_python), ("java", part_java),
+                          ("ab", part_ab)):
+            if args.part == part or (args.part == "all" and part != "ab"):
                 t0 = time.monotonic()
                 run(args, tmp)
                 print(f"({part}: {time.monotonic() - t0:.0f} s)", flush=True)
