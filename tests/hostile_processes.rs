@@ -139,6 +139,26 @@ fn wait_measured(mut child: Child, limit: Duration, what: &str) -> (Output, u64)
     (out, peak)
 }
 
+/// Root's `flare profile -F HZ -f -p PID 3` of `script` run as nobody:
+/// its output (which must be a success) and flare's peak RSS in KiB.
+fn profile_for_3_s(script: &str, hz: &str) -> (String, u64) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let w = as_nobody(dir.path(), script);
+    let pid = w.0.id().to_string();
+    let (out, peak_kib) = wait_measured(
+        spawn_flare(&["profile", "-F", hz, "-f", "-p", &pid, "3"]),
+        Duration::from_secs(20),
+        "profile -p for 3 s",
+    );
+    drop(w);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    (
+        String::from_utf8(out.stdout).expect("UTF-8 output"),
+        peak_kib,
+    )
+}
+
 fn spawn_flare(args: &[&str]) -> Child {
     flare()
         .args(args)
@@ -281,21 +301,7 @@ fn names_are_cleaned_of_format_characters_and_cut() {
         return;
     }
     let _g = serial();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let w = as_nobody(dir.path(), NAMES);
-    let pid = w.0.id().to_string();
-    let out = wait_within(
-        spawn_flare(&["profile", "-F", "499", "-f", "-p", &pid, "3"]),
-        Duration::from_secs(20),
-        "profile -p for 3 s",
-    );
-    drop(w);
-    let stdout = String::from_utf8(out.stdout).expect("UTF-8 output");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (stdout, _) = profile_for_3_s(NAMES, "499");
     for c in ['\u{202E}', '\u{2028}', '\u{2029}', '\u{FEFF}', '\u{200D}'] {
         assert!(
             !stdout.contains(c),
@@ -350,21 +356,7 @@ fn code_objects_sharing_one_huge_line_table_keep_memory_bounded() {
         return;
     }
     let _g = serial();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let w = as_nobody(dir.path(), SHARED_TABLE);
-    let pid = w.0.id().to_string();
-    let (out, peak_kib) = wait_measured(
-        spawn_flare(&["profile", "-F", "997", "-f", "-p", &pid, "3"]),
-        Duration::from_secs(20),
-        "profile -p for 3 s",
-    );
-    drop(w);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (stdout, peak_kib) = profile_for_3_s(SHARED_TABLE, "997");
     // Many of the functions named (each its own line: `f (srv/shared.py:N)`).
     let named: std::collections::HashSet<&str> = stdout
         .split(';')
