@@ -40,17 +40,11 @@ fn can_run_as_nobody() -> bool {
     if !require_bpf() {
         return false;
     }
-    let setpriv = Command::new("setpriv")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    let nobody = std::fs::read_to_string("/etc/passwd")
-        .is_ok_and(|p| p.lines().any(|l| l.starts_with("nobody:x:65534:")));
-    let python = Path::new(PYTHON).exists();
-    if setpriv && nobody && python {
-        return true;
-    }
-    let why = format!("setpriv {setpriv}, user nobody {nobody}, {PYTHON} {python}");
+    let why = match common::nobody::missing() {
+        _ if !Path::new(PYTHON).exists() => format!("no {PYTHON}"),
+        Some(why) => why.to_string(),
+        None => return true,
+    };
     if std::env::var("FLARE_REQUIRE_BPF").as_deref() == Ok("1") {
         panic!("hostile-process tests are required (FLARE_REQUIRE_BPF=1) but cannot run: {why}");
     }
@@ -61,16 +55,10 @@ fn can_run_as_nobody() -> bool {
 /// `script` run by Debian's Python as nobody in `dir` (made nobody's),
 /// once it has printed its first line (`ready`).
 fn as_nobody(dir: &Path, script: &str) -> Reaper {
-    std::os::unix::fs::chown(dir, Some(65534), Some(65534)).expect("chown");
-    let mut child = Command::new("setpriv")
-        .args([
-            "--reuid=nobody",
-            "--regid=nogroup",
-            "--clear-groups",
-            PYTHON,
-            "-c",
-            script,
-        ])
+    let nobody = common::nobody::NOBODY;
+    std::os::unix::fs::chown(dir, Some(nobody), Some(nobody)).expect("chown");
+    let mut child = common::nobody::setpriv()
+        .args([PYTHON, "-c", script])
         .current_dir(dir)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

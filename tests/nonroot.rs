@@ -29,8 +29,6 @@ extern "C" {
     fn geteuid() -> u32;
 }
 
-const NOBODY: u32 = 65534;
-
 fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions.
     unsafe { geteuid() == 0 }
@@ -42,19 +40,8 @@ fn can_run_as_nobody() -> bool {
     if !is_root() {
         return true;
     }
-    let setpriv = Command::new("setpriv")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    let nobody = fs::read_to_string("/etc/passwd")
-        .is_ok_and(|p| p.lines().any(|l| l.starts_with("nobody:x:65534:")));
-    if setpriv && nobody {
+    let Some(why) = common::nobody::missing() else {
         return true;
-    }
-    let why = if setpriv {
-        "no user nobody"
-    } else {
-        "no setpriv"
     };
     if std::env::var("FLARE_REQUIRE_BPF").as_deref() == Ok("1") {
         panic!("non-root tests are required (FLARE_REQUIRE_BPF=1) but cannot run: {why}");
@@ -96,21 +83,20 @@ impl Sandbox {
     /// Makes `p` nobody's (when running as root).
     fn give(&self, p: &Path) {
         if is_root() {
-            std::os::unix::fs::chown(p, Some(NOBODY), Some(NOBODY)).expect("chown");
+            std::os::unix::fs::chown(
+                p,
+                Some(common::nobody::NOBODY),
+                Some(common::nobody::NOBODY),
+            )
+            .expect("chown");
         }
     }
 
     /// flare, as nobody, in the sandbox, with `cache` as XDG_CACHE_HOME.
     fn flare(&self, args: &[&str], cache: &Path) -> Command {
         let mut c = if is_root() {
-            let mut c = Command::new("setpriv");
-            c.args([
-                "--reuid=nobody",
-                "--regid=nogroup",
-                "--clear-groups",
-                "--inh-caps=-all",
-            ]);
-            c.arg(self.path("flare"));
+            let mut c = common::nobody::setpriv();
+            c.arg("--inh-caps=-all").arg(self.path("flare"));
             c
         } else {
             Command::new(self.path("flare"))
@@ -441,8 +427,7 @@ fn an_own_process_is_profiled_by_pid_with_all_its_threads() {
     use std::io::{BufRead, BufReader, Write};
     let sb = Sandbox::new(&[("twofuncs", &twofuncs())]);
     let mut workload = if is_root() {
-        let mut c = Command::new("setpriv");
-        c.args(["--reuid=nobody", "--regid=nogroup", "--clear-groups"]);
+        let mut c = common::nobody::setpriv();
         c.arg(sb.path("twofuncs"));
         c
     } else {

@@ -113,10 +113,14 @@ impl Detector {
             .unwrap_or(0);
         let layout = match layout::from_vmstructs(&vm, major) {
             Ok(l) => l,
-            Err(why) if major != 0 => {
-                return Found::Unsupported(format!("HotSpot is not supported: Java {major}: {why}"))
+            Err(why) => {
+                let java = if major != 0 {
+                    format!("Java {major}: ")
+                } else {
+                    String::new()
+                };
+                return Found::Unsupported(format!("HotSpot is not supported: {java}{why}"));
             }
-            Err(why) => return Found::Unsupported(format!("HotSpot is not supported: {why}")),
         };
         match heaps(&layout, mem) {
             Ok(Some((heaps, cache))) => Found::Yes(Process {

@@ -57,12 +57,14 @@ impl Namer for PythonNamer {
         }
         let process = lookup(&self.registry, pid)?;
         let code = self.code(pid, &process, frame)?;
+        let file = clean_name_within(&code.filename, MAX_RUNTIME_NAME);
+        let name = display_name(&code, &file);
         Some(vec![Frame {
             source: Some(Box::new(SourceLine {
-                file: clean_name_within(&code.filename, MAX_RUNTIME_NAME).into(),
+                file: file.into(),
                 line: code.line(frame.ids[1]),
             })),
-            ..Frame::named(display_name(&code), FrameKind::Interpreted)
+            ..Frame::named(name, FrameKind::Interpreted)
         }])
     }
 }
@@ -72,12 +74,12 @@ impl Namer for PythonNamer {
 /// defined on — one name per function, as native frames have, whatever
 /// line a sample was on (that line is the frame's source line, which
 /// pprof keeps); py-spy's `name (file:line)` shape, which flamegraph.pl
-/// and every folded reader take as one frame.
-fn display_name(code: &CodeInfo) -> String {
-    let file = clean_name_within(&code.filename, MAX_RUNTIME_NAME);
+/// and every folded reader take as one frame. `file` is the code's file
+/// name, cleaned.
+fn display_name(code: &CodeInfo, file: &str) -> String {
     let short = match file.rmatch_indices('/').nth(1) {
         Some((i, _)) => &file[i + 1..],
-        None => &file[..],
+        None => file,
     };
     format!(
         "{} ({short}:{})",

@@ -7,6 +7,7 @@ pub mod bpf;
 pub mod fixtures;
 pub mod golden;
 pub mod java;
+pub mod nobody;
 pub mod pprof;
 pub mod python;
 pub mod receivers;
