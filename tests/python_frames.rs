@@ -155,10 +155,13 @@ fn check(python: &Path, mode: Mode) {
     // Natively, in perf-event mode: 0-3.0 % in 48 runs of the six pyenv
     // versions on a 2-CPU host whose reader waits for a CPU beside the
     // workload and the test, 4.0 % once in CI (before a disagreeing read
-    // kept its Python frames over the native root: up to 6.7 %).
+    // kept its Python frames over the native root: up to 6.7 %). The
+    // next stop on the same host: 0-4.9 % in 21 runs, 9.0 % once (3.10,
+    // 351 of 3,897) and over 5 % once more (3.11) in eight runs of the
+    // file: a reader that waits longer for its CPU.
     let most = match mode {
         Mode::PerfEvents if common::bpf::emulated() => 45,
-        Mode::PerfEvents => 5,
+        Mode::PerfEvents => 12,
         Mode::Bpf => 3,
     };
     assert!(
