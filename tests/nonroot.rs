@@ -654,8 +654,9 @@ fn java_frames_without_root() {
     let total: u64 = stacks.iter().map(|(_, n)| n).sum();
     // Emulated, fewer: perf events there lose half their timer ticks or
     // more (1,298 and 1,908 samples of 4.9 and 4.1 s of CPU in the arm64
-    // guests).
-    let want = if common::bpf::emulated() { 1000 } else { 2000 };
+    // guests; 807 of 3.4 s once on a busier host, 1,500-1,620 in four
+    // other runs that day).
+    let want = if common::bpf::emulated() { 500 } else { 2000 };
     assert!(total >= want, "{total} samples:\n{stdout}\n{err}");
     let with = |name: &str| samples_with(&stacks, &method, name);
     // Over the two functions alone, as tests/java_frames.rs: the program
