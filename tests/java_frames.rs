@@ -417,9 +417,13 @@ fn each_thread_has_its_own_stacks_and_jvm_threads_stay_native() {
             .map(|(_, n)| n)
             .sum()
     };
-    // 499 Hz for 3 s: up to 1,500 samples a thread.
-    assert!(count("parser", "Service.parseRequest") >= 300, "{}", ctx());
-    assert!(count("renderer", "Service.renderPage") >= 300, "{}", ctx());
+    // 499 Hz for 3 s: up to 1,500 samples a thread. Under emulation
+    // (2 vCPUs) the JIT's compiler threads take most of the CPU: the
+    // arm64 guest's workers got 280-330 samples each, 210-260 in their
+    // leaf.
+    let want = if common::bpf::emulated() { 100 } else { 300 };
+    assert!(count("parser", "Service.parseRequest") >= want, "{}", ctx());
+    assert!(count("renderer", "Service.renderPage") >= want, "{}", ctx());
     // Each thread runs its own loop method, so no compiled body holds
     // both leaves (Service.java says why): the other thread's leaf in a
     // thread's stack could only come from mixing the threads' stacks.
