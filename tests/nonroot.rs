@@ -490,6 +490,154 @@ fn an_own_process_is_profiled_by_pid_with_all_its_threads() {
     );
 }
 
+/// Threads started while flare attaches (`-p`): listed too late, and not
+/// inheriting events opened after they started, they went unsampled,
+/// with every thread they start (a JVM attached in its first milliseconds
+/// had no sample at all). flare is held between listing the threads and
+/// opening the events while the workers start.
+#[test]
+fn threads_started_while_attaching_are_sampled() {
+    if !can_run_as_nobody() {
+        return;
+    }
+    let _g = serial();
+    use std::io::{BufRead, BufReader, Write};
+    let sb = Sandbox::new(&[("twofuncs", &twofuncs())]);
+    let mut workload = if is_root() {
+        let mut c = common::nobody::setpriv();
+        c.arg(sb.path("twofuncs"));
+        c
+    } else {
+        Command::new(sb.path("twofuncs"))
+    };
+    let mut w = workload
+        .args(["2", "25", "2", "late"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("starting twofuncs");
+    let mut w_out = BufReader::new(w.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    while w_out.read_line(&mut line).expect("twofuncs output") > 0 && line.trim() != "ready" {
+        line.clear();
+    }
+    let held = sb.path("held");
+    fs::create_dir(&held).expect("mkdir");
+    sb.give(&held);
+    let listed = held.join("listed");
+    let pid = w.id().to_string();
+    let flare = sb
+        .flare(
+            &["profile", "-F", "499", "-f", "-p", &pid, "4"],
+            &sb.path("cache"),
+        )
+        .env("FLARE_TEST_HOLD_AFTER_LISTING", &listed)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("running flare");
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !listed.exists() && std::time::Instant::now() < until {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    assert!(listed.exists(), "flare did not list the threads");
+    // The workers start (each prints its tid) while flare is held.
+    let mut stdin = w.stdin.take().expect("stdin");
+    stdin.write_all(b"go\n").expect("go");
+    let mut started = 0;
+    while started < 2 {
+        line.clear();
+        if w_out.read_line(&mut line).expect("twofuncs output") == 0 {
+            break;
+        }
+        started += usize::from(line.starts_with("tid "));
+    }
+    fs::remove_file(&listed).expect("releasing flare");
+    let out = flare.wait_with_output().expect("flare");
+    drop(stdin);
+    let _ = w.wait();
+    let n: u64 = stacks_of(&out.stdout, "twofuncs")
+        .into_iter()
+        .filter(|(frames, _)| frames.iter().any(|f| f == "func_a" || f == "func_b"))
+        .map(|(_, n)| n)
+        .sum();
+    // Two workers, 2 s at 499 Hz: some 2,000 samples.
+    let want = if common::bpf::emulated() { 300 } else { 1000 };
+    assert!(
+        n >= want,
+        "{n} samples of the workers started while flare attached:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Once the target of `-p` exits, flare waits for Ctrl-C (as bcc's tools
+/// do) without using the CPU: the buffer of an exited thread's event
+/// reports a hang-up to every poll, and the reading thread spun on it
+/// (regression: a whole CPU, in the kernel, until the end).
+#[test]
+fn flare_idles_once_its_target_exits() {
+    if !can_run_as_nobody() {
+        return;
+    }
+    let _g = serial();
+    let sb = Sandbox::new(&[("twofuncs", &twofuncs())]);
+    let mut workload = if is_root() {
+        let mut c = common::nobody::setpriv();
+        c.arg(sb.path("twofuncs"));
+        c
+    } else {
+        Command::new(sb.path("twofuncs"))
+    };
+    let mut w = workload
+        .args(["1", "25", "1"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("starting twofuncs");
+    let pid = w.id().to_string();
+    let mut flare = sb
+        .flare(
+            &["profile", "-F", "99", "-f", "-p", &pid],
+            &sb.path("cache"),
+        )
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("running flare");
+    let mut err = std::io::BufReader::new(flare.stderr.take().expect("stderr"));
+    let mut note = String::new();
+    std::io::BufRead::read_line(&mut err, &mut note).expect("flare's stderr");
+    assert!(note.contains("sampling with perf events"), "{note}");
+    // The workload works a second, then exits as its stdin closes.
+    std::io::Write::write_all(&mut w.stdin.take().expect("stdin"), b"go\n").expect("go");
+    let _ = w.wait();
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    let ticks = || -> u64 {
+        let stat = fs::read_to_string(format!("/proc/{}/stat", flare.id())).expect("flare's stat");
+        let after = &stat[stat.rfind(')').expect("stat") + 2..];
+        let f: Vec<&str> = after.split(' ').collect();
+        f[11].parse::<u64>().expect("utime") + f[12].parse::<u64>().expect("stime")
+    };
+    let before = ticks();
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let used = ticks() - before;
+    // SAFETY: kill has no memory preconditions; flare is our child.
+    unsafe { libc::kill(flare.id() as i32, libc::SIGINT) };
+    let out = flare.wait_with_output().expect("flare");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Clock ticks are 10 ms: spinning used some 200 in the 2 s.
+    assert!(
+        used < 50,
+        "flare used {used} clock ticks in 2 s with nothing to sample"
+    );
+}
+
 /// Python frames without root: Debian's python3.11 (started by flare as
 /// nobody) runs tests/workloads/pyservice.py, which measures each leaf's
 /// share with its own thread clock; flare reads the frames from user

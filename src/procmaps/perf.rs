@@ -249,7 +249,19 @@ impl Ring {
 
     /// Hands every whole record waiting in the buffer (header included)
     /// to `f`, in order, and frees its room.
-    pub(crate) fn read_raw(&mut self, mut f: impl FnMut(&[u8])) {
+    pub(crate) fn read_raw(&mut self, f: impl FnMut(&[u8])) {
+        let tail = self.walk(f);
+        self.head_tail().1.store(tail, Ordering::Release);
+    }
+
+    /// Hands every whole record waiting in the buffer to `f`, in order,
+    /// leaving them there for [`Ring::read_raw`].
+    pub(crate) fn peek_raw(&self, f: impl FnMut(&[u8])) {
+        self.walk(f);
+    }
+
+    /// Hands the waiting records to `f`; the tail past the last one.
+    fn walk(&self, mut f: impl FnMut(&[u8])) -> u64 {
         let (head, tail_ptr) = self.head_tail();
         let head = head.load(Ordering::Acquire);
         let mut tail = tail_ptr.load(Ordering::Relaxed);
@@ -277,7 +289,7 @@ impl Ring {
             f(&rec);
             tail += len;
         }
-        tail_ptr.store(tail, Ordering::Release);
+        tail
     }
 }
 
@@ -342,6 +354,14 @@ pub(crate) fn poll_until(
         // SAFETY: polls is a valid array of pollfd of the given length; the
         // caller keeps the descriptors open.
         unsafe { libc::poll(polls.as_mut_ptr(), polls.len() as libc::nfds_t, timeout_ms) };
+        for p in &mut polls {
+            // The event's thread exited: poll would return at once from
+            // now on (records of the threads that inherited the event may
+            // still come, and are read every timeout_ms).
+            if p.revents & (libc::POLLHUP | libc::POLLERR) != 0 {
+                p.fd = -1;
+            }
+        }
         each();
     }
 }

@@ -7,6 +7,7 @@
 //! known without the system-wide events a tracker needs privileges for.
 //! What the kernel refuses becomes an error that names the way out.
 
+use std::collections::HashSet;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 
@@ -81,6 +82,11 @@ pub struct Plan<'a> {
 /// into them.
 pub struct Events {
     pub rings: Vec<Ring>,
+    /// The CPU of each buffer.
+    ring_cpus: Vec<u32>,
+    /// Whether the events ask for build ids (the kernel refuses them
+    /// before 5.12).
+    build_id: bool,
     /// Events writing into another's buffer: sampling stops when they
     /// are closed.
     pub redirected: Vec<OwnedFd>,
@@ -130,72 +136,190 @@ fn attr(plan: &Plan<'_>, build_id: bool) -> sys::perf_event_attr {
 /// Opens every event of `plan`. `refused` turns a refusal (EACCES/EPERM)
 /// for thread `tid` into the error to show.
 pub fn open(plan: &Plan<'_>, refused: &dyn Fn(u32, io::Error) -> Error) -> Result<Events> {
-    let mut build_id = true;
-    let mut rings = Vec::new();
-    let mut redirected = Vec::new();
+    let mut opener = Opener {
+        plan,
+        refused,
+        build_id: true,
+    };
     // SAFETY: sysconf has no preconditions.
     let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as usize;
     let mut pages = pages_per_cpu(plan.cpus.len(), page);
+    let mut events = Events {
+        rings: Vec::new(),
+        ring_cpus: Vec::new(),
+        build_id: true,
+        redirected: Vec::new(),
+    };
     for &cpu in plan.cpus {
-        let mut ring: Option<&Ring> = None;
         for &tid in plan.tids {
-            let fd = match perf_event_open(&attr(plan, build_id), tid as i32, cpu as i32) {
-                // Build ids in mmap2 records: 5.12 and later.
-                Err(e) if build_id && e.raw_os_error() == Some(libc::EINVAL) => {
-                    build_id = false;
-                    perf_event_open(&attr(plan, build_id), tid as i32, cpu as i32)
-                }
-                r => r,
+            let Some(fd) = opener.open(tid, cpu)? else {
+                continue;
             };
-            let fd = match fd {
-                Ok(fd) => fd,
-                // A thread that exited meanwhile.
-                Err(e) if e.raw_os_error() == Some(libc::ESRCH) => continue,
-                Err(e) if matches!(e.raw_os_error(), Some(libc::EACCES | libc::EPERM)) => {
-                    return Err(refused(tid, e))
-                }
-                Err(source) => {
-                    let hint = match source.raw_os_error() {
-                        Some(libc::EINVAL) => " (the frequency may be above /proc/sys/kernel/perf_event_max_sample_rate)",
-                        Some(libc::EMFILE) => " (too many open files: raise ulimit -n)",
-                        _ => "",
-                    };
-                    return Err(Error::PerfEvent {
-                        what: format!("CPU clock (thread {tid}, CPU {cpu})"),
-                        source,
-                        hint,
-                    });
-                }
-            };
-            match ring {
-                Some(r) => {
-                    // SAFETY: both descriptors are open perf events; the
-                    // ioctl only links the first's output to the second's
-                    // buffer.
-                    let rc =
-                        unsafe { libc::ioctl(fd.as_raw_fd(), PERF_EVENT_IOC_SET_OUTPUT, r.fd()) };
-                    if rc != 0 {
-                        return Err(Error::PerfEvent {
-                            what: format!("CPU clock (thread {tid}, CPU {cpu})"),
-                            source: io::Error::last_os_error(),
-                            hint: " (cannot share the CPU's buffer)",
-                        });
-                    }
-                    redirected.push(fd);
-                }
+            match events.ring_of(cpu) {
+                Some(ring) => events.redirect(fd, ring, tid, cpu)?,
                 None => {
-                    rings.push(map(fd, &mut pages)?);
-                    ring = rings.last();
+                    events.rings.push(map(fd, &mut pages)?);
+                    events.ring_cpus.push(cpu);
                 }
             }
         }
     }
-    if rings.is_empty() {
+    if events.rings.is_empty() {
         return Err(Error::Unsupported(
             "no thread of the target is left to sample (has it exited?)".into(),
         ));
     }
-    Ok(Events { rings, redirected })
+    events.build_id = opener.build_id;
+    Ok(events)
+}
+
+/// How many times [`cover_late_threads`] lists the target's threads.
+const LATE_ROUNDS: usize = 8;
+
+/// Opens events on the threads of `pids` that started while `open` ran
+/// and did not inherit its events: a thread its parent started between
+/// the listing of threads and the opening of the parent's event. Missed,
+/// such a thread goes unsampled, and every thread it starts: a JVM's
+/// launcher starts the thread that starts all the others within
+/// milliseconds of its exec, so a JVM attached to that early was not
+/// sampled at all. A thread that inherited the events is told apart by
+/// the fork record the inherited events wrote into the buffers.
+/// `opened` holds the threads with events of their own (all of them after).
+pub fn cover_late_threads(
+    events: &mut Events,
+    plan: &Plan<'_>,
+    pids: &[u32],
+    opened: &mut HashSet<u32>,
+    refused: &dyn Fn(u32, io::Error) -> Error,
+) -> Result<()> {
+    let mut opener = Opener {
+        plan,
+        refused,
+        build_id: events.build_id,
+    };
+    for _ in 0..LATE_ROUNDS {
+        let mut new: Vec<u32> = pids
+            .iter()
+            .filter_map(|&pid| crate::system::threads(pid).ok())
+            .flatten()
+            .filter(|t| !opened.contains(t))
+            .collect();
+        if new.is_empty() {
+            return Ok(());
+        }
+        // A thread shows in /proc a few instructions before its fork
+        // record is written: look twice before taking it as uncovered.
+        for look in 0..2 {
+            let forked = events.forked();
+            new.retain(|t| !forked.contains(t));
+            if new.is_empty() || look == 1 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        opened.extend(events.forked());
+        for &tid in &new {
+            opened.insert(tid);
+            for &cpu in plan.cpus {
+                let Some(fd) = opener.open(tid, cpu)? else {
+                    break;
+                };
+                match events.ring_of(cpu) {
+                    Some(ring) => events.redirect(fd, ring, tid, cpu)?,
+                    // No buffer on this CPU (none of the first threads
+                    // opened there): leave it unsampled rather than map one.
+                    None => drop(fd),
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+impl Events {
+    /// The buffer of `cpu`'s events, if one was mapped.
+    fn ring_of(&self, cpu: u32) -> Option<usize> {
+        self.ring_cpus.iter().position(|&c| c == cpu)
+    }
+
+    /// Makes event `fd` write into buffer `ring`.
+    fn redirect(&mut self, fd: OwnedFd, ring: usize, tid: u32, cpu: u32) -> Result<()> {
+        // SAFETY: both are open perf event descriptors; the ioctl
+        // takes the target descriptor by value.
+        let rc = unsafe {
+            libc::ioctl(
+                fd.as_raw_fd(),
+                PERF_EVENT_IOC_SET_OUTPUT,
+                self.rings[ring].fd(),
+            )
+        };
+        if rc != 0 {
+            return Err(Error::PerfEvent {
+                what: format!("CPU clock (thread {tid}, CPU {cpu})"),
+                source: io::Error::last_os_error(),
+                hint: " (cannot share the CPU's buffer)",
+            });
+        }
+        self.redirected.push(fd);
+        Ok(())
+    }
+
+    /// The threads whose fork records wait in the buffers (left there for
+    /// the reader): the threads that inherited the events.
+    fn forked(&self) -> HashSet<u32> {
+        let mut tids = HashSet::new();
+        for ring in &self.rings {
+            ring.peek_raw(|rec| {
+                if let Some((tid, _)) = super::sample::parse_fork(rec) {
+                    tids.insert(tid);
+                }
+            });
+        }
+        tids
+    }
+}
+
+/// Opens the sampling event of one thread on one CPU, asking for build
+/// ids until the kernel refuses them (before 5.12).
+struct Opener<'a> {
+    plan: &'a Plan<'a>,
+    refused: &'a dyn Fn(u32, io::Error) -> Error,
+    build_id: bool,
+}
+
+impl Opener<'_> {
+    /// The event of `tid` on `cpu`; None if the thread is gone.
+    fn open(&mut self, tid: u32, cpu: u32) -> Result<Option<OwnedFd>> {
+        let fd = match perf_event_open(&attr(self.plan, self.build_id), tid as i32, cpu as i32) {
+            // Build ids in mmap2 records: 5.12 and later.
+            Err(e) if self.build_id && e.raw_os_error() == Some(libc::EINVAL) => {
+                self.build_id = false;
+                perf_event_open(&attr(self.plan, false), tid as i32, cpu as i32)
+            }
+            r => r,
+        };
+        match fd {
+            Ok(fd) => Ok(Some(fd)),
+            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => Ok(None),
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EACCES | libc::EPERM)) => {
+                Err((self.refused)(tid, e))
+            }
+            Err(source) => {
+                let hint = match source.raw_os_error() {
+                    Some(libc::EINVAL) => {
+                        " (the frequency may be above /proc/sys/kernel/perf_event_max_sample_rate)"
+                    }
+                    Some(libc::EMFILE) => " (too many open files: raise ulimit -n)",
+                    _ => "",
+                };
+                Err(Error::PerfEvent {
+                    what: format!("CPU clock (thread {tid}, CPU {cpu})"),
+                    source,
+                    hint,
+                })
+            }
+        }
+    }
 }
 
 /// Maps an event's buffer, as large as the kernel lets this user lock.

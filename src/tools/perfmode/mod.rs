@@ -412,6 +412,7 @@ impl Session {
                     system::check_process(pid)?;
                     threads.extend(system::threads(pid)?.into_iter().map(|t| (pid, t)));
                 }
+                hold_after_listing();
                 (true, false)
             }
             Target::Tids(tids) => {
@@ -465,20 +466,23 @@ impl Session {
         system::raise_nofile();
         let tids: Vec<u32> = threads.iter().map(|&(_, t)| t).collect();
         let pid_of: HashMap<u32, u32> = threads.iter().map(|&(p, t)| (t, p)).collect();
-        let events = events::open(
-            &events::Plan {
-                sampling: config.sampling,
-                layout,
-                kernel,
-                tids: &tids,
-                inherit,
-                cpus: &cpus,
-                on_exec: launched,
-                wake_each: python || java,
-                stack_bytes,
-            },
-            &|tid, _| refused(pid_of.get(&tid).copied().unwrap_or(tid), paranoid),
-        )?;
+        let plan = events::Plan {
+            sampling: config.sampling,
+            layout,
+            kernel,
+            tids: &tids,
+            inherit,
+            cpus: &cpus,
+            on_exec: launched,
+            wake_each: python || java,
+            stack_bytes,
+        };
+        let refused = |tid, _| refused(pid_of.get(&tid).copied().unwrap_or(tid), paranoid);
+        let mut events = events::open(&plan, &refused)?;
+        if let (Target::Pids(pids), false) = (&config.target, launched) {
+            let mut opened = tids.iter().copied().collect();
+            events::cover_late_threads(&mut events, &plan, pids, &mut opened, &refused)?;
+        }
         let fds: Vec<i32> = events.rings.iter().map(Ring::fd).collect();
         let python = python.then(PerfPython::new);
         let registry = python.as_ref().map(PerfPython::registry);
@@ -619,6 +623,24 @@ impl Collector for Session {
 
 /// Whether process `pid` maps HotSpot (`libjvm.so`) in `mappings`' view
 /// (the snapshot taken at the start; none for a launched command).
+/// Tests only: with `FLARE_TEST_HOLD_AFTER_LISTING=FILE`, creates FILE
+/// once the target's threads are listed and waits (a minute at most)
+/// until it is removed, so that a test can start threads between the
+/// listing and the opening of the events.
+fn hold_after_listing() {
+    let Some(file) = std::env::var_os("FLARE_TEST_HOLD_AFTER_LISTING") else {
+        return;
+    };
+    let file = std::path::PathBuf::from(file);
+    if std::fs::write(&file, b"listed\n").is_err() {
+        return;
+    }
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while file.exists() && std::time::Instant::now() < until {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
 fn maps_jvm(mappings: &Mappings, pid: u32) -> bool {
     mappings.space(pid, None).is_some_and(|space| {
         space.mappings.iter().any(|m| match &m.backing {
