@@ -20,6 +20,7 @@ pub mod analysis;
 pub mod bpf;
 pub mod collect;
 pub mod defaults;
+pub mod elf;
 pub mod error;
 pub mod export;
 pub mod java;

@@ -19,7 +19,8 @@ use std::sync::Arc;
 use super::layout::{self, Layout};
 use super::vmstructs::VmStructs;
 use super::{Heap, Process, MAX_HEAPS};
-use crate::python::detect::{each_symbol, open_mapped, ElfHeaders, SHT_DYNSYM};
+use crate::elf::{each_symbol, Elf, FileSource, SHT_DYNSYM};
+use crate::python::detect::open_mapped;
 use crate::python::memory::Memory;
 use crate::unwind::elf::vaddr_of_offset;
 use crate::unwind::procs::{Backing, ExecMapping};
@@ -146,13 +147,20 @@ fn unreadable(e: &io::Error) -> Detected {
     }
 }
 
+/// libjvm's dynamic symbol and string tables read at most (JDK 17's
+/// and 25's are some 18 KiB together).
+const MAX_DYNSYM: u64 = 16 << 20;
+
 /// The `gHotSpot*` symbols and load segments of the libjvm mapped at `m`.
 fn read_object(pid: u32, m: &ExecMapping) -> Option<Object> {
     let file = open_mapped(pid, m)?;
-    let elf = ElfHeaders::read(&file)?;
+    let elf = Elf::parse(FileSource::new(&file)?)?;
+    if elf.layout != crate::elf::Layout::HOST || elf.machine != crate::elf::EM_HOST {
+        return None;
+    }
     let mut symbols = HashMap::new();
-    if let Some((syms, strs)) = elf.symbol_table(SHT_DYNSYM) {
-        each_symbol(&syms, &strs, |s| {
+    if let Some((syms, strs)) = elf.symbol_table(SHT_DYNSYM, MAX_DYNSYM) {
+        each_symbol(elf.layout, &syms, &strs, |s| {
             if s.defined && s.name.starts_with(b"gHotSpotVM") {
                 // Versioned names (`gHotSpotVMStructs@@SUNWprivate_1.1`)
                 // are in .dynsym without the version.
@@ -162,7 +170,7 @@ fn read_object(pid: u32, m: &ExecMapping) -> Option<Object> {
     }
     Some(Object {
         symbols,
-        segments: elf.segments,
+        segments: elf.loads().map(Into::into).collect(),
     })
 }
 

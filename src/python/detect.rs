@@ -18,7 +18,7 @@ use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::ops::Range;
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -682,196 +682,33 @@ pub(crate) fn open_mapped(pid: u32, m: &ExecMapping) -> Option<File> {
     })
 }
 
-/// Headers and tables read of a file at most.
-const MAX_HEADERS: u64 = 4 << 20;
+/// Symbol and string tables read of a file at most.
 const MAX_TABLE: u64 = 64 << 20;
-
-const SHT_SYMTAB: u32 = 2;
-pub(crate) const SHT_DYNSYM: u32 = 11;
-const PT_LOAD: u32 = 1;
-const PF_X: u32 = 1;
-/// The ELF machine of the objects read: the host's (x86-64 62, arm64 183).
-const EM_HOST: u16 = if cfg!(target_arch = "aarch64") {
-    183
-} else {
-    62
-};
-
-fn u16_at(d: &[u8], at: usize) -> Option<u16> {
-    Some(u16::from_le_bytes(
-        d.get(at..at.checked_add(2)?)?.try_into().ok()?,
-    ))
-}
-
-fn u32_at(d: &[u8], at: usize) -> Option<u32> {
-    Some(u32::from_le_bytes(
-        d.get(at..at.checked_add(4)?)?.try_into().ok()?,
-    ))
-}
-
-fn u64_at(d: &[u8], at: usize) -> Option<u64> {
-    Some(u64::from_le_bytes(
-        d.get(at..at.checked_add(8)?)?.try_into().ok()?,
-    ))
-}
-
-/// `len` bytes of `file` from `offset`: `None` past `max`, past the end
-/// of the file or on an error.
-fn read_at(file: &File, size: u64, offset: u64, len: u64, max: u64) -> Option<Vec<u8>> {
-    if len > max || offset.checked_add(len)? > size {
-        return None;
-    }
-    let mut buf = vec![0u8; usize::try_from(len).ok()?];
-    file.read_exact_at(&mut buf, offset).ok()?;
-    Some(buf)
-}
-
-/// An ELF file's headers as runtime detection reads them: its load
-/// segments and section headers, read in bounded pieces.
-pub(crate) struct ElfHeaders<'f> {
-    file: &'f File,
-    size: u64,
-    pub segments: Vec<Segment>,
-    sections: Vec<Vec<u8>>,
-}
-
-impl<'f> ElfHeaders<'f> {
-    /// `None` unless `file` is a 64-bit little-endian executable or
-    /// shared object of the host's machine.
-    pub(crate) fn read(file: &'f File) -> Option<ElfHeaders<'f>> {
-        let size = file.metadata().ok()?.len();
-        let h = read_at(file, size, 0, 64, 64)?;
-        if h.get(..4)? != b"\x7fELF" || h[4] != 2 || h[5] != 1 || u16_at(&h, 18)? != EM_HOST {
-            return None;
-        }
-        if !matches!(u16_at(&h, 16)?, 2 | 3) {
-            return None;
-        }
-        let mut segments = Vec::new();
-        let phoff = u64_at(&h, 32)?;
-        let phentsize = u64::from(u16_at(&h, 54)?);
-        let phnum = u64::from(u16_at(&h, 56)?);
-        if phentsize >= 56 {
-            let ph = read_at(file, size, phoff, phentsize * phnum, MAX_HEADERS)?;
-            for p in ph.chunks_exact(phentsize as usize) {
-                if u32_at(p, 0)? == PT_LOAD {
-                    segments.push(Segment {
-                        offset: u64_at(p, 8)?,
-                        vaddr: u64_at(p, 16)?,
-                        filesz: u64_at(p, 32)?,
-                        executable: u32_at(p, 4)? & PF_X != 0,
-                    });
-                }
-            }
-        }
-        let shoff = u64_at(&h, 40)?;
-        let shentsize = u64::from(u16_at(&h, 58)?);
-        let shnum = u64::from(u16_at(&h, 60)?);
-        let sections = if shoff == 0 || shentsize < 64 {
-            Vec::new()
-        } else {
-            read_at(file, size, shoff, shentsize * shnum, MAX_HEADERS)
-                .unwrap_or_default()
-                .chunks_exact(shentsize as usize)
-                .map(<[u8]>::to_vec)
-                .collect()
-        };
-        Some(ElfHeaders {
-            file,
-            size,
-            segments,
-            sections,
-        })
-    }
-
-    /// True when the file has section headers (else no symbols either).
-    pub(crate) fn has_sections(&self) -> bool {
-        !self.sections.is_empty()
-    }
-
-    /// A symbol table (`SHT_DYNSYM`, `SHT_SYMTAB`) and the string table
-    /// it links to.
-    pub(crate) fn symbol_table(&self, kind: u32) -> Option<(Vec<u8>, Vec<u8>)> {
-        let s = self.sections.iter().find(|s| u32_at(s, 4) == Some(kind))?;
-        let strings = self.sections.get(usize::try_from(u32_at(s, 40)?).ok()?)?;
-        let (file, size) = (self.file, self.size);
-        let syms = read_at(file, size, u64_at(s, 24)?, u64_at(s, 32)?, MAX_TABLE)?;
-        let strs = read_at(
-            file,
-            size,
-            u64_at(strings, 24)?,
-            u64_at(strings, 32)?,
-            MAX_TABLE,
-        )?;
-        Some((syms, strs))
-    }
-
-    /// Eight bytes at virtual address `vaddr` of the file.
-    fn u64_at_vaddr(&self, vaddr: u64) -> Option<u64> {
-        let at = file_offset(&self.segments, vaddr)?;
-        u64_at(&read_at(self.file, self.size, at, 8, 8)?, 0)
-    }
-}
-
-/// A symbol of an ELF symbol table.
-pub(crate) struct ElfSymbol<'a> {
-    /// Its name, without the NUL that ends it.
-    pub name: &'a [u8],
-    /// Defined in this object (not an import).
-    pub defined: bool,
-    pub value: u64,
-    pub size: u64,
-}
-
-/// The longest symbol name detection looks at: every name it wants is
-/// far shorter. Looking no further for a name's end keeps a scan linear
-/// when a file's many symbols all name one huge string (which made it
-/// quadratic: hours for 100,000 symbols of a 16 MB name).
-const MAX_SYMBOL_NAME: usize = 256;
-
-/// Calls `f` with each symbol of ELF64 symbol entries `syms` whose names
-/// are in `strs`; an entry or a name that does not fit (a name without
-/// its NUL, or longer than [`MAX_SYMBOL_NAME`]) is skipped.
-pub(crate) fn each_symbol(syms: &[u8], strs: &[u8], mut f: impl FnMut(ElfSymbol<'_>)) {
-    for e in syms.chunks_exact(24) {
-        let (Some(name), Some(shndx), Some(value), Some(size)) =
-            (u32_at(e, 0), u16_at(e, 6), u64_at(e, 8), u64_at(e, 16))
-        else {
-            continue;
-        };
-        let Some(at) = usize::try_from(name).ok().and_then(|n| strs.get(n..)) else {
-            continue;
-        };
-        let head = &at[..at.len().min(MAX_SYMBOL_NAME + 1)];
-        let Some(end) = head.iter().position(|&b| b == 0) else {
-            continue;
-        };
-        f(ElfSymbol {
-            name: &at[..end],
-            defined: shndx != 0,
-            value,
-            size,
-        });
-    }
-}
 
 /// Reads what detection needs of the ELF file `file`: its load segments,
 /// the symbols of [`Symbols`] from `.dynsym` (and `.symtab` if `full` or
 /// the object defines `_PyRuntime`), and `Py_Version`'s value. `None`
 /// unless a 64-bit little-endian executable or shared object of the host's machine.
 pub(crate) fn read_object(file: &File, full: bool) -> Option<Object> {
-    let elf = ElfHeaders::read(file)?;
+    let elf = crate::elf::Elf::parse(crate::elf::FileSource::new(file)?)?;
+    if elf.layout != crate::elf::Layout::HOST
+        || elf.machine != crate::elf::EM_HOST
+        || !matches!(elf.kind, 2 | 3)
+        || elf.loads().next().is_none()
+    {
+        return None;
+    }
     let mut object = Object::default();
-    if !elf.has_sections() {
+    if elf.sections.is_empty() {
         // No sections: no symbols either, nothing more to read.
         object.full = true;
     } else {
-        if let Some((syms, strs)) = elf.symbol_table(SHT_DYNSYM) {
+        if let Some((syms, strs)) = elf.symbol_table(crate::elf::SHT_DYNSYM, MAX_TABLE) {
             scan_symbols(&syms, &strs, &mut object.symbols);
         }
         object.full = full || object.symbols.runtime.is_some();
         if object.full {
-            if let Some((syms, strs)) = elf.symbol_table(SHT_SYMTAB) {
+            if let Some((syms, strs)) = elf.symbol_table(crate::elf::SHT_SYMTAB, MAX_TABLE) {
                 scan_symbols(&syms, &strs, &mut object.symbols);
             }
         }
@@ -886,26 +723,15 @@ pub(crate) fn read_object(file: &File, full: bool) -> Option<Object> {
         .sizeof_pthread
         .and_then(|v| elf.u64_at_vaddr(v.value))
         .map(|v| v as u32);
-    object.segments = elf.segments;
+    object.segments = elf.loads().map(Segment::from).collect();
     Some(object)
-}
-
-/// The file offset of virtual address `vaddr`, in a load segment's file
-/// bytes.
-fn file_offset(segments: &[Segment], vaddr: u64) -> Option<u64> {
-    segments.iter().find_map(|s| {
-        let rel = vaddr.checked_sub(s.vaddr)?;
-        (rel < s.filesz)
-            .then(|| s.offset.checked_add(rel))
-            .flatten()
-    })
 }
 
 /// Records in `out` the symbols of [`Symbols`] among ELF64 symbol entries
 /// `syms` whose names are in `strs`; what is already there stays.
 pub(crate) fn scan_symbols(syms: &[u8], strs: &[u8], out: &mut Symbols) {
     const EVAL: &[u8] = b"_PyEval_EvalFrameDefault";
-    each_symbol(syms, strs, |s| {
+    crate::elf::each_symbol(crate::elf::Layout::HOST, syms, strs, |s| {
         let at = s.name;
         if !at.starts_with(b"_") && !at.starts_with(b"P") {
             return;

@@ -411,7 +411,9 @@ fn symbols_naming_one_huge_string_are_passed_over() {
     let mut syms: Vec<u8> = (0..2000).flat_map(|i| entry(huge, i)).collect();
     syms.extend(entry(1, 0x4000));
     let mut seen = Vec::new();
-    each_symbol(&syms, &strs, |s| seen.push((s.name.to_vec(), s.value)));
+    crate::elf::each_symbol(crate::elf::Layout::HOST, &syms, &strs, |s| {
+        seen.push((s.name.to_vec(), s.value))
+    });
     assert_eq!(seen, vec![(b"_PyRuntime".to_vec(), 0x4000)]);
     let mut found = Symbols::default();
     scan_symbols(&syms, &strs, &mut found);

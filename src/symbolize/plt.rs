@@ -17,19 +17,8 @@ use std::sync::Arc;
 pub(crate) const EM_X86_64: u16 = 62;
 pub(crate) const EM_AARCH64: u16 = 183;
 
-/// One section header, as the stub finder needs it.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(crate) struct SectionHeader {
-    pub(crate) name: Vec<u8>,
-    pub(crate) addr: u64,
-    pub(crate) offset: u64,
-    pub(crate) size: u64,
-    /// `sh_link`: the symbol table of a relocation section, the string
-    /// table of a symbol table.
-    pub(crate) link: u32,
-    /// `sh_entsize`: the size of one entry (of `.plt.got`'s stubs).
-    pub(crate) entsize: u64,
-}
+/// A section header, as the shared ELF reader gives it.
+pub(crate) type SectionHeader = crate::elf::Section;
 
 /// A named range of PLT code (virtual addresses).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -205,8 +194,10 @@ fn relocation_names(relocs: &[u8], syms: &[u8], strs: &[u8]) -> Vec<(u64, Arc<st
         if sym == 0 {
             return None;
         }
-        let at = u32_at(syms, sym.checked_mul(SYM_SIZE)?)? as usize;
-        let bytes = strs.get(at..)?.split(|&b| b == 0).next()?;
+        let at = u32_at(syms, sym.checked_mul(SYM_SIZE)?)?;
+        // Looked for within a name's longest: linear in the relocations
+        // however many name one huge string.
+        let bytes = crate::elf::string_at(strs, at, crate::profile::MAX_NAME);
         let name = std::str::from_utf8(bytes).ok().filter(|n| !n.is_empty())?;
         Some(crate::profile::clean_name(&format!("{name}@plt")).into())
     };

@@ -105,7 +105,7 @@ fn a_layout_that_does_not_add_up_names_no_stub() {
         offset,
         size,
         link,
-        entsize: 0,
+        ..Default::default()
     };
     // Two relocations for labs and strlen; dynsym 2 entries after the
     // null one; dynstr "\0labs\0strlen\0".
@@ -158,4 +158,28 @@ fn a_layout_that_does_not_add_up_names_no_stub() {
     short[2].size = 30;
     let s = stubs(EM_AARCH64, &short, |at, len| file(at, len.min(30)));
     assert!(s.iter().all(|t| &*t.name == PLT || &*t.name == "labs@plt"));
+}
+
+/// 100,000 relocations whose symbols all name one 16 MB string without
+/// an end: each name is looked for within a name's longest, so this ends
+/// at once (looking through the whole string each time took hours).
+#[test]
+fn relocations_naming_one_huge_string_stay_linear() {
+    let mut strs = vec![0u8];
+    strs.extend(std::iter::repeat_n(b'x', 16 << 20));
+    let mut syms = vec![0u8; SYM_SIZE * 2];
+    syms[SYM_SIZE..SYM_SIZE + 4].copy_from_slice(&1u32.to_le_bytes());
+    let mut relocs = Vec::with_capacity(RELA_SIZE * 100_000);
+    for i in 0..100_000u64 {
+        relocs.extend(i.to_le_bytes());
+        relocs.extend((1u64 << 32).to_le_bytes());
+        relocs.extend(0u64.to_le_bytes());
+    }
+    let names = relocation_names(&relocs, &syms, &strs);
+    assert_eq!(names.len(), 100_000);
+    assert!(names.iter().all(|(_, n)| &**n == PLT));
+    // A name that ends is found.
+    strs[1000] = 0;
+    let names = relocation_names(&relocs[..RELA_SIZE], &syms, &strs[..2000]);
+    assert_eq!(&*names[0].1, format!("{}@plt", "x".repeat(999)));
 }

@@ -16,6 +16,17 @@ pub struct Segment {
     pub executable: bool,
 }
 
+impl From<&crate::elf::Segment> for Segment {
+    fn from(s: &crate::elf::Segment) -> Segment {
+        Segment {
+            offset: s.offset,
+            vaddr: s.vaddr,
+            filesz: s.filesz,
+            executable: s.executable(),
+        }
+    }
+}
+
 /// A section's place in the file and in memory.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Section {
@@ -63,99 +74,41 @@ pub struct Elf {
     pub build_id: Option<Vec<u8>>,
 }
 
-const PT_LOAD: u32 = 1;
-const PF_X: u32 = 1;
-const SHT_NOBITS: u32 = 8;
-const SHF_COMPRESSED: u64 = 0x800;
-const NT_GNU_BUILD_ID: u32 = 3;
-const EM_X86_64: u16 = 62;
-const EM_AARCH64: u16 = 183;
-
-fn u16_at(d: &[u8], at: usize) -> Option<u16> {
-    Some(u16::from_le_bytes(d.get(at..at + 2)?.try_into().ok()?))
-}
-
-fn u32_at(d: &[u8], at: usize) -> Option<u32> {
-    Some(u32::from_le_bytes(d.get(at..at + 4)?.try_into().ok()?))
-}
-
-fn u64_at(d: &[u8], at: usize) -> Option<u64> {
-    Some(u64::from_le_bytes(d.get(at..at + 8)?.try_into().ok()?))
-}
-
 impl Elf {
     /// Reads the headers of an ELF image held in `d` (a mapped file, or
     /// the vDSO's bytes). `None` when it is not a 64-bit little-endian
     /// x86-64 or arm64 ELF file or its headers are cut short.
     pub fn parse(d: &[u8]) -> Option<Elf> {
-        if d.get(..4)? != b"\x7fELF" || *d.get(4)? != 2 || *d.get(5)? != 1 {
+        let file = crate::elf::Elf::parse(d)?;
+        if file.layout != crate::elf::Layout::HOST {
             return None;
         }
-        let machine = match u16_at(d, 18)? {
-            EM_X86_64 => Machine::X86_64,
-            EM_AARCH64 => Machine::Aarch64,
+        let machine = match file.machine {
+            crate::elf::EM_X86_64 => Machine::X86_64,
+            crate::elf::EM_AARCH64 => Machine::Aarch64,
             _ => return None,
         };
-        let phoff = u64_at(d, 32)? as usize;
-        let shoff = u64_at(d, 40)? as usize;
-        let phentsize = u16_at(d, 54)? as usize;
-        let phnum = u16_at(d, 56)? as usize;
-        let shentsize = u16_at(d, 58)? as usize;
-        let shnum = u16_at(d, 60)? as usize;
-        let shstrndx = u16_at(d, 62)? as usize;
         let mut elf = Elf {
             machine,
+            segments: file.loads().map(Segment::from).collect(),
+            build_id: file.build_id(),
             ..Elf::default()
         };
-        for i in 0..phnum {
-            let p = phoff.checked_add(i.checked_mul(phentsize)?)?;
-            let kind = u32_at(d, p)?;
-            let flags = u32_at(d, p + 4)?;
-            if kind == PT_LOAD {
-                elf.segments.push(Segment {
-                    offset: u64_at(d, p + 8)?,
-                    vaddr: u64_at(d, p + 16)?,
-                    filesz: u64_at(d, p + 32)?,
-                    executable: flags & PF_X != 0,
-                });
-            } else if kind == 4 && elf.build_id.is_none() {
-                // PT_NOTE: the build id is found here even without
-                // section headers (as in the vDSO of some kernels).
-                let off = u64_at(d, p + 8)? as usize;
-                let size = u64_at(d, p + 32)? as usize;
-                elf.build_id = d.get(off..off.checked_add(size)?).and_then(build_id);
-            }
-        }
-        if shoff == 0 || shnum == 0 || shentsize < 64 {
-            return Some(elf);
-        }
-        let sh = |i: usize| shoff.checked_add(i.checked_mul(shentsize)?);
-        let strtab = sh(shstrndx)?;
-        let str_off = u64_at(d, strtab + 24)? as usize;
-        for i in 0..shnum {
-            let s = sh(i)?;
-            let name_at = str_off.checked_add(u32_at(d, s)? as usize)?;
-            let name = d.get(name_at..)?.split(|&b| b == 0).next()?;
-            let kind = u32_at(d, s + 4)?;
-            let flags = u64_at(d, s + 8)?;
-            let addr = u64_at(d, s + 16)?;
-            let off = u64_at(d, s + 24)? as usize;
-            let size = u64_at(d, s + 32)? as usize;
-            if kind == SHT_NOBITS || flags & SHF_COMPRESSED != 0 {
+        for s in file.sections.iter().filter(|s| s.has_bytes()) {
+            let (Ok(off), Ok(size)) = (usize::try_from(s.offset), usize::try_from(s.size)) else {
                 continue;
-            }
-            let file = off..off.checked_add(size)?;
-            if file.end > d.len() {
+            };
+            let Some(end) = off.checked_add(size).filter(|&end| end <= d.len()) else {
                 continue;
-            }
-            let section = Some(Section { addr, file });
-            match name {
+            };
+            let section = Some(Section {
+                addr: s.addr,
+                file: off..end,
+            });
+            match s.name.as_slice() {
                 b".eh_frame" => elf.eh_frame = section,
                 b".debug_frame" => elf.debug_frame = section,
                 b".plt" | b".iplt" => elf.plt.extend(section),
-                b".note.gnu.build-id" if elf.build_id.is_none() => {
-                    elf.build_id = section.and_then(|s| build_id(&d[s.file]));
-                }
                 _ => {}
             }
         }
@@ -181,24 +134,6 @@ pub fn vaddr_of_offset(segments: &[Segment], offset: u64) -> Option<u64> {
         .find(holds)
         .or_else(|| segments.iter().find(holds))?;
     Some(s.vaddr.wrapping_sub(s.offset).wrapping_add(offset))
-}
-
-/// The GNU build id among the notes in `notes`.
-fn build_id(notes: &[u8]) -> Option<Vec<u8>> {
-    let mut at = 0usize;
-    while at + 12 <= notes.len() {
-        let namesz = u32_at(notes, at)? as usize;
-        let descsz = u32_at(notes, at + 4)? as usize;
-        let kind = u32_at(notes, at + 8)?;
-        let name_at = at + 12;
-        let desc_at = name_at.checked_add(namesz.checked_add(3)? & !3)?;
-        let next = desc_at.checked_add(descsz.checked_add(3)? & !3)?;
-        if kind == NT_GNU_BUILD_ID && notes.get(name_at..name_at + namesz)? == b"GNU\0" {
-            return notes.get(desc_at..desc_at + descsz).map(<[u8]>::to_vec);
-        }
-        at = next;
-    }
-    None
 }
 
 #[cfg(test)]
