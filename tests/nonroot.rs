@@ -415,6 +415,37 @@ fn system_wide_without_root_is_a_clear_error() {
     );
 }
 
+/// tests/workloads/twofuncs with `args`, as nobody when root, once it
+/// said "ready"; its stdout to read on.
+fn twofuncs_ready(
+    sb: &Sandbox,
+    args: &[&str],
+) -> (
+    std::process::Child,
+    std::io::BufReader<std::process::ChildStdout>,
+) {
+    use std::io::BufRead;
+    let mut workload = if is_root() {
+        let mut c = common::nobody::setpriv();
+        c.arg(sb.path("twofuncs"));
+        c
+    } else {
+        Command::new(sb.path("twofuncs"))
+    };
+    let mut w = workload
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("starting twofuncs");
+    let mut out = std::io::BufReader::new(w.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    while out.read_line(&mut line).expect("twofuncs output") > 0 && line.trim() != "ready" {
+        line.clear();
+    }
+    (w, out)
+}
+
 /// The user's own running process (`-p`), every thread of it: the
 /// workers were started before flare attached (regression: events of all
 /// but the first thread were closed as soon as sampling began).
@@ -426,24 +457,7 @@ fn an_own_process_is_profiled_by_pid_with_all_its_threads() {
     let _g = serial();
     use std::io::{BufRead, BufReader, Write};
     let sb = Sandbox::new(&[("twofuncs", &twofuncs())]);
-    let mut workload = if is_root() {
-        let mut c = common::nobody::setpriv();
-        c.arg(sb.path("twofuncs"));
-        c
-    } else {
-        Command::new(sb.path("twofuncs"))
-    };
-    let mut w = workload
-        .args(["2", "25", "2"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("starting twofuncs");
-    let mut w_out = BufReader::new(w.stdout.take().expect("stdout"));
-    let mut line = String::new();
-    while w_out.read_line(&mut line).expect("twofuncs output") > 0 && line.trim() != "ready" {
-        line.clear();
-    }
+    let (mut w, _) = twofuncs_ready(&sb, &["2", "25", "2"]);
     let pid = w.id().to_string();
     let mut flare = sb
         .flare(
@@ -501,26 +515,10 @@ fn threads_started_while_attaching_are_sampled() {
         return;
     }
     let _g = serial();
-    use std::io::{BufRead, BufReader, Write};
+    use std::io::{BufRead, Write};
     let sb = Sandbox::new(&[("twofuncs", &twofuncs())]);
-    let mut workload = if is_root() {
-        let mut c = common::nobody::setpriv();
-        c.arg(sb.path("twofuncs"));
-        c
-    } else {
-        Command::new(sb.path("twofuncs"))
-    };
-    let mut w = workload
-        .args(["2", "25", "2", "late"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("starting twofuncs");
-    let mut w_out = BufReader::new(w.stdout.take().expect("stdout"));
+    let (mut w, mut w_out) = twofuncs_ready(&sb, &["2", "25", "2", "late"]);
     let mut line = String::new();
-    while w_out.read_line(&mut line).expect("twofuncs output") > 0 && line.trim() != "ready" {
-        line.clear();
-    }
     let held = sb.path("held");
     fs::create_dir(&held).expect("mkdir");
     sb.give(&held);
@@ -582,19 +580,7 @@ fn flare_idles_once_its_target_exits() {
     }
     let _g = serial();
     let sb = Sandbox::new(&[("twofuncs", &twofuncs())]);
-    let mut workload = if is_root() {
-        let mut c = common::nobody::setpriv();
-        c.arg(sb.path("twofuncs"));
-        c
-    } else {
-        Command::new(sb.path("twofuncs"))
-    };
-    let mut w = workload
-        .args(["1", "25", "1"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("starting twofuncs");
+    let (mut w, _) = twofuncs_ready(&sb, &["1", "25", "1"]);
     let pid = w.id().to_string();
     let mut flare = sb
         .flare(
