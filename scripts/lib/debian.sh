@@ -1,0 +1,47 @@
+# Fetching Debian packages of another suite or architecture with apt's own
+# tools, from the mirror this machine's apt configuration names; sourced by
+# scripts/vmtest-kernel and scripts/runtimes. Nothing is installed: the
+# packages are downloaded into a private apt state and unpacked.
+
+# The Debian mirror URI from this machine's apt sources (deb822 .sources
+# files first, then one-line sources.list), skipping the security archive.
+mirror_uri() {
+    local f
+    for f in /etc/apt/sources.list.d/*.sources; do
+        [ -f "$f" ] || continue
+        awk '/^URIs:/ { for (i = 2; i <= NF; i++) if ($i !~ /security/) { print $i; exit } }' "$f"
+    done
+    for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
+        [ -f "$f" ] || continue
+        awk '$1 == "deb" { for (i = 2; i <= NF; i++) if ($i ~ /^[a-z]+:\/\//) { if ($i !~ /security/) print $i; break } }' "$f"
+    done
+}
+
+# apt_setup CACHE SUITE ARCH: a private apt state for SUITE/ARCH under
+# CACHE/apt; sets apt_dir and apt_opts (for apt-get and apt-cache).
+apt_setup() {
+    local cache=$1 suite=$2 arch=$3 uri
+    uri=$(mirror_uri | head -n1)
+    if [ -z "$uri" ]; then
+        echo "${0##*/}: no Debian mirror found in /etc/apt/sources.list{,.d}" >&2
+        exit 1
+    fi
+    apt_dir="$cache/apt/$suite-$arch"
+    mkdir -p "$apt_dir/lists/partial" "$apt_dir/cache/archives/partial"
+    echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $uri $suite main" >"$apt_dir/sources.list"
+    apt_opts=(
+        -o "Dir::Etc::SourceList=$apt_dir/sources.list"
+        -o "Dir::Etc::SourceParts=$apt_dir/none"
+        -o "Dir::State::Lists=$apt_dir/lists"
+        -o "Dir::Cache=$apt_dir/cache"
+        -o "APT::Get::List-Cleanup=0"
+        -o "APT::Sandbox::User=root"
+        -o "APT::Architecture=$arch"
+        -o "APT::Architectures=$arch"
+    )
+}
+
+# Refreshes the package lists of the state apt_setup made.
+apt_update() {
+    apt-get "${apt_opts[@]}" -qq update >&2
+}
