@@ -21,6 +21,51 @@ use crate::unwind::procs::ExecMapping;
 /// How often a runtime not set up yet is looked at again.
 pub const RETRY_GAP: Duration = Duration::from_millis(100);
 
+/// The time detection may spend on one process over all its tries (each
+/// bounded: [`crate::elf`] reads, memory reads of stated sizes): past it,
+/// a process still not ready is walked natively, said once. A real
+/// runtime is ready within a few tries of a few milliseconds (a JVM in an
+/// emulated guest: some 50 ms a try); a process that keeps detection busy
+/// (many large files mapped, a runtime that never gets ready) gives up
+/// no more of the loader's time than this.
+pub const DETECT_BUDGET: Duration = Duration::from_secs(10);
+
+/// What detection spent on each process still being tried.
+#[derive(Default)]
+pub struct Spent(HashMap<u32, Duration>);
+
+impl Spent {
+    /// Charges `took` to process `pid`; true once it is past `budget`.
+    pub fn charge(&mut self, pid: u32, took: Duration, budget: Duration) -> bool {
+        let spent = self.0.entry(pid).or_default();
+        *spent += took;
+        *spent > budget
+    }
+
+    /// What was charged to `pid`.
+    pub fn of(&self, pid: u32) -> Duration {
+        self.0.get(&pid).copied().unwrap_or_default()
+    }
+
+    /// Charges a try that took `took` to process `pid`, in which runtime
+    /// `name` is not ready: why to give up on it once past
+    /// [`DETECT_BUDGET`].
+    pub fn over_budget(&mut self, pid: u32, took: Duration, name: &str) -> Option<String> {
+        self.charge(pid, took, DETECT_BUDGET).then(|| {
+            format!(
+                "{name} in process {pid}: not set up after {:.1} s of looking (the budget is {} s: does it map many or large files?)",
+                self.of(pid).as_secs_f64(),
+                DETECT_BUDGET.as_secs()
+            )
+        })
+    }
+
+    /// Forgets process `pid` (found, refused or gone).
+    pub fn forget(&mut self, pid: u32) {
+        self.0.remove(&pid);
+    }
+}
+
 /// What a process runs, as far as one runtime goes.
 pub enum Found<P> {
     /// The runtime's process, ready to walk.
@@ -44,6 +89,9 @@ pub trait Detect: Send {
 
     /// Says (once per reason) that a process's runtime is walked natively.
     fn note_unsupported(said: &mut HashSet<String>, why: String);
+
+    /// The runtime's name, for notes.
+    const NAME: &'static str;
 }
 
 /// A runtime's processes by process id: filled by the tracker, read by
@@ -155,6 +203,7 @@ pub struct Tracker<D: Detect> {
     registry: Registry<D::Process>,
     detector: D,
     pending: HashMap<u32, Pending>,
+    spent: Spent,
     said: HashSet<String>,
 }
 
@@ -165,15 +214,24 @@ impl<D: Detect> Tracker<D> {
             registry,
             detector,
             pending: HashMap::new(),
+            spent: Spent::default(),
             said: HashSet::new(),
         }
     }
 
     /// Looks for the runtime in process `pid`, mapping `maps`.
     pub fn load(&mut self, pid: u32, maps: &[ExecMapping]) {
-        match self.detector.detect(pid, maps) {
+        let started = Instant::now();
+        let mut found = self.detector.detect(pid, maps);
+        if matches!(found, Found::NotReady) {
+            if let Some(why) = self.spent.over_budget(pid, started.elapsed(), D::NAME) {
+                found = Found::Unsupported(why);
+            }
+        }
+        match found {
             Found::Yes(p) => {
                 self.pending.remove(&pid);
+                self.spent.forget(pid);
                 let ok = self
                     .map
                     .update(&pid.to_ne_bytes(), &D::bpf_bytes(&p), MapFlags::ANY)
@@ -217,6 +275,7 @@ impl<D: Detect> Tracker<D> {
     /// Drops process `pid` (it exited, or runs something else now).
     pub fn forget(&mut self, pid: u32) {
         self.pending.remove(&pid);
+        self.spent.forget(pid);
         let known = self.registry.lock().map(|mut r| r.remove(&pid).is_some());
         if known.unwrap_or(true) {
             let _ = self.map.delete(&pid.to_ne_bytes());
@@ -245,6 +304,8 @@ impl Detect for crate::python::detect::Detector {
     fn note_unsupported(said: &mut HashSet<String>, why: String) {
         crate::python::note_unsupported(said, why);
     }
+
+    const NAME: &'static str = "CPython";
 }
 
 impl Detect for crate::java::detect::Detector {
@@ -262,6 +323,8 @@ impl Detect for crate::java::detect::Detector {
     fn note_unsupported(said: &mut HashSet<String>, why: String) {
         crate::java::note_unsupported(said, why);
     }
+
+    const NAME: &'static str = "HotSpot";
 }
 
 #[cfg(test)]
@@ -274,6 +337,27 @@ mod tests {
         fn weight(&self) -> usize {
             self.0
         }
+    }
+
+    #[test]
+    fn detection_stops_past_its_budget_per_process() {
+        let mut spent = Spent::default();
+        let budget = Duration::from_secs(10);
+        let try_ = Duration::from_millis(400);
+        let tries = (1..=30)
+            .take_while(|_| !spent.charge(7, try_, budget))
+            .count();
+        assert_eq!(tries, 25, "25 tries of 0.4 s fit in 10 s, the 26th is over");
+        assert!(
+            !spent.charge(8, try_, budget),
+            "another process has its own"
+        );
+        spent.forget(7);
+        assert!(
+            !spent.charge(7, try_, budget),
+            "a forgotten process starts again"
+        );
+        assert_eq!(spent.of(7), try_);
     }
 
     #[test]

@@ -25,6 +25,8 @@ pub struct PerfJava {
     /// By (process id, start).
     procs: Procs<(Arc<Process>, Walker)>,
     said: HashSet<String>,
+    /// What detection spent on processes not ready yet.
+    spent: crate::unwind::runtimes::Spent,
 }
 
 /// Steps Java frames of one sample: what [`PerfJava::stepper`] gives.
@@ -65,6 +67,7 @@ impl PerfJava {
             detector: Detector::new(),
             procs: HashMap::new(),
             said: HashSet::new(),
+            spent: Default::default(),
         }
     }
 
@@ -104,7 +107,10 @@ impl PerfJava {
             return;
         };
         let mem = ProcessMemory { pid };
-        let entry = match self.detector.detect(pid, &maps, &mem) {
+        let started = std::time::Instant::now();
+        let found = self.detector.detect(pid, &maps, &mem);
+        let took = started.elapsed();
+        let entry = match found {
             Found::Yes(p) => {
                 let p = Arc::new(p);
                 if let Ok(mut r) = self.registry.lock() {
@@ -112,13 +118,22 @@ impl PerfJava {
                 }
                 Entry::Found((p, Walker::new()))
             }
-            Found::NotReady => Entry::retry(),
+            Found::NotReady => match self.spent.over_budget(pid, took, "HotSpot") {
+                Some(why) => {
+                    crate::java::note_unsupported(&mut self.said, why);
+                    Entry::Native
+                }
+                None => Entry::retry(),
+            },
             Found::Unsupported(why) => {
                 crate::java::note_unsupported(&mut self.said, why);
                 Entry::Native
             }
             Found::No => Entry::NotYet(NoRuntime::new(maps.len())),
         };
+        if !matches!(entry, Entry::Retry { .. }) {
+            self.spent.forget(pid);
+        }
         self.procs.insert((pid, start), entry);
     }
 }

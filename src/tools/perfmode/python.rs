@@ -33,6 +33,8 @@ pub struct PerfPython {
     /// By (process id, start).
     procs: Procs<Threads>,
     said: HashSet<String>,
+    /// What detection spent on processes not ready yet.
+    spent: crate::unwind::runtimes::Spent,
 }
 
 impl PerfPython {
@@ -42,6 +44,7 @@ impl PerfPython {
             detector: Detector::new(),
             procs: HashMap::new(),
             said: HashSet::new(),
+            spent: Default::default(),
         }
     }
 
@@ -101,7 +104,10 @@ impl PerfPython {
             Some(Entry::Retry { until, .. }) => *until,
             _ => None,
         };
-        let entry = match self.detector.detect(pid, &maps, &mem) {
+        let started = Instant::now();
+        let detected = self.detector.detect(pid, &maps, &mem);
+        let took = started.elapsed();
+        let entry = match detected {
             Detected::Python(p) => {
                 let p = Arc::new(p);
                 let tids = crate::system::threads(pid).unwrap_or_default();
@@ -127,13 +133,22 @@ impl PerfPython {
                     }
                 }
             }
-            Detected::NotReady => Entry::retry(),
+            Detected::NotReady => match self.spent.over_budget(pid, took, "CPython") {
+                Some(why) => {
+                    self.say(why);
+                    Entry::Native
+                }
+                None => Entry::retry(),
+            },
             Detected::Unsupported(why) => {
                 self.say(why);
                 Entry::Native
             }
             Detected::NotPython => Entry::NotYet(NoRuntime::new(maps.len())),
         };
+        if !matches!(entry, Entry::Retry { .. }) {
+            self.spent.forget(pid);
+        }
         self.procs.insert((pid, start), entry);
     }
 
