@@ -446,6 +446,30 @@ fn twofuncs_ready(
     (w, out)
 }
 
+/// flare (`flare`, a command of [`Sandbox::flare`]) started, once its
+/// events are open: it, its stderr to read on, and the mode's note it
+/// printed then.
+fn attached(
+    mut flare: Command,
+) -> (
+    std::process::Child,
+    std::io::BufReader<std::process::ChildStderr>,
+    String,
+) {
+    use std::io::BufRead;
+    let mut child = flare
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("running flare");
+    let mut err = std::io::BufReader::new(child.stderr.take().expect("stderr"));
+    let mut note = String::new();
+    err.read_line(&mut note).expect("flare's stderr");
+    assert!(note.contains("sampling with perf events"), "{note}");
+    (child, err, note)
+}
+
 /// The user's own running process (`-p`), every thread of it: the
 /// workers were started before flare attached (regression: events of all
 /// but the first thread were closed as soon as sampling began).
@@ -455,25 +479,14 @@ fn an_own_process_is_profiled_by_pid_with_all_its_threads() {
         return;
     }
     let _g = serial();
-    use std::io::{BufRead, BufReader, Write};
+    use std::io::Write;
     let sb = Sandbox::new(&[("twofuncs", &twofuncs())]);
     let (mut w, _) = twofuncs_ready(&sb, &["2", "25", "2"]);
     let pid = w.id().to_string();
-    let mut flare = sb
-        .flare(
-            &["profile", "-F", "499", "-f", "-p", &pid, "4"],
-            &sb.path("cache"),
-        )
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("running flare");
-    // The mode's note is printed once the events are open.
-    let mut err = BufReader::new(flare.stderr.take().expect("stderr"));
-    let mut note = String::new();
-    err.read_line(&mut note).expect("flare's stderr");
-    assert!(note.contains("sampling with perf events"), "{note}");
+    let (flare, mut err, note) = attached(sb.flare(
+        &["profile", "-F", "499", "-f", "-p", &pid, "4"],
+        &sb.path("cache"),
+    ));
     let mut stdin = w.stdin.take().expect("stdin");
     stdin.write_all(b"go\n").expect("go");
     let out = flare.wait_with_output().expect("flare");
@@ -582,20 +595,10 @@ fn flare_idles_once_its_target_exits() {
     let sb = Sandbox::new(&[("twofuncs", &twofuncs())]);
     let (mut w, _) = twofuncs_ready(&sb, &["1", "25", "1"]);
     let pid = w.id().to_string();
-    let mut flare = sb
-        .flare(
-            &["profile", "-F", "99", "-f", "-p", &pid],
-            &sb.path("cache"),
-        )
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("running flare");
-    let mut err = std::io::BufReader::new(flare.stderr.take().expect("stderr"));
-    let mut note = String::new();
-    std::io::BufRead::read_line(&mut err, &mut note).expect("flare's stderr");
-    assert!(note.contains("sampling with perf events"), "{note}");
+    let (flare, _, _) = attached(sb.flare(
+        &["profile", "-F", "99", "-f", "-p", &pid],
+        &sb.path("cache"),
+    ));
     // The workload works a second, then exits as its stdin closes.
     std::io::Write::write_all(&mut w.stdin.take().expect("stdin"), b"go\n").expect("go");
     let _ = w.wait();
