@@ -209,15 +209,14 @@ pub fn cover_late_threads(
         }
         // A thread shows in /proc a few instructions before its fork
         // record is written: look twice before taking it as uncovered.
-        for look in 0..2 {
-            let forked = events.forked();
-            new.retain(|t| !forked.contains(t));
-            if new.is_empty() || look == 1 {
-                break;
-            }
+        let mut forked = events.forked();
+        new.retain(|t| !forked.contains(t));
+        if !new.is_empty() {
             std::thread::sleep(std::time::Duration::from_millis(2));
+            forked = events.forked();
+            new.retain(|t| !forked.contains(t));
         }
-        opened.extend(events.forked());
+        opened.extend(forked);
         for &tid in &new {
             opened.insert(tid);
             for &cpu in plan.cpus {
