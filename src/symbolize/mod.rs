@@ -368,11 +368,11 @@ impl Symbolizer {
         let mut kernel = BTreeSet::new();
         let mut user: HashMap<(u32, u64), BTreeSet<u64>> = HashMap::new();
         let mut collect = |t: &RawTask| {
-            kernel.extend(lookups(&t.kernel));
+            kernel.extend(lookups(&t.kernel, &|_| false));
             if let Some(pid) = t.pid {
                 user.entry((pid, t.start))
                     .or_default()
-                    .extend(lookups(&t.user));
+                    .extend(lookups(&t.user, &|_| false));
             }
         };
         for s in &raw {
@@ -381,7 +381,28 @@ impl Symbolizer {
                 collect(w);
             }
         }
-        let kernel = self.resolve_kernel(&kernel);
+        let mut kernel = self.resolve_kernel(&kernel);
+        // Below an interrupt's entry lies the interrupted instruction itself:
+        // looked up again exactly, now that the entries are named.
+        let entry = |k: &HashMap<u64, Resolved>, lookup: u64| {
+            k.get(&lookup)
+                .and_then(|r| r.first())
+                .is_some_and(|f| is_interrupt_entry(&f.name))
+        };
+        if kernel
+            .values()
+            .any(|r| r.first().is_some_and(|f| is_interrupt_entry(&f.name)))
+        {
+            let first = kernel.clone();
+            let exact: BTreeSet<u64> = raw
+                .iter()
+                .flat_map(|s| std::iter::once(&s.task).chain(&s.waker))
+                .flat_map(|t| lookups(&t.kernel, &|l| entry(&first, l)).collect::<Vec<_>>())
+                .filter(|l| !first.contains_key(l))
+                .collect();
+            kernel.extend(self.resolve_kernel(&exact));
+        }
+        let after_entry = |l: u64| entry(&kernel, l);
         // Mapping records still in the kernel's buffers count too.
         self.mappings.sync();
         let user: HashMap<(u32, u64), HashMap<u64, Resolved>> = user
@@ -400,8 +421,8 @@ impl Symbolizer {
                 pid: t.pid,
                 tid: t.tid,
                 comm: t.comm,
-                user: rebuild(t.user, ures, &named, FrameKind::Native),
-                kernel: rebuild(t.kernel, &kernel, &named, FrameKind::Kernel),
+                user: rebuild(t.user, ures, &named, FrameKind::Native, &|_| false),
+                kernel: rebuild(t.kernel, &kernel, &named, FrameKind::Kernel, &after_entry),
             }
         };
         raw.into_iter()
@@ -420,28 +441,60 @@ fn offset_into(addr: u64, start: u64) -> u32 {
 /// which may point past the end of the calling function (after a call to
 /// a function that does not return); they are looked up one byte
 /// earlier, as perf does. The leaf, the first frame that is not a label,
-/// is an exact instruction pointer.
-fn native(trace: &RawTrace) -> impl Iterator<Item = (u64, u64)> + '_ {
-    let mut leaf = true;
-    trace.frames().iter().filter_map(move |f| {
-        let exact = leaf;
-        match f {
-            RawFrame::Label(_) => None,
-            RawFrame::Runtime(_) => {
-                leaf = false;
-                None
-            }
-            &RawFrame::Addr(a) => {
-                leaf = false;
-                Some((a, if exact { a } else { a.wrapping_sub(1) }))
-            }
+/// is an exact instruction pointer, and so is the frame below one whose
+/// lookup `entry` tells is an interrupt's entry (the interrupted
+/// instruction: at a function's first byte, one byte earlier would name
+/// the function before it).
+fn native<'a>(
+    trace: &'a RawTrace,
+    entry: &'a dyn Fn(u64) -> bool,
+) -> impl Iterator<Item = (u64, u64)> + 'a {
+    let mut exact_next = true;
+    trace.frames().iter().filter_map(move |f| match f {
+        RawFrame::Label(_) => None,
+        RawFrame::Runtime(_) => {
+            exact_next = false;
+            None
+        }
+        &RawFrame::Addr(a) => {
+            let lookup = if exact_next { a } else { a.wrapping_sub(1) };
+            exact_next = entry(lookup);
+            Some((a, lookup))
         }
     })
 }
 
 /// The addresses to look up for a stack's native frames.
-fn lookups(trace: &RawTrace) -> impl Iterator<Item = u64> + '_ {
-    native(trace).map(|(_, lookup)| lookup)
+fn lookups<'a>(
+    trace: &'a RawTrace,
+    entry: &'a dyn Fn(u64) -> bool,
+) -> impl Iterator<Item = u64> + 'a {
+    native(trace, entry).map(|(_, lookup)| lookup)
+}
+
+/// True for the kernel's entries from interrupts and exceptions, below
+/// which a stack goes on at the interrupted instruction: x86-64's
+/// `asm_sysvec_*`/`asm_exc_*`/`asm_common_interrupt` (and FRED's), and
+/// arm64's vectors (`el1h_64_irq` since 5.15, `el1_irq` before).
+fn is_interrupt_entry(name: &str) -> bool {
+    const X86_PREFIXES: [&str; 5] = [
+        "asm_sysvec_",
+        "asm_exc_",
+        "asm_common_interrupt",
+        "asm_spurious_interrupt",
+        "asm_fred_",
+    ];
+    const ARM64: [&str; 8] = [
+        "el1h_64_sync",
+        "el1h_64_irq",
+        "el1h_64_fiq",
+        "el1h_64_error",
+        "el1_sync",
+        "el1_irq",
+        "el1_fiq",
+        "el1_error",
+    ];
+    X86_PREFIXES.iter().any(|p| name.starts_with(p)) || ARM64.contains(&name)
 }
 
 fn rebuild(
@@ -449,13 +502,14 @@ fn rebuild(
     resolved: &HashMap<u64, Resolved>,
     runtime: &dyn Fn(&crate::collect::RuntimeFrame) -> Resolved,
     kind: FrameKind,
+    entry: &dyn Fn(u64) -> bool,
 ) -> Trace {
     let frames = match &trace {
         RawTrace::NotCollected => return Trace::NotCollected,
         &RawTrace::Missed { enomem } => return Trace::Missed { enomem },
         RawTrace::Frames(f) => f,
     };
-    let mut addrs = native(&trace);
+    let mut addrs = native(&trace, entry);
     let mut out = Vec::with_capacity(frames.len());
     for f in frames.iter() {
         match f {

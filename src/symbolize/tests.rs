@@ -211,3 +211,48 @@ fn arm64_mapping_symbols_name_no_function() {
     // blazesym does name them so: this test would see the fix undone.
     assert!(named_x > 0, "blazesym named no lone $x address $x");
 }
+
+/// The frame below an interrupt's entry is the interrupted instruction,
+/// looked up as it is: at a function's first byte it names that
+/// function, where a caller's return address there names the one before.
+#[test]
+fn the_interrupted_instruction_is_named_exactly() {
+    let entry = ["asm_sysvec_apic_timer_interrupt", "el1h_64_irq", "el1_irq"]
+        .into_iter()
+        .find_map(kernel_symbol);
+    let (Some(entry), Some(schedule)) = (entry, kernel_symbol("schedule")) else {
+        println!("kallsyms hides addresses from this user: nothing to check");
+        return;
+    };
+    let sample = |frames: Vec<RawFrame>| RawSample {
+        task: RawTask {
+            pid: None,
+            start: 0,
+            tid: None,
+            comm: "t".into(),
+            user: RawTrace::NotCollected,
+            kernel: RawTrace::Frames(frames.into()),
+        },
+        waker: None,
+        value: 1,
+    };
+    let names = |s: &Sample| match &s.task.kernel {
+        Trace::Frames(f) => f.iter().map(|f| f.name.to_string()).collect::<Vec<_>>(),
+        other => panic!("no frames: {other:?}"),
+    };
+    let mut s = Symbolizer::new(Options::default());
+    let got = s.resolve(vec![
+        sample(vec![
+            RawFrame::Addr(schedule + 4),
+            RawFrame::Addr(entry + 8),
+            RawFrame::Addr(schedule),
+        ]),
+        sample(vec![RawFrame::Addr(schedule + 4), RawFrame::Addr(schedule)]),
+    ]);
+    let interrupted = names(&got[0]);
+    assert_eq!(interrupted[2], "schedule", "{interrupted:?}");
+    // A return address at a function's first byte is the call that ended
+    // the function before it.
+    let called = names(&got[1]);
+    assert_ne!(called[1], "schedule", "{called:?}");
+}
