@@ -150,8 +150,10 @@ fn profile_on(
     }
     // Emulated, fewer: the guests' timers lose ticks, more on a slower
     // host (1,283-2,256 samples of 8 s of the worker's CPU in the arm64
-    // guest on one host, above 2,000 on another), as in nonroot's test.
-    let want = if common::bpf::emulated() { 1000 } else { 2000 };
+    // guest on one host, above 2,000 on another, 901 in one CI run), as
+    // in nonroot's test. 500 still hold the shares below to 5 points
+    // (a share's standard error is at most 2.3 points there).
+    let want = if common::bpf::emulated() { 500 } else { 2000 };
     assert!(total >= want, "{total} samples of the worker: {}", ctx());
     // Shares of the two functions' time. The program reads its clock in
     // handle() between them (getCurrentThreadCpuTime, 2-6 % of its CPU
