@@ -1,14 +1,16 @@
 /* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
 /*
- * CPython frames (3.8-3.13) in the user stacks the table unwinder walks
+ * CPython frames (3.8-3.15) in the user stacks the table unwinder walks
  * (unwind.h, which includes this). For a process user space found to run
  * CPython (src/python/detect.rs fills `py_procs`), the walk reads the
  * thread's PyThreadState from glibc's thread-specific slot of Python's
- * autoTSSkey (at fs base + tstate_slot) and its current frame; each time
+ * autoTSSkey, or 3.15's thread-local variable (at the thread pointer +
+ * tstate_slot), and its current frame; each time
  * the native walk meets the eval loop (_PyEval_EvalFrameDefault, .cold
  * part too), it puts the Python frames that eval call ran in its place:
  * one frame per eval call up to 3.10, the frames up to the entry frame
- * from 3.11 (`is_entry`, or the C-stack shim frame from 3.12). Each is a
+ * from 3.11 (`is_entry`, or the shim frame, owned by no Python function,
+ * from 3.12). Each is a
  * runtime frame (code object, instruction, cookie) that user space names
  * from the live process (src/python/namer.rs); the cookie, read from the
  * code object, tells a freed and reused address apart.
@@ -25,7 +27,9 @@
 /* Frame chains (src/python/layout.rs FrameModel). */
 #define PY_MODEL_OBJECT	0	/* 3.8-3.10: PyFrameObject, f_back */
 #define PY_MODEL_ENTRY	1	/* 3.11: _PyInterpreterFrame, is_entry */
-#define PY_MODEL_OWNER	2	/* 3.12+: owner == C-stack shim */
+#define PY_MODEL_OWNER	2	/* 3.12+: owner >= the shim's */
+/* 3.14+ tags a frame's code object (a _PyStackRef) in its low bits. */
+#define PY_TAG_BITS	3ULL
 #define PY_NO_CFRAME	0xffff
 
 /* A CPython process (src/python/mod.rs Process::bpf_bytes). */
@@ -39,7 +43,7 @@ struct py_proc {
 	__u16 frame_previous, frame_code, frame_instr, frame_entry;
 	__u16 code_argcount, code_flags, code_firstlineno;
 	__u8 model;
-	__u8 owner_cstack;
+	__u8 owner_cstack;		/* the first owner of no Python function */
 	__u32 pad;
 };
 
@@ -183,6 +187,7 @@ static __always_inline long py_step(struct py_walk *py, struct flare_stack_scrat
 		goto end;
 	}
 	py->frame = next;
+	code &= ~PY_TAG_BITS;
 	if (p->model == PY_MODEL_OBJECT) {
 		if (!py_read(&lasti, 4, f + p->frame_instr))
 			lasti = 0xffffffff;
@@ -195,8 +200,9 @@ static __always_inline long py_step(struct py_walk *py, struct flare_stack_scrat
 			py->frame = 0;
 			goto end;
 		}
-		if (p->model == PY_MODEL_OWNER && mark == p->owner_cstack)
-			/* The shim an eval call starts with: its frames end. */
+		if (p->model == PY_MODEL_OWNER && mark >= p->owner_cstack)
+			/* The shim an eval call starts with (or 3.14+'s other
+			 * frames of the interpreter's own): its frames end. */
 			goto end;
 		instr -= code;
 		last = p->model == PY_MODEL_ENTRY && mark;

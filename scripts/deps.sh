@@ -32,8 +32,10 @@ if [ $test = 1 ]; then
     # on flare's Firefox Profiler files.
     # gcc-aarch64-linux-gnu (with its libc, libc6-dev-arm64-cross): the
     # unwind-table tests build an arm64 program and read its rules.
+    # patchelf: scripts/runtimes runs Debian sid's CPython 3.14 and 3.15
+    # through sid's loader (fetched below).
     packages+=(golang-go chromium chromium-driver libc6-dbg python3.11 libpython3.11-dev default-jdk-headless nodejs
-        gcc-aarch64-linux-gnu libc6-dev-arm64-cross)
+        gcc-aarch64-linux-gnu libc6-dev-arm64-cross patchelf)
 fi
 # scripts/vmtest boots other kernels in QEMU with a busybox initramfs:
 # x86-64 ones, and arm64 ones (qemu-system-arm has qemu-system-aarch64).
@@ -107,4 +109,12 @@ if [ $test = 1 ] && ! profiler-cli --version 2>/dev/null | grep -qx "$PROFILER_C
     }
     echo "flare: installing @firefox-devtools/profiler-cli@$PROFILER_CLI_VERSION" >&2
     $sudo_cmd npm install -g --no-audit --no-fund --loglevel=error "@firefox-devtools/profiler-cli@$PROFILER_CLI_VERSION" >/dev/null
+fi
+# CPython 3.14 and 3.15 from Debian sid's packages, into scripts/runtimes'
+# cache (outside the clone, kept across runs): fetched here once, before
+# the tests that run them start side by side.
+if [ $test = 1 ]; then
+    for v in 3.14 3.15; do
+        "$(dirname "$0")/runtimes" python "$v" >/dev/null
+    done
 fi

@@ -1,6 +1,6 @@
 //! Python frames in real CPython processes, started with no flag: for
 //! each CPython on the machine (pyenv's 3.8-3.13 where present, Debian's
-//! 3.11), `tests/workloads/pyservice.py` runs main -> serve -> handle ->
+//! 3.11, Debian sid's 3.14 and 3.15 through scripts/runtimes), `tests/workloads/pyservice.py` runs main -> serve -> handle ->
 //! parse_request | render_page and measures the CPU each leaf takes with
 //! its own thread clock. flare's profile must show that chain, with the
 //! Python frames in place of the eval loop's native frames, and give each
@@ -25,7 +25,7 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use common::bpf::{require_bpf, serial};
-use common::python::{pyenv, pyenv_required};
+use common::python::{pyenv, pyenv_required, sid_required};
 use common::session::{parse_folded, Flare, Workload};
 
 /// The script, from the source tree.
@@ -224,6 +224,37 @@ fn cpython_3_12() {
 #[test]
 fn cpython_3_13() {
     check_pyenv(13, Mode::Bpf);
+}
+
+/// Checks Debian sid's 3.`minor` (stripped, its eval loop split by gcc,
+/// 3.15's thread state in a thread-local variable).
+fn check_sid(minor: u32, mode: Mode) {
+    if !require_bpf() {
+        return;
+    }
+    if let Some(p) = sid_required(minor) {
+        check(&p, mode);
+    }
+}
+
+#[test]
+fn cpython_3_14() {
+    check_sid(14, Mode::Bpf);
+}
+
+#[test]
+fn cpython_3_15() {
+    check_sid(15, Mode::Bpf);
+}
+
+#[test]
+fn perf_events_cpython_3_14() {
+    check_sid(14, Mode::PerfEvents);
+}
+
+#[test]
+fn perf_events_cpython_3_15() {
+    check_sid(15, Mode::PerfEvents);
 }
 
 /// A C program embedding Debian's shared libpython3.11 (found by the

@@ -337,6 +337,13 @@ impl<S: Source> Elf<S> {
             .find_map(|notes| build_id_in_notes(self.layout, &notes))
     }
 
+    /// `len` bytes (at most `max`) from virtual address `vaddr`, from the
+    /// file's bytes of the load segment holding it.
+    pub fn bytes_at_vaddr(&self, vaddr: u64, len: u64, max: u64) -> Option<Cow<'_, [u8]>> {
+        let at = file_offset(self.loads(), vaddr)?;
+        self.bounded(at, len, max)
+    }
+
     /// Eight bytes at virtual address `vaddr`, from the file's bytes of
     /// the load segment holding it.
     pub fn u64_at_vaddr(&self, vaddr: u64) -> Option<u64> {

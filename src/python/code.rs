@@ -116,7 +116,7 @@ fn word(bytes: &[u8], at: usize) -> Option<u64> {
     Some(u64::from_ne_bytes(b.try_into().ok()?))
 }
 
-/// `PyASCIIObject.state`'s bits, the same from 3.8 to 3.13
+/// `PyASCIIObject.state`'s bits, the same from 3.8 to 3.15
 /// (`Include/cpython/unicodeobject.h`): interned (bits 0–1), kind (2–4),
 /// compact (5), ascii (6), then `ready` (7) up to 3.11 or
 /// `statically_allocated` (7) from 3.12, which dropped non-ready strings.

@@ -22,7 +22,9 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::sync::Arc;
 
-use super::layout::{self, Layout, DEBUG_OFFSETS_SIZE};
+use super::debug_offsets;
+use super::layout::{self, Layout};
+use super::machine_code::{self, ThreadLocal};
 use super::memory::Memory;
 use super::Process;
 use crate::unwind::elf::{vaddr_of_offset, Machine, Segment};
@@ -44,7 +46,7 @@ pub enum Detected {
 }
 
 /// The minor versions of CPython 3 flare walks.
-const MINORS: std::ops::RangeInclusive<u8> = 8..=13;
+const MINORS: std::ops::RangeInclusive<u8> = 8..=15;
 
 /// Objects whose symbols are kept; past it, one is forgotten per new one.
 const MAX_OBJECTS: usize = 4096;
@@ -148,6 +150,9 @@ pub(crate) struct Symbols {
     /// glibc's `_thread_db_sizeof_pthread` (for libthread_db): the size of
     /// `struct pthread`, which sits below the thread pointer on arm64.
     pub sizeof_pthread: Option<Sym>,
+    /// `PyGILState_GetThisThreadState`: where 3.15 says which thread-local
+    /// variable holds a thread's state.
+    pub gilstate: Option<Sym>,
 }
 
 /// What detection needs of one object's file.
@@ -161,6 +166,9 @@ pub(crate) struct Object {
     pub full: bool,
     /// The value of `_thread_db_sizeof_pthread` (glibc's libc).
     pub pthread_size: Option<u32>,
+    /// The thread-local variable `PyGILState_GetThisThreadState` returns
+    /// (3.15), as its code reads it.
+    pub gilstate_tls: Option<ThreadLocal>,
 }
 
 impl Detector {
@@ -222,6 +230,7 @@ impl Detector {
                     major: n.major,
                     minor: n.minor,
                     alpha: false,
+                    pre_release: false,
                     abiflags: n.abiflags.clone(),
                 },
                 (None, None) => {
@@ -331,6 +340,8 @@ struct Version {
     minor: u8,
     /// An alpha release: its structures may be any.
     alpha: bool,
+    /// A beta or a release candidate: 3.15's table changed in its betas.
+    pre_release: bool,
     abiflags: String,
 }
 
@@ -340,6 +351,7 @@ impl Version {
             major: (hex >> 24) as u8,
             minor: (hex >> 16) as u8,
             alpha: (hex >> 4) & 0xf == 0xa,
+            pre_release: matches!((hex >> 4) & 0xf, 0xb | 0xc),
             abiflags: abiflags.to_string(),
         }
     }
@@ -369,6 +381,9 @@ fn build(
     if version.alpha {
         return unsupported("an alpha release (its structures may differ from the release's)");
     }
+    if version.pre_release && minor >= 14 {
+        return unsupported("a pre-release (its table of offsets may differ from the release's)");
+    }
     let s = &object.symbols;
     if s.debug_build {
         return unsupported("a debug build (its objects have another layout)");
@@ -387,31 +402,40 @@ fn build(
         return unsupported("_PyEval_EvalFrameDefault has no size");
     }
     let runtime_at = runtime.value.wrapping_add(bias);
-    if minor >= 13 {
-        let mut table = [0u8; DEBUG_OFFSETS_SIZE];
-        if let Err(e) = mem.read(runtime_at, &mut table) {
+    if let Some(size) = debug_offsets::table_size(minor) {
+        let mut table = [0u8; debug_offsets::MAX_TABLE];
+        let table = &mut table[..size];
+        if let Err(e) = mem.read(runtime_at, table) {
             return match unreadable(&e) {
                 Detected::Unsupported(why) => unsupported(&why),
                 other => other,
             };
         }
-        layout = match layout::from_debug_offsets(layout, &table) {
+        layout = match debug_offsets::from_debug_offsets(layout, table) {
             Ok(l) => l,
             Err(why) => return unsupported(&why),
         };
     }
     // The runtime fields read must lie inside `_PyRuntime`.
-    let runtime_end = [layout.runtime_autotss, layout.runtime_interpreters_head]
-        .iter()
-        .map(|&o| u64::from(o) + 8)
-        .max()
-        .unwrap_or(0);
+    let runtime_end = [
+        layout.runtime_autotss,
+        Some(layout.runtime_interpreters_head),
+    ]
+    .iter()
+    .flatten()
+    .map(|&o| u64::from(o) + 8)
+    .max()
+    .unwrap_or(0);
     if runtime.size != 0 && runtime_end > runtime.size {
         return unsupported("_PyRuntime is smaller than its layout says");
     }
     // The slot is found from each thread's pthread_self(); BPF reads it
     // from the thread pointer.
-    let (tstate_slot, layout) = match autotss_and_slot(layout, runtime_at, maps, mem) {
+    let found = match layout.runtime_autotss {
+        Some(_) => autotss_and_slot(layout, runtime_at, maps, mem),
+        None => thread_local_slot(object.gilstate_tls, bias, below_tp, layout, runtime_at, mem),
+    };
+    let (tstate_slot, layout) = match found {
         Ok((slot, layout)) => (slot.wrapping_sub(below_tp), layout),
         Err(Detected::Unsupported(why)) => return unsupported(&why),
         Err(other) => return other,
@@ -453,7 +477,7 @@ fn autotss_and_slot(
     let mut first = None;
     for &shift in shifts {
         let l = Layout {
-            runtime_autotss: layout.runtime_autotss.saturating_add(shift),
+            runtime_autotss: layout.runtime_autotss.map(|o| o.saturating_add(shift)),
             ..layout.clone()
         };
         match tstate_slot(&l, runtime, maps, mem) {
@@ -464,6 +488,46 @@ fn autotss_and_slot(
         }
     }
     Err(first.unwrap_or(Detected::NotReady))
+}
+
+/// The thread-state slot (from `pthread_self()`) of a CPython that keeps
+/// each thread's state in a thread-local variable (3.15): where the code
+/// of `PyGILState_GetThisThreadState` reads it (`tls`; `bias` places the
+/// object, `below_tp` is how far below the thread pointer
+/// `pthread_self()` lies), checked against the live threads.
+fn thread_local_slot(
+    tls: Option<ThreadLocal>,
+    bias: u64,
+    below_tp: u64,
+    layout: Layout,
+    runtime: u64,
+    mem: &dyn Memory,
+) -> Result<(u64, Layout), Detected> {
+    let from_tp = match tls {
+        Some(ThreadLocal::Offset(off)) => off,
+        Some(ThreadLocal::Got(at)) => match mem.read_u64(at.wrapping_add(bias)) {
+            // The loader has yet to fill it.
+            Ok(0) => return Err(Detected::NotReady),
+            Ok(v) => v as i64,
+            Err(e) => return Err(unreadable(&e)),
+        },
+        None => {
+            return Err(Detected::Unsupported(
+                "the code of its PyGILState_GetThisThreadState is not one flare reads a thread-local variable from".into(),
+            ))
+        }
+    };
+    let slot = below_tp.wrapping_add_signed(from_tp);
+    let threads = match thread_states(&layout, runtime, mem) {
+        Ok(Some(t)) => t,
+        Ok(None) => return Err(Detected::NotReady),
+        Err(e) => return Err(unreadable(&e)),
+    };
+    if threads.iter().all(|t| t.id == 0) || !slot_holds(&layout, &threads, slot, mem) {
+        // Threads not started, or starting: try later.
+        return Err(Detected::NotReady);
+    }
+    Ok((slot, layout))
 }
 
 /// What a failed read of the process's memory means: it may be gone or
@@ -542,7 +606,10 @@ fn tstate_slot(
 ) -> Result<u64, Detected> {
     let read_u32 = |a: u64| mem.read_u32(a).map_err(|e| unreadable(&e));
     let field = |at: u64, off: u16| at.wrapping_add(u64::from(off));
-    let tss = field(runtime, layout.runtime_autotss);
+    let Some(autotss) = layout.runtime_autotss else {
+        return Err(Detected::Unsupported("it has no autoTSSkey".into()));
+    };
+    let tss = field(runtime, autotss);
     if read_u32(tss)? != 1 {
         return Err(Detected::NotReady);
     }
@@ -724,7 +791,55 @@ pub(crate) fn read_object(file: &File, full: bool) -> Option<Object> {
         .and_then(|v| elf.u64_at_vaddr(v.value))
         .map(|v| v as u32);
     object.segments = elf.loads().map(Segment::from).collect();
+    read_code(&elf, &mut object);
     Some(object)
+}
+
+/// Learns from the interpreter's machine code what its symbols do not
+/// say ([`machine_code`]): the eval loop's outlined part where no symbol
+/// names one, and the thread-local variable of a thread's state.
+fn read_code<S: crate::elf::Source>(elf: &crate::elf::Elf<S>, object: &mut Object) {
+    /// Bytes of the eval loop's entry read for its jumps.
+    const MAX_EVAL: u64 = 1 << 20;
+    /// `.eh_frame` read at most (python3.14's is 600 KiB).
+    const MAX_EH_FRAME: u64 = 32 << 20;
+    /// Bytes of `PyGILState_GetThisThreadState` read.
+    const GILSTATE_BYTES: u64 = 32;
+    let machine = if elf.machine == crate::elf::EM_AARCH64 {
+        Machine::Aarch64
+    } else {
+        Machine::X86_64
+    };
+    let s = &mut object.symbols;
+    if let Some(g) = s.gilstate {
+        object.gilstate_tls = elf
+            .bytes_at_vaddr(g.value, GILSTATE_BYTES, GILSTATE_BYTES)
+            .and_then(|code| machine_code::thread_local_offset(machine, &code, g.value));
+    }
+    let Some(eval) = s.eval.filter(|e| e.size != 0 && s.eval_parts.is_empty()) else {
+        return;
+    };
+    let Some(code) = elf.bytes_at_vaddr(eval.value, eval.size, MAX_EVAL) else {
+        return;
+    };
+    let targets = machine_code::jumps_out(machine, &code, eval.value);
+    if targets.is_empty() {
+        return;
+    }
+    let Some(eh) = elf.section(b".eh_frame") else {
+        return;
+    };
+    let Some(bytes) = elf.data(eh, MAX_EH_FRAME) else {
+        return;
+    };
+    let functions = crate::unwind::table::eh_frame_ranges(&bytes, eh.addr);
+    let from = eval.value..eval.value.saturating_add(eval.size);
+    if let Some(part) = machine_code::outlined_part(&functions, &targets, &from) {
+        s.eval_parts.push(Sym {
+            value: part.start,
+            size: part.end - part.start,
+        });
+    }
 }
 
 /// Records in `out` the symbols of [`Symbols`] among ELF64 symbol entries
@@ -752,6 +867,7 @@ pub(crate) fn scan_symbols(syms: &[u8], strs: &[u8], out: &mut Symbols) {
             EVAL => &mut out.eval,
             b"Py_Version" => &mut out.py_version,
             b"_thread_db_sizeof_pthread" => &mut out.sizeof_pthread,
+            b"PyGILState_GetThisThreadState" => &mut out.gilstate,
             b"_Py_NegativeRefcount" => {
                 out.debug_build = true;
                 return;

@@ -1,4 +1,4 @@
-//! Python frames: CPython 3.8–3.13 found in a process, its frames walked
+//! Python frames: CPython 3.8–3.15 found in a process, its frames walked
 //! in BPF (bpf/python.h) and named from the live process.
 //!
 //! The flow, as for every runtime (docs/ARCHITECTURE.md):
@@ -13,8 +13,10 @@
 //!   code objects in the live process ([`code`], through [`memory`]).
 
 pub mod code;
+pub mod debug_offsets;
 pub mod detect;
 pub mod layout;
+pub mod machine_code;
 pub mod memory;
 pub mod namer;
 #[cfg(test)]

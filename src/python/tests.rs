@@ -1,5 +1,5 @@
 //! Code objects of live interpreters, read as the namer reads them: each
-//! pyenv CPython present (3.8–3.13) runs a script that prints what it
+//! pyenv CPython present (3.8–3.13) and Debian sid's 3.14 and 3.15 run a script that prints what it
 //! knows of its own code objects (addresses, names, first lines, flags,
 //! and the line of every code unit by `co_lines()` or
 //! `dis.findlinestarts`), and the test reads them through
@@ -171,21 +171,26 @@ impl Drop for Running {
     }
 }
 
-/// Starts pyenv's `version` on the script and returns what it printed;
-/// `None` (the test skipped) when that version is not installed.
+/// Starts pyenv's `version` (or Debian sid's 3.`minor` for `sid`) on the
+/// script and returns what it printed; `None` (the test skipped) when
+/// that version is not installed.
 fn start(version: &str, minor: u8) -> Option<(Running, Value)> {
-    let root = Path::new("/root/.pyenv/versions").join(version);
-    if !root.is_dir() {
-        eprintln!("skipped: no {}", root.display());
-        return None;
-    }
+    let python = if version == "sid" {
+        crate::testutil::sid_python(minor)?
+    } else {
+        let root = Path::new("/root/.pyenv/versions").join(version);
+        if !root.is_dir() {
+            eprintln!("skipped: no {}", root.display());
+            return None;
+        }
+        root.join(format!("bin/python3.{minor}"))
+    };
     let dir = tempfile::tempdir().unwrap();
     // A latin-1 file name: the file name is a compact non-ASCII string.
     let path = dir.path().join("prøbe.py");
     std::fs::File::create(&path)
         .and_then(|mut f| f.write_all(script().as_bytes()))
         .unwrap();
-    let python = root.join(format!("bin/python3.{minor}"));
     let child = Command::new(&python)
         .arg("-I")
         .arg(&path)
@@ -391,6 +396,16 @@ fn reads_code_objects_of_python_3_13() {
     check("3.13.0", 13);
 }
 
+#[test]
+fn reads_code_objects_of_python_3_14() {
+    check("sid", 14);
+}
+
+#[test]
+fn reads_code_objects_of_python_3_15() {
+    check("sid", 15);
+}
+
 /// A small xorshift generator: random bytes without a dependency.
 fn random_bytes(seed: u64, n: usize) -> Vec<u8> {
     let mut x = seed | 1;
@@ -406,7 +421,7 @@ fn random_bytes(seed: u64, n: usize) -> Vec<u8> {
 
 #[test]
 fn random_memory_gives_none_or_something_never_a_panic() {
-    for minor in 8..=13 {
+    for minor in 8..=15 {
         let layout = layout::for_version(minor).unwrap();
         for seed in 0..64u64 {
             let mut bytes = random_bytes(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15), 1 << 14);

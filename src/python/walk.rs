@@ -35,6 +35,9 @@ const GLIBC_TID: u64 = if cfg!(target_arch = "aarch64") {
 };
 /// Where else it is looked for.
 const TID_SCAN: Range<u64> = 0x40..0x800;
+/// The low bits of a 3.14+ frame's code object that tag it; clear in the
+/// pointers of every version (objects are 8-aligned).
+const TAG_BITS: u64 = 3;
 /// Python frames read per thread at most (a cycle in a torn chain ends).
 const MAX_FRAMES: usize = 1024;
 
@@ -152,6 +155,8 @@ pub fn eval_calls(p: &Process, tstate: u64, mem: &dyn Memory) -> Option<Vec<Eval
         ) else {
             return None;
         };
+        // 3.14+ tags the code object (a `_PyStackRef`) in its low bits.
+        let code = code & !TAG_BITS;
         frame = next;
         let (instr, last) = match l.model {
             FrameModel::Object => {
@@ -166,8 +171,9 @@ pub fn eval_calls(p: &Process, tstate: u64, mem: &dyn Memory) -> Option<Vec<Eval
                 ) else {
                     return None;
                 };
-                if l.model == FrameModel::Owner && mark[0] == l.owner_cstack {
-                    // The shim an eval call starts with: its frames end.
+                if l.model == FrameModel::Owner && mark[0] >= l.owner_cstack {
+                    // The shim an eval call starts with (or 3.14+'s other
+                    // frames of the interpreter's own): its frames end.
                     calls.push(std::mem::take(&mut call));
                     began = true;
                     continue;

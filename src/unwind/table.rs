@@ -231,15 +231,23 @@ pub fn function_ranges(data: &[u8]) -> Vec<std::ops::Range<u64>> {
     };
     let mut out = Vec::new();
     if let Some(s) = &elf.eh_frame {
-        let mut section = EhFrame::new(&data[s.file.clone()], LittleEndian);
-        section.set_address_size(8);
-        let bases = BaseAddresses::default().set_eh_frame(s.addr);
-        ranges(&section, &bases, &mut out);
+        return eh_frame_ranges(&data[s.file.clone()], s.addr);
     } else if let Some(s) = &elf.debug_frame {
         let mut section = DebugFrame::new(&data[s.file.clone()], LittleEndian);
         section.set_address_size(8);
         ranges(&section, &BaseAddresses::default(), &mut out);
     }
+    out.sort_by_key(|r| (r.start, r.end));
+    out
+}
+
+/// The functions an `.eh_frame` section (its bytes, loaded at virtual
+/// address `addr`) describes: each FDE's range, sorted by start.
+pub fn eh_frame_ranges(section: &[u8], addr: u64) -> Vec<std::ops::Range<u64>> {
+    let mut eh = EhFrame::new(section, LittleEndian);
+    eh.set_address_size(8);
+    let mut out = Vec::new();
+    ranges(&eh, &BaseAddresses::default().set_eh_frame(addr), &mut out);
     out.sort_by_key(|r| (r.start, r.end));
     out
 }

@@ -33,3 +33,35 @@ pub fn pyenv_required(minor: u32) -> Option<PathBuf> {
     }
     python
 }
+
+/// CPython 3.`minor` from Debian sid (3.14, 3.15: no pyenv build of them
+/// can be had here), as `scripts/runtimes` keeps it in its cache (fetched
+/// the first time from the package registry). Missing, it fails the test
+/// under FLARE_REQUIRE_BPF=1 and skips it (said on stderr) otherwise.
+pub fn sid_required(minor: u32) -> Option<PathBuf> {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/runtimes");
+    let out = std::process::Command::new(script)
+        .args(["python", &format!("3.{minor}")])
+        .output();
+    match out {
+        Ok(o) if o.status.success() => {
+            return Some(PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()));
+        }
+        Ok(o) => {
+            let why = String::from_utf8_lossy(&o.stderr).into_owned();
+            assert!(
+                std::env::var_os("FLARE_REQUIRE_BPF").is_none(),
+                "CPython 3.{minor} is required (FLARE_REQUIRE_BPF=1): scripts/runtimes says {why}"
+            );
+            eprintln!("skipping: no CPython 3.{minor}: {why}");
+        }
+        Err(e) => {
+            assert!(
+                std::env::var_os("FLARE_REQUIRE_BPF").is_none(),
+                "CPython 3.{minor} is required (FLARE_REQUIRE_BPF=1): {script}: {e}"
+            );
+            eprintln!("skipping: no CPython 3.{minor}: {e}");
+        }
+    }
+    None
+}
