@@ -21,7 +21,9 @@
    /var/cache/flare-bench/venv-pylint made with pyenv's 3.12), sampled by
    flare (`profile -F 99 -p PID -f`) and py-spy (`record -r 99 -f raw -p
    PID`) together. Entry: `<module>` of the pylint script (then run_pylint),
-   the outermost Python frame of every whole stack. Samples without Python
+   the outermost Python frame of every whole stack. `--python 3.14|3.15`
+   runs the venv's pylint (pure Python) under Debian sid's CPython from
+   scripts/runtimes as `-m pylint` (entry: `<module>` of its __main__.py). Samples without Python
    frames are the interpreter's start and finalization.
 3. java: javac compiling java.util, java.lang and java.io of the JDK's
    src.zip (openjdk-17-source, `apt-get download`ed into the cache when
@@ -515,6 +517,18 @@ def no_root_env(args):
     return {"FLARE_TEST_PERF_EVENTS": "1"} if args.perf_events else {}
 
 
+def pylint_command(args, venv):
+    """(command before pylint's arguments, environment) for --python: the
+    venv's own pylint (pyenv's 3.12), or Debian sid's 3.14/3.15 from
+    scripts/runtimes running the venv's pylint (pure Python) as `-m pylint`."""
+    if args.python == "3.12":
+        return [os.path.join(venv, "bin", "pylint")], None
+    python = subprocess.run([os.path.join(ROOT, "scripts", "runtimes"), "python", args.python],
+                            capture_output=True, text=True, check=True).stdout.strip()
+    site = glob.glob(os.path.join(venv, "lib", "python3.*", "site-packages"))[0]
+    return [python, "-m", "pylint"], dict(os.environ, PYTHONPATH=site)
+
+
 def part_python(args, tmp):
     venv = pylint_venv()
     if not venv:
@@ -522,15 +536,17 @@ def part_python(args, tmp):
     target = subprocess.run([os.path.join(venv, "bin", "python"), "-c",
                              "import astroid, os; print(os.path.dirname(astroid.__file__))"],
                             capture_output=True, text=True, check=True).stdout.strip()
-    entry = lambda f: f.startswith("<module> (") and re.search(r"(^|/)pylint:\d+\)$", f[10:]) is not None
+    command, lint_env = pylint_command(args, venv)
+    # `<module>` of the pylint script, or of pylint/__main__.py under -m.
+    entry = lambda f: f.startswith("<module> (") and re.search(
+        r"((^|/)pylint|pylint/__main__\.py):\d+\)$", f[10:]) is not None
     tallies, walls = {"flare": Tally(), "py-spy": Tally()}, []
     fout, sout = os.path.join(tmp, "pylint.folded"), os.path.join(tmp, "pylint.pyspy")
     for r in range(args.rounds):
         progress(f"python: round {r + 1}, pylint {target}")
         t0 = time.monotonic()
-        lint = subprocess.Popen([os.path.join(venv, "bin", "pylint"), "--jobs=1", "--persistent=n",
-                                 "--exit-zero", "--score=n", target],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        lint = subprocess.Popen(command + ["--jobs=1", "--persistent=n", "--exit-zero", "--score=n", target],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=lint_env)
         time.sleep(1.0)   # past the interpreter's start, so that py-spy finds it
         fl = start([FLARE, "profile", "-F", "99", "-p", str(lint.pid), "-f"], tmp, fout, settle=0,
                    env=no_root_env(args))
@@ -544,7 +560,8 @@ def part_python(args, tmp):
         tally_folded(tallies["flare"], fout, PY_FRAME.search, entry)
         tally_folded(tallies["py-spy"], sout, bool, entry, has_comm=False)   # raw: no comm
     files = sum(len([f for f in fs if f.endswith(".py")]) for _, _, fs in os.walk(target))
-    print(f"\npython: pylint --jobs=1 on astroid ({files} files), {statistics.median(walls):.1f} s a run, "
+    print(f"\npython: pylint --jobs=1 on astroid ({files} files), CPython {args.python}, "
+          f"{statistics.median(walls):.1f} s a run, "
           f"99 Hz, {args.rounds} round(s); entry: `<module>` of the pylint script (then run_pylint)")
     table(tallies, "Python")
 
@@ -640,6 +657,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--part", choices=["cost", "python", "java", "ab", "all"], default="all")
     ap.add_argument("--rounds", type=int, default=1, help="rounds of each part (default 1)")
+    ap.add_argument("--python", choices=["3.12", "3.14", "3.15"], default="3.12",
+                    help="the python part's CPython: pyenv's 3.12 (default), or Debian sid's "
+                         "3.14/3.15 (scripts/runtimes)")
     ap.add_argument("--seconds", type=float, default=5, help="each cost window (default 5)")
     ap.add_argument("--depths", default="16,128,512,1024", help="recursion depths of the cost part")
     ap.add_argument("--perf-events", action="store_true",

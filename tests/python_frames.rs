@@ -1,5 +1,5 @@
 //! Python frames in real CPython processes, started with no flag: for
-//! each CPython on the machine (pyenv's 3.8-3.13 where present, Debian's
+//! each CPython on the machine (pyenv's 3.6-3.13 where present, Debian's
 //! 3.11, Debian sid's 3.14 and 3.15 through scripts/runtimes), `tests/workloads/pyservice.py` runs main -> serve -> handle ->
 //! parse_request | render_page and measures the CPU each leaf takes with
 //! its own thread clock. flare's profile must show that chain, with the
@@ -197,6 +197,16 @@ fn check_pyenv(minor: u32, mode: Mode) {
 }
 
 #[test]
+fn cpython_3_6() {
+    check_pyenv(6, Mode::Bpf);
+}
+
+#[test]
+fn cpython_3_7() {
+    check_pyenv(7, Mode::Bpf);
+}
+
+#[test]
 fn cpython_3_8() {
     check_pyenv(8, Mode::Bpf);
 }
@@ -313,6 +323,16 @@ fn check_debian(mode: Mode) {
     } else {
         eprintln!("skipping: /usr/bin/python3.11 is not installed");
     }
+}
+
+#[test]
+fn perf_events_cpython_3_6() {
+    check_pyenv(6, Mode::PerfEvents);
+}
+
+#[test]
+fn perf_events_cpython_3_7() {
+    check_pyenv(7, Mode::PerfEvents);
 }
 
 #[test]

@@ -270,28 +270,50 @@ fn python_off_keeps_the_native_stacks() {
     );
 }
 
-/// pyenv's CPython 3.7, which flare does not walk.
-fn pyenv_37() -> Option<PathBuf> {
+/// pyenv's CPython 2.7, which flare does not walk.
+fn pyenv_27() -> Option<PathBuf> {
     let dir = std::fs::read_dir("/root/.pyenv/versions").ok()?;
     dir.filter_map(|e| e.ok())
-        .filter(|e| e.file_name().to_string_lossy().starts_with("3.7."))
-        .map(|e| e.path().join("bin/python3.7"))
+        .filter(|e| e.file_name().to_string_lossy().starts_with("2.7."))
+        .map(|e| e.path().join("bin/python2.7"))
         .find(|p| p.exists())
 }
+
+/// The workloads' protocol in Python 2: 500 getppid calls from `calls`.
+const GETPPID_2: &str = "import os, sys
+def calls():
+    for _ in range(500):
+        os.getppid()
+sys.stdout.write('ready\\n')
+sys.stdout.flush()
+sys.stdin.readline()
+calls()
+sys.stdout.write('cpu 0\\n')
+sys.stdout.flush()
+sys.stdin.read()
+";
 
 #[test]
 fn a_cpython_flare_does_not_know_is_walked_natively_with_one_warning() {
     if !require_bpf() {
         return;
     }
-    let Some(py) = pyenv_37() else {
-        eprintln!("skipping: pyenv's CPython 3.7 is not installed");
+    let Some(py) = pyenv_27() else {
+        assert!(
+            std::env::var("FLARE_REQUIRE_BPF").as_deref() != Ok("1"),
+            "pyenv's CPython 2.7 is required (FLARE_REQUIRE_BPF=1)"
+        );
+        eprintln!("skipping: pyenv's CPython 2.7 is not installed");
         return;
     };
     let _g = serial();
-    let (stacks, err) = getppid_stacks(&py, &[]);
+    let mut w = Workload::start_exe(&[], &py, &["-c", GETPPID_2]);
+    let (stacks, err) = around(
+        &mut w,
+        &["stackcount", "-U", "-f", "t:syscalls:sys_enter_getppid"],
+    );
     assert_eq!(
-        err.matches("CPython 3.7 is not supported").count(),
+        err.matches("CPython 2.7 is not supported").count(),
         1,
         "{err}"
     );

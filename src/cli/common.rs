@@ -154,7 +154,7 @@ pub struct UnwindArgs {
     /// (unwind tables only)
     #[arg(long = "unwind", value_name = "MODE", default_value = "auto", value_parser = |s: &str| s.parse::<flare::unwind::Mode>())]
     pub mode: flare::unwind::Mode,
-    /// Python frames in Python processes' stacks (CPython 3.8-3.15, no
+    /// Python frames in Python processes' stacks (CPython 3.6-3.15, no
     /// flag on the target; needs --unwind auto or dwarf): on or off
     #[arg(long = "python", value_name = "ON|OFF", default_value = "on", value_parser = on_off, action = clap::ArgAction::Set)]
     pub python: bool,

@@ -38,7 +38,7 @@ pub struct CodeInfo {
     pub firstlineno: u32,
     /// [`super::cookie`] of the code object's fields, as BPF computes it.
     pub cookie: u64,
-    /// `co_lnotab` (3.8, 3.9) or `co_linetable` (3.10+).
+    /// `co_lnotab` (3.6–3.9) or `co_linetable` (3.10+).
     line_table: Vec<u8>,
     /// (3, minor): how the line table and the instruction read.
     version: (u8, u8),
@@ -116,7 +116,7 @@ fn word(bytes: &[u8], at: usize) -> Option<u64> {
     Some(u64::from_ne_bytes(b.try_into().ok()?))
 }
 
-/// `PyASCIIObject.state`'s bits, the same from 3.8 to 3.15
+/// `PyASCIIObject.state`'s bits, the same from 3.6 to 3.15
 /// (`Include/cpython/unicodeobject.h`): interned (bits 0–1), kind (2–4),
 /// compact (5), ascii (6), then `ready` (7) up to 3.11 or
 /// `statically_allocated` (7) from 3.12, which dropped non-ready strings.
@@ -220,7 +220,7 @@ fn read_bytes(mem: &dyn Memory, layout: &Layout, addr: u64, max: usize) -> Optio
     Some(data)
 }
 
-/// `f_lasti` as BPF hands it over (3.8–3.10): the int read as a u32 and
+/// `f_lasti` as BPF hands it over (3.6–3.10): the int read as a u32 and
 /// zero-extended (`None` for more: not what BPF writes). Negative when
 /// the frame has not run its first instruction yet.
 fn lasti(instr: u64) -> Option<i32> {
@@ -233,7 +233,7 @@ impl CodeInfo {
     /// (`PyCode_Addr2Line`); `None` when the table gives the instruction no
     /// line or does not reach it.
     ///
-    /// - 3.8, 3.9: `f_lasti`, a byte offset; 3.10: `f_lasti` in 2-byte code
+    /// - 3.6–3.9: `f_lasti`, a byte offset; 3.10: `f_lasti` in 2-byte code
     ///   units. -1 (not started) gives `co_firstlineno`, as CPython's
     ///   `f_lineno` does.
     /// - 3.11+: the instruction pointer less the code object's address;
@@ -243,7 +243,7 @@ impl CodeInfo {
     pub fn line(&self, instr: u64) -> Option<u32> {
         let first = i64::from(self.firstlineno as i32);
         let line = match self.version {
-            (3, 8) | (3, 9) => match u64::try_from(lasti(instr)?) {
+            (3, 6..=9) => match u64::try_from(lasti(instr)?) {
                 Ok(offset) => lnotab_line(&self.line_table, first, offset),
                 Err(_) => first,
             },
@@ -266,7 +266,7 @@ impl CodeInfo {
     }
 }
 
-/// 3.8, 3.9 `co_lnotab`: (byte offset delta, signed line delta) pairs;
+/// 3.6–3.9 `co_lnotab`: (byte offset delta, signed line delta) pairs;
 /// the line of `offset` is the first line plus the line deltas of the
 /// pairs whose offset is at most `offset` (`Objects/lnotab_notes.txt`).
 fn lnotab_line(table: &[u8], first: i64, offset: u64) -> i64 {
@@ -449,7 +449,7 @@ mod tests {
 
     #[test]
     fn reads_a_code_object_laid_out_by_its_layout() {
-        for minor in 8..=13 {
+        for minor in 6..=15 {
             let f = Fake::new(minor);
             let c = f.read().unwrap();
             assert_eq!((c.name.as_str(), c.filename.as_str()), ("f", "a.py"));
@@ -600,7 +600,7 @@ mod tests {
             x ^= x << 17;
             x
         };
-        for minor in 8..=13 {
+        for minor in 6..=15 {
             for len in 0..200 {
                 let table: Vec<u8> = (0..len).map(|_| next() as u8).collect();
                 let c = CodeInfo {

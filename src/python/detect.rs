@@ -46,7 +46,7 @@ pub enum Detected {
 }
 
 /// The minor versions of CPython 3 flare walks.
-const MINORS: std::ops::RangeInclusive<u8> = 8..=15;
+const MINORS: std::ops::RangeInclusive<u8> = 6..=15;
 
 /// Objects whose symbols are kept; past it, one is forgotten per new one.
 const MAX_OBJECTS: usize = 4096;
@@ -153,6 +153,11 @@ pub(crate) struct Symbols {
     /// `PyGILState_GetThisThreadState`: where 3.15 says which thread-local
     /// variable holds a thread's state.
     pub gilstate: Option<Sym>,
+    /// 3.6, which has no `_PyRuntime`: `pystate.c`'s static `interp_head`
+    /// (the first interpreter) and `autoTLSkey` (the thread-state key, an
+    /// int), in `.symtab` only.
+    pub interp_head: Option<Sym>,
+    pub auto_tls_key: Option<Sym>,
 }
 
 /// What detection needs of one object's file.
@@ -203,7 +208,7 @@ impl Detector {
                 continue;
             };
             let s = &object.symbols;
-            if s.runtime.is_none() {
+            if s.runtime.is_none() && s.interp_head.is_none() {
                 match &named {
                     Some(n) if !n.library && s.calls_main => shim = true,
                     Some(n) => {
@@ -395,7 +400,10 @@ fn build(
         return unsupported("its mapping is in none of its segments");
     };
     let bias = m.start.wrapping_sub(vaddr);
-    let (Some(runtime), Some(code_type), Some(eval)) = (s.runtime, s.code_type, s.eval) else {
+    // 3.6 has no `_PyRuntime`: its layout reads the first interpreter
+    // from `interp_head` itself.
+    let runtime = if minor == 6 { s.interp_head } else { s.runtime };
+    let (Some(runtime), Some(code_type), Some(eval)) = (runtime, s.code_type, s.eval) else {
         return unsupported("it lacks one of _PyRuntime, PyCode_Type and _PyEval_EvalFrameDefault");
     };
     if eval.size == 0 {
@@ -431,9 +439,16 @@ fn build(
     }
     // The slot is found from each thread's pthread_self(); BPF reads it
     // from the thread pointer.
-    let found = match layout.runtime_autotss {
-        Some(_) => autotss_and_slot(layout, runtime_at, maps, mem),
-        None => thread_local_slot(object.gilstate_tls, bias, below_tp, layout, runtime_at, mem),
+    let found = match (layout.runtime_autotss, s.auto_tls_key) {
+        (Some(_), _) => autotss_and_slot(layout, runtime_at, maps, mem),
+        (None, Some(key)) if minor == 6 => {
+            let key_at = key.value.wrapping_add(bias);
+            match mem.read_u32(key_at) {
+                Ok(key) => slot_of_key(key, &layout, runtime_at, maps, mem).map(|s| (s, layout)),
+                Err(e) => Err(unreadable(&e)),
+            }
+        }
+        _ => thread_local_slot(object.gilstate_tls, bias, below_tp, layout, runtime_at, mem),
     };
     let (tstate_slot, layout) = match found {
         Ok((slot, layout)) => (slot.wrapping_sub(below_tp), layout),
@@ -614,6 +629,22 @@ fn tstate_slot(
         return Err(Detected::NotReady);
     }
     let key = read_u32(tss.wrapping_add(4))?;
+    slot_of_key(key, layout, runtime, maps, mem)
+}
+
+/// The offset from a thread's pointer of glibc's thread-specific slot of
+/// `key` (`specific_1stblock[key].data`), checked to hold every live
+/// thread's state. 3.6's `autoTLSkey` is -1 until it is created.
+fn slot_of_key(
+    key: u32,
+    layout: &Layout,
+    runtime: u64,
+    maps: &[ExecMapping],
+    mem: &dyn Memory,
+) -> Result<u64, Detected> {
+    if key == u32::MAX {
+        return Err(Detected::NotReady);
+    }
     if key >= FIRST_BLOCK_KEYS {
         return Err(Detected::Unsupported(format!(
             "its thread-state key {key} is past glibc's first {FIRST_BLOCK_KEYS} thread-specific slots"
@@ -848,7 +879,7 @@ pub(crate) fn scan_symbols(syms: &[u8], strs: &[u8], out: &mut Symbols) {
     const EVAL: &[u8] = b"_PyEval_EvalFrameDefault";
     crate::elf::each_symbol(crate::elf::Layout::HOST, syms, strs, |s| {
         let at = s.name;
-        if !at.starts_with(b"_") && !at.starts_with(b"P") {
+        if !matches!(at.first(), Some(b'_' | b'P' | b'i' | b'a')) {
             return;
         }
         let sym = Sym {
@@ -868,6 +899,8 @@ pub(crate) fn scan_symbols(syms: &[u8], strs: &[u8], out: &mut Symbols) {
             b"Py_Version" => &mut out.py_version,
             b"_thread_db_sizeof_pthread" => &mut out.sizeof_pthread,
             b"PyGILState_GetThisThreadState" => &mut out.gilstate,
+            b"interp_head" => &mut out.interp_head,
+            b"autoTLSkey" => &mut out.auto_tls_key,
             b"_Py_NegativeRefcount" => {
                 out.debug_build = true;
                 return;

@@ -30,7 +30,10 @@ while True:
             break
 api = ctypes.pythonapi
 print("code_type", id(type((lambda: 0).__code__)))
-print("runtime", ctypes.addressof(ctypes.c_char.in_dll(api, "_PyRuntime")))
+try:
+    print("runtime", ctypes.addressof(ctypes.c_char.in_dll(api, "_PyRuntime")))
+except ValueError:  # 3.6: none
+    print("runtime", 0)
 print("eval", ctypes.cast(api._PyEval_EvalFrameDefault, ctypes.c_void_p).value)
 print("thread", threading.get_ident())
 for i in ready:
@@ -178,14 +181,22 @@ fn check_live(exe: &Path, object: &Path, minor: u8) {
     );
     assert_eq!(p.layout.version, (3, minor));
     assert_eq!(p.code_type, r.value("code_type"));
-    assert_eq!(p.runtime, r.value("runtime"));
+    // 3.6 reads `interp_head` in its place (checked below).
+    if minor != 6 {
+        assert_eq!(p.runtime, r.value("runtime"));
+    }
     assert_eq!(p.eval[0].start, r.value("eval"));
     // The loop, in the symbol's range or the part gcc moved out of it.
     let len = |r: &std::ops::Range<u64>| r.end.saturating_sub(r.start);
     assert!(len(&p.eval[0]) + len(&p.eval[1]) > 10_000, "{:?}", p.eval);
     // Sizes and the cold part against the file's symbols, placed where
     // _PyRuntime says the object is.
-    match readelf(object, "_PyRuntime") {
+    let runtime_symbol = if minor == 6 {
+        "interp_head"
+    } else {
+        "_PyRuntime"
+    };
+    match readelf(object, runtime_symbol) {
         Some(Some((runtime, _))) => {
             let bias = p.runtime - runtime;
             let (eval, size) = readelf(object, "_PyEval_EvalFrameDefault")
@@ -205,7 +216,7 @@ fn check_live(exe: &Path, object: &Path, minor: u8) {
                 }
             }
         }
-        Some(None) => panic!("readelf finds no _PyRuntime in {}", object.display()),
+        Some(None) => panic!("readelf finds no {runtime_symbol} in {}", object.display()),
         None => eprintln!("readelf not found: sizes not checked"),
     }
     // Every thread finds its own thread state at fs base + slot.
@@ -231,9 +242,11 @@ fn check_pyenv(version: &str) {
         .and_then(|m| m.parse().ok())
         .expect("minor");
     let dir = pyenv(version);
+    // 3.7's library carries its ABI flag (pymalloc).
+    let flags = if minor < 8 { "m" } else { "" };
     check_live(
         &dir.join(format!("bin/python3.{minor}")),
-        &dir.join(format!("lib/libpython3.{minor}.so.1.0")),
+        &dir.join(format!("lib/libpython3.{minor}{flags}.so.1.0")),
         minor,
     );
 }
@@ -255,6 +268,16 @@ fn sid_3_14() {
 #[test]
 fn sid_3_15() {
     check_sid(15);
+}
+
+#[test]
+fn pyenv_3_6() {
+    check_pyenv("3.6.15");
+}
+
+#[test]
+fn pyenv_3_7() {
+    check_pyenv("3.7.16");
 }
 
 #[test]
@@ -299,11 +322,7 @@ fn debian_static_stripped_3_11() {
 
 #[test]
 fn old_and_new_pythons_are_unsupported() {
-    for (version, exe, want) in [
-        ("3.7.16", "python3.7", "CPython 3.7 is not supported"),
-        ("3.6.15", "python3.6", "CPython 3.6 is not supported"),
-        ("2.7.18", "python2.7", "CPython 2.7 is not supported"),
-    ] {
+    for (version, exe, want) in [("2.7.18", "python2.7", "CPython 2.7 is not supported")] {
         let exe = pyenv(version).join("bin").join(exe);
         if !exe.exists() {
             eprintln!("skipped: no {}", exe.display());
@@ -410,9 +429,9 @@ fn names_and_versions() {
             3,
             16,
             "",
-            "CPython 3.16 is not supported: flare walks the frames of CPython 3.8 to 3.15",
+            "CPython 3.16 is not supported: flare walks the frames of CPython 3.6 to 3.15",
         ),
-        (3, 7, "m", "CPython 3.7 is not supported"),
+        (3, 5, "m", "CPython 3.5 is not supported"),
         (2, 7, "", "CPython 2.7 is not supported"),
         (4, 0, "", "CPython 4.0 is not supported"),
         (
@@ -435,6 +454,9 @@ fn names_and_versions() {
     let v = Version::from_hex(0x030b_07f0, "");
     assert_eq!((v.major, v.minor, v.alpha), (3, 11, false));
     assert!(Version::from_hex(0x030e_00a1, "").alpha);
+    let rc = Version::from_hex(0x030f_00c1, "");
+    assert!(rc.pre_release && !rc.alpha);
+    assert!(!Version::from_hex(0x030f_02f0, "").pre_release);
 }
 
 #[test]

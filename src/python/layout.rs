@@ -3,7 +3,7 @@
 //! a code object's names, line table and cookie fields, and the strings
 //! they point to.
 //!
-//! 3.8–3.12 have no table of their own: the figures below were read from
+//! 3.6–3.12 have no table of their own: the figures below were read from
 //! each version's debug information (x86-64, default GIL build) and are
 //! the same in every patch release (CPython keeps these structures stable
 //! within a minor version). 3.13 and later carry their own table,
@@ -16,7 +16,7 @@
 /// run of Python frames ends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FrameModel {
-    /// 3.8–3.10: heap `PyFrameObject`s (`f_back`, `f_code`, `f_lasti` in
+    /// 3.6–3.10: heap `PyFrameObject`s (`f_back`, `f_code`, `f_lasti` in
     /// code units or bytes); each runs in an eval call of its own.
     Object,
     /// 3.11: `_PyInterpreterFrame`s on the thread's data stack; the last
@@ -46,14 +46,15 @@ pub struct Layout {
     pub version: (u8, u8),
     pub model: FrameModel,
     /// `_PyRuntime`: the `Py_tss_t` of `autoTSSkey` (its key is 4 bytes
-    /// further; `None` from 3.15, which keeps a thread's state in a
-    /// thread-local variable instead), and the first interpreter.
+    /// further; `None` in 3.6, whose key is a variable of its own, and
+    /// from 3.15, which keeps a thread's state in a thread-local variable
+    /// instead), and the first interpreter.
     pub runtime_autotss: Option<u16>,
     pub runtime_interpreters_head: u16,
     /// `PyInterpreterState`: its first thread state.
     pub interp_threads_head: u16,
     /// `PyThreadState`: the next thread state, the thread's `pthread_t`,
-    /// and the current frame (3.8–3.10 `frame`, 3.13 `current_frame`) or,
+    /// and the current frame (3.6–3.10 `frame`, 3.13 `current_frame`) or,
     /// with [`Layout::cframe_current`], the `_PyCFrame *` that holds it.
     pub tstate_next: u16,
     pub tstate_thread_id: u16,
@@ -79,7 +80,7 @@ pub struct Layout {
     pub code_filename: u16,
     pub code_name: u16,
     pub code_qualname: Option<u16>,
-    /// `co_lnotab` (3.8, 3.9) or `co_linetable` (3.10+): a bytes object.
+    /// `co_lnotab` (3.6–3.9) or `co_linetable` (3.10+): a bytes object.
     pub code_linetable: u16,
     pub code_adaptive: Option<u16>,
     /// Strings: `PyASCIIObject.state`, and the sizes of the compact ASCII
@@ -92,7 +93,7 @@ pub struct Layout {
     pub bytes_data: u16,
 }
 
-/// The layout of 3.`minor`, for the versions flare knows (3.8–3.15).
+/// The layout of 3.`minor`, for the versions flare knows (3.6–3.15).
 pub fn for_version(minor: u8) -> Option<Layout> {
     let common = Layout {
         version: (3, minor),
@@ -134,7 +135,31 @@ pub fn for_version(minor: u8) -> Option<Layout> {
         code_adaptive: Some(184),
         ..common.clone()
     };
+    // 3.7: `_PyRuntime` appeared (with `gilstate.autoTSSkey`), code
+    // objects lack 3.8's `co_posonlyargcount`.
+    let l37 = Layout {
+        runtime_autotss: Some(1504),
+        runtime_interpreters_head: 24,
+        code_argcount: 16,
+        code_flags: 32,
+        code_firstlineno: 36,
+        code_filename: 96,
+        code_name: 104,
+        code_linetable: 112,
+        ..common.clone()
+    };
     let layout = match minor {
+        7 => l37.clone(),
+        // 3.6: no `_PyRuntime`; the "runtime" read is `interp_head`
+        // itself, and the thread-state key the int `autoTLSkey`
+        // (src/python/detect.rs).
+        6 => Layout {
+            runtime_autotss: None,
+            runtime_interpreters_head: 0,
+            tstate_thread_id: 152,
+            frame_instr: 120,
+            ..l37
+        },
         8 => Layout {
             runtime_autotss: Some(1392),
             ..common

@@ -1,4 +1,4 @@
-//! Python frames: CPython 3.8–3.15 found in a process, its frames walked
+//! Python frames: CPython 3.6–3.15 found in a process, its frames walked
 //! in BPF (bpf/python.h) and named from the live process.
 //!
 //! The flow, as for every runtime (docs/ARCHITECTURE.md):

@@ -372,6 +372,16 @@ fn reads_code_objects_of_python_3_8() {
 }
 
 #[test]
+fn reads_code_objects_of_python_3_6() {
+    check("3.6.15", 6);
+}
+
+#[test]
+fn reads_code_objects_of_python_3_7() {
+    check("3.7.16", 7);
+}
+
+#[test]
 fn reads_code_objects_of_python_3_9() {
     check("3.9.18", 9);
 }
@@ -421,7 +431,7 @@ fn random_bytes(seed: u64, n: usize) -> Vec<u8> {
 
 #[test]
 fn random_memory_gives_none_or_something_never_a_panic() {
-    for minor in 8..=15 {
+    for minor in 6..=15 {
         let layout = layout::for_version(minor).unwrap();
         for seed in 0..64u64 {
             let mut bytes = random_bytes(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15), 1 << 14);
