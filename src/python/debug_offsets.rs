@@ -97,6 +97,28 @@ const CODE_314: Section = (
     ],
 );
 
+/// 3.13's sections that 3.14 kept as they were.
+const THREAD_313: Section = (
+    "thread_state",
+    &[
+        "size",
+        "prev",
+        "next",
+        "interp",
+        "current_frame",
+        "thread_id",
+        "native_thread_id",
+        "datastack_chunk",
+        "status",
+    ],
+);
+const TYPE_313: Section = ("type_object", &["size", "tp_name", "tp_repr", "tp_flags"]);
+const UNICODE_313: Section = (
+    "unicode_object",
+    &["size", "state", "length", "asciiobject_size"],
+);
+const GC_313: Section = ("gc", &["size", "collecting"]);
+
 /// 3.13 (70 fields, 584 bytes).
 const V3_13: &[Section] = &[
     RUNTIME,
@@ -118,20 +140,7 @@ const V3_13: &[Section] = &[
             "gil_runtime_state_holder",
         ],
     ),
-    (
-        "thread_state",
-        &[
-            "size",
-            "prev",
-            "next",
-            "interp",
-            "current_frame",
-            "thread_id",
-            "native_thread_id",
-            "datastack_chunk",
-            "status",
-        ],
-    ),
+    THREAD_313,
     (
         "interpreter_frame",
         &[
@@ -159,42 +168,26 @@ const V3_13: &[Section] = &[
         ],
     ),
     PYOBJECT,
-    ("type_object", &["size", "tp_name", "tp_repr", "tp_flags"]),
+    TYPE_313,
     TUPLE,
     LIST,
     DICT,
     FLOAT,
     LONG,
     BYTES,
-    (
-        "unicode_object",
-        &["size", "state", "length", "asciiobject_size"],
-    ),
-    ("gc", &["size", "collecting"]),
+    UNICODE_313,
+    GC_313,
 ];
 
 /// 3.14 (92 fields, 760 bytes).
 const V3_14: &[Section] = &[
     RUNTIME,
     INTERP_314,
-    (
-        "thread_state",
-        &[
-            "size",
-            "prev",
-            "next",
-            "interp",
-            "current_frame",
-            "thread_id",
-            "native_thread_id",
-            "datastack_chunk",
-            "status",
-        ],
-    ),
+    THREAD_313,
     FRAME_314,
     CODE_314,
     PYOBJECT,
-    ("type_object", &["size", "tp_name", "tp_repr", "tp_flags"]),
+    TYPE_313,
     TUPLE,
     LIST,
     SET,
@@ -202,11 +195,8 @@ const V3_14: &[Section] = &[
     FLOAT,
     LONG,
     BYTES,
-    (
-        "unicode_object",
-        &["size", "state", "length", "asciiobject_size"],
-    ),
-    ("gc", &["size", "collecting"]),
+    UNICODE_313,
+    GC_313,
     GEN,
     LLIST,
     DEBUGGER,
