@@ -654,6 +654,31 @@ fn python_frames_without_root() {
     python_shares_without_root(&sb, &["/usr/bin/python3.11"], "python3.11");
 }
 
+/// Python frames without root on Debian sid's CPython 3.`minor`
+/// (scripts/runtimes keeps it outside /root, where nobody can run it).
+fn sid_python_without_root(minor: u32) {
+    if !can_run_as_nobody() {
+        return;
+    }
+    let Some(python) = common::python::sid_required(minor) else {
+        return;
+    };
+    let _g = serial();
+    let sb = Sandbox::new(&[("pyservice.py", &pyservice())]);
+    let python = python.to_string_lossy().into_owned();
+    python_shares_without_root(&sb, &[&python], &format!("python3.{minor}"));
+}
+
+#[test]
+fn sid_python_frames_without_root_3_14() {
+    sid_python_without_root(14);
+}
+
+#[test]
+fn sid_python_frames_without_root_3_15() {
+    sid_python_without_root(15);
+}
+
 fn pyservice() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads/pyservice.py")
 }

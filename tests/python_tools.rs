@@ -7,8 +7,10 @@
 //! not know (native frames, one warning) and `--python off`.
 //!
 //! The workloads are tests/workloads/pytools.py under Debian's python3.11
-//! (installed by scripts/deps.sh --test), or pyenv's 3.12 for the
-//! version flare does not know the test's counterpart.
+//! (installed by scripts/deps.sh --test), and all but the namespace and
+//! embedding cases again under pyenv's 3.6 and 3.7 and Debian sid's 3.14
+//! and 3.15 (`every_tool_on_cpython_*`, off-CPU in a socket read too);
+//! pyenv's 2.7 is the version flare does not know.
 
 mod common;
 
@@ -16,6 +18,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use common::bpf::{require_bpf, serial};
+use common::python::{pyenv_required, sid_required};
 use common::session::{parse_folded, Flare, Workload};
 
 const PYTHON: &str = "/usr/bin/python3.11";
@@ -95,30 +98,7 @@ fn offcputime_puts_sleep_under_its_python_caller() {
     }
     let Some(py) = python() else { return };
     let _g = serial();
-    let mut w = start(&[], py, "sleep", "0");
-    let (stacks, err) = around(&mut w, &["offcputime", "-U", "-f"]);
-    let dump = format!("{err}\n{stacks:#?}");
-    let napping: Vec<&(Vec<String>, u64)> = stacks
-        .iter()
-        .filter(|(f, _)| chain(f) == ["<module>", "main", "napper"])
-        .collect();
-    let us: u64 = napping.iter().map(|(_, n)| n).sum();
-    // 50 sleeps of 20 ms: 1 s, and a little more for the timer slack.
-    assert!(
-        (900_000..=1_500_000).contains(&us),
-        "{us} us off the CPU under napper: {dump}"
-    );
-    // The sleep's native frames are below (leaf side of) napper.
-    for (frames, _) in &napping {
-        let at = frames
-            .iter()
-            .position(|f| f.starts_with("napper ("))
-            .unwrap();
-        assert!(
-            frames[at + 1..].iter().any(|f| f.contains("sleep")),
-            "no sleep below napper: {frames:?}"
-        );
-    }
+    off_cpu_under_caller(py, "sleep", "napper", "sleep");
 }
 
 #[test]
@@ -128,20 +108,31 @@ fn stackcount_counts_a_syscall_under_each_python_caller_exactly() {
     }
     let Some(py) = python() else { return };
     let _g = serial();
+    getppid_counted_exactly(py);
+}
+
+/// stackcount of getppid around the calls workload under `py`: 300 calls
+/// under left, 200 under right, each under its whole Python chain.
+fn getppid_counted_exactly(py: &Path) {
     let (stacks, err) = getppid_stacks(py, &[]);
-    let mut by: HashMap<Vec<String>, u64> = HashMap::new();
+    let mut by: HashMap<Vec<&str>, u64> = HashMap::new();
     for (frames, n) in &stacks {
-        let c = chain(frames).iter().map(|s| s.to_string()).collect();
-        *by.entry(c).or_default() += n;
+        *by.entry(chain(frames)).or_default() += n;
     }
-    let get = |f: &str| by.get(&vec!["<module>".into(), "main".into(), f.to_string()]);
-    assert_eq!(get("left"), Some(&300), "{err}\n{by:#?}");
-    assert_eq!(get("right"), Some(&200), "{err}\n{by:#?}");
+    let get = |f: &'static str| by.get(&vec!["<module>", "main", f]).copied();
+    assert_eq!(get("left"), Some(300), "{err}\n{by:#?}");
+    assert_eq!(get("right"), Some(200), "{err}\n{by:#?}");
 }
 
 /// Profiles the threads workload (under `wrapper`) and checks that each
 /// thread has its own Python stack, with native code under hasher.
 fn threads(wrapper: &[&str], py: &Path) {
+    threads_of(wrapper, py, true);
+}
+
+/// [`threads`], for a CPython whose frames have qualified names
+/// (`qualified`: 3.11+) or only bare ones.
+fn threads_of(wrapper: &[&str], py: &Path, qualified: bool) {
     let mut w = start(wrapper, py, "threads", "2");
     let (stacks, err) = around(&mut w, &["profile", "-U", "-F", "499", "-f"]);
     let dump = format!("{err}\n{stacks:#?}");
@@ -172,12 +163,16 @@ fn threads(wrapper: &[&str], py: &Path) {
             !(c.contains(&"alpha") && c.contains(&"hasher")),
             "two threads' frames in one stack: {frames:?}"
         );
-        let root = [
-            "Thread._bootstrap",
-            "Thread._bootstrap_inner",
-            "Thread.run",
-            "worker",
-        ];
+        let root = if qualified {
+            [
+                "Thread._bootstrap",
+                "Thread._bootstrap_inner",
+                "Thread.run",
+                "worker",
+            ]
+        } else {
+            ["_bootstrap", "_bootstrap_inner", "run", "worker"]
+        };
         if c.get(..4) == Some(&root[..]) {
             assert_eq!(c.len(), 5, "then one function: {frames:?}");
         } else {
@@ -229,6 +224,12 @@ fn a_process_that_exits_before_the_end_is_named() {
     }
     let Some(py) = python() else { return };
     let _g = serial();
+    exits_before_the_end(py);
+}
+
+/// Profiles the exit workload under `py`, which exits 2 s into a 4 s
+/// profile: its samples are still named.
+fn exits_before_the_end(py: &Path) {
     let mut w = start(&[], py, "exit", "2");
     let pid = w.pid.to_string();
     let flare = Flare::start(&["profile", "-U", "-F", "499", "-f", "-p", &pid, "4"], 1);
@@ -322,4 +323,73 @@ fn a_cpython_flare_does_not_know_is_walked_natively_with_one_warning() {
         stacks.iter().all(|(f, _)| chain(f).is_empty()),
         "{stacks:#?}"
     );
+}
+
+/// Off-CPU time of `mode`'s blocking function (`napper` in time.sleep,
+/// `reader` in a socket read: 50 waits of 20 ms each) under its Python
+/// caller, with the blocking call's native frames below it.
+fn off_cpu_under_caller(py: &Path, mode: &str, function: &str, native: &str) {
+    let mut w = start(&[], py, mode, "0");
+    let (stacks, err) = around(&mut w, &["offcputime", "-U", "-f"]);
+    let dump = format!("{err}\n{stacks:#?}");
+    let blocked: Vec<&(Vec<String>, u64)> = stacks
+        .iter()
+        .filter(|(f, _)| chain(f) == ["<module>", "main", function])
+        .collect();
+    let us: u64 = blocked.iter().map(|(_, n)| n).sum();
+    // 50 waits of 20 ms: 1 s, and a little more for the timer slack.
+    assert!(
+        (900_000..=1_500_000).contains(&us),
+        "{us} us off the CPU under {function}: {dump}"
+    );
+    let prefix = format!("{function} (");
+    for (frames, _) in &blocked {
+        let at = frames.iter().position(|f| f.starts_with(&prefix)).unwrap();
+        assert!(
+            frames[at + 1..].iter().any(|f| f.contains(native)),
+            "no {native} below {function}: {frames:?}"
+        );
+    }
+}
+
+/// Every tool on CPython 3.`minor` (pyenv's, or Debian sid's for 3.14
+/// and 3.15): off-CPU time in time.sleep and in a socket read under their
+/// Python callers, a syscall counted exactly under each caller, each
+/// thread its own stack, and a process that exits before the end named.
+fn every_tool(minor: u32) {
+    if !require_bpf() {
+        return;
+    }
+    let python = if minor >= 14 {
+        sid_required(minor)
+    } else {
+        pyenv_required(minor)
+    };
+    let Some(py) = python else { return };
+    let _g = serial();
+    off_cpu_under_caller(&py, "sleep", "napper", "sleep");
+    off_cpu_under_caller(&py, "socket", "reader", "recv");
+    getppid_counted_exactly(&py);
+    threads_of(&[], &py, minor >= 11);
+    exits_before_the_end(&py);
+}
+
+#[test]
+fn every_tool_on_cpython_3_6() {
+    every_tool(6);
+}
+
+#[test]
+fn every_tool_on_cpython_3_7() {
+    every_tool(7);
+}
+
+#[test]
+fn every_tool_on_cpython_3_14() {
+    every_tool(14);
+}
+
+#[test]
+fn every_tool_on_cpython_3_15() {
+    every_tool(15);
 }

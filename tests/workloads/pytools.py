@@ -1,9 +1,11 @@
 """Python workloads for flare's other tools, one per mode (argv[1]).
 
-Speaks the tests/workloads protocol: "tid N I" per worker, "ready", waits
-for a line, works, prints "cpu S" (then "exit" mode exits at once, the
-others wait for stdin to close).
+Runs on CPython 3.6 and later. Speaks the tests/workloads protocol: "tid
+N I" per worker, "ready", waits for a line, works, prints "cpu S" (then
+"exit" mode exits at once, the others wait for stdin to close).
 - sleep: napper() sleeps 50 times 20 ms (time.sleep, off the CPU).
+- socket: reader() waits 50 times for a socket read that a writer thread
+  answers after 20 ms (off the CPU in recv).
 - calls: left() calls os.getppid() 300 times, right() 200 times.
 - threads: one thread runs alpha() (pure Python), another hasher()
   (hashlib, native code under its Python caller), for argv[2] seconds.
@@ -12,6 +14,7 @@ others wait for stdin to close).
 
 import hashlib
 import os
+import socket
 import sys
 import threading
 import time
@@ -20,6 +23,29 @@ import time
 def napper():
     for _ in range(50):
         time.sleep(0.02)
+
+
+def reader():
+    mine, theirs = socket.socketpair()
+
+    def writer():
+        for _ in range(50):
+            time.sleep(0.02)
+            theirs.sendall(b"x")
+
+    t = threading.Thread(target=writer)
+    t.start()
+    for _ in range(50):
+        mine.recv(1)
+    t.join()
+
+
+def native_id():
+    """The thread's kernel id: threading.get_native_id() from 3.8, the
+    task /proc/thread-self names before."""
+    if hasattr(threading, "get_native_id"):
+        return threading.get_native_id()
+    return int(os.readlink("/proc/thread-self").rsplit("/", 1)[1])
 
 
 def left():
@@ -54,7 +80,7 @@ def burn(seconds):
 
 def worker(index, fn, seconds, started):
     # One string, one write: two threads' lines must not interleave.
-    sys.stdout.write(f"tid {threading.get_native_id()} {index}\n")
+    sys.stdout.write(f"tid {native_id()} {index}\n")
     sys.stdout.flush()
     started.release()
     go.wait()
@@ -81,6 +107,8 @@ def main():
     start = time.process_time()
     if mode == "sleep":
         napper()
+    elif mode == "socket":
+        reader()
     elif mode == "calls":
         left()
         right()
