@@ -293,7 +293,7 @@ fn jit_compiled_methods_have_their_chain_shares_and_inlined_callees() {
     }
     // Emulated, the JVM asked to record every inlined range: a leaf
     // between two debug points is placed by the next one (as HotSpot's
-    // own pc_desc_near does; see the README), and in the arm64 guest
+    // own pc_desc_near does; see docs/runtimes.md), and in the arm64 guest
     // parseRequest, inlined into handle, came out 3.5 points low once
     // (19.4 % against 22.9 % by its clock; 1.4 in the runs before).
     // Natively the JVM runs without flags.
