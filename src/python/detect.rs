@@ -533,16 +533,27 @@ fn thread_local_slot(
         }
     };
     let slot = below_tp.wrapping_add_signed(from_tp);
-    let threads = match thread_states(&layout, runtime, mem) {
-        Ok(Some(t)) => t,
-        Ok(None) => return Err(Detected::NotReady),
-        Err(e) => return Err(unreadable(&e)),
-    };
-    if threads.iter().all(|t| t.id == 0) || !slot_holds(&layout, &threads, slot, mem) {
-        // Threads not started, or starting: try later.
+    let threads = started_threads(&layout, runtime, mem)?;
+    if !slot_holds(&layout, &threads, slot, mem) {
+        // Threads starting: try later.
         return Err(Detected::NotReady);
     }
     Ok((slot, layout))
+}
+
+/// The thread states of the first interpreter ([`thread_states`]), once
+/// it has one and at least one of them names its thread; else try later
+/// (or, memory flare may not read, give up).
+fn started_threads(
+    layout: &Layout,
+    runtime: u64,
+    mem: &dyn Memory,
+) -> Result<Vec<Thread>, Detected> {
+    match thread_states(layout, runtime, mem) {
+        Ok(Some(t)) if t.iter().any(|t| t.id != 0) => Ok(t),
+        Ok(_) => Err(Detected::NotReady),
+        Err(e) => Err(unreadable(&e)),
+    }
 }
 
 /// What a failed read of the process's memory means: it may be gone or
@@ -650,14 +661,7 @@ fn slot_of_key(
             "its thread-state key {key} is past glibc's first {FIRST_BLOCK_KEYS} thread-specific slots"
         )));
     }
-    let threads = match thread_states(layout, runtime, mem) {
-        Ok(Some(t)) => t,
-        Ok(None) => return Err(Detected::NotReady),
-        Err(e) => return Err(unreadable(&e)),
-    };
-    if threads.iter().all(|t| t.id == 0) {
-        return Err(Detected::NotReady);
-    }
+    let threads = started_threads(layout, runtime, mem)?;
     // specific_1stblock[key].data: 16-byte entries, `data` after `seq`.
     let rel = 16 * u64::from(key) + 8;
     let check = |off: u64| slot_holds(layout, &threads, off + rel, mem);

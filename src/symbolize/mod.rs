@@ -384,25 +384,19 @@ impl Symbolizer {
         let mut kernel = self.resolve_kernel(&kernel);
         // Below an interrupt's entry lies the interrupted instruction itself:
         // looked up again exactly, now that the entries are named.
-        let entry = |k: &HashMap<u64, Resolved>, lookup: u64| {
-            k.get(&lookup)
-                .and_then(|r| r.first())
-                .is_some_and(|f| is_interrupt_entry(&f.name))
-        };
-        if kernel
-            .values()
-            .any(|r| r.first().is_some_and(|f| is_interrupt_entry(&f.name)))
-        {
-            let first = kernel.clone();
+        let names_entry = |r: &Resolved| r.first().is_some_and(|f| is_interrupt_entry(&f.name));
+        if kernel.values().any(names_entry) {
+            let first = &kernel;
+            let entry = |l: u64| first.get(&l).is_some_and(names_entry);
             let exact: BTreeSet<u64> = raw
                 .iter()
                 .flat_map(|s| std::iter::once(&s.task).chain(&s.waker))
-                .flat_map(|t| lookups(&t.kernel, &|l| entry(&first, l)).collect::<Vec<_>>())
+                .flat_map(|t| lookups(&t.kernel, &entry).collect::<Vec<_>>())
                 .filter(|l| !first.contains_key(l))
                 .collect();
             kernel.extend(self.resolve_kernel(&exact));
         }
-        let after_entry = |l: u64| entry(&kernel, l);
+        let after_entry = |l: u64| kernel.get(&l).is_some_and(names_entry);
         // Mapping records still in the kernel's buffers count too.
         self.mappings.sync();
         let user: HashMap<(u32, u64), HashMap<u64, Resolved>> = user
