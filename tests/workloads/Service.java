@@ -4,10 +4,11 @@
 // reports, then waits for stdin to close.
 //
 // Modes (argv[0]), with seconds of work in argv[1]:
-// - cpu: main -> serve -> handle -> parseRequest (which calls the small
+// - cpu [WARM]: main -> serve -> handle -> parseRequest (which calls the small
 //   mix) | renderPage (calling emit, which the JIT inlines), timing each leaf with the
 //   thread's CPU clock ("share NAME SECONDS"), then "cpu S" (the thread's
-//   CPU over the whole serve);
+//   CPU over the whole serve); with WARM, it serves WARM seconds
+//   before "ready", unmeasured;
 // - exit: as cpu, but the JVM exits right after its report;
 // - threads: a thread "parser" runs parseRequest, a thread "renderer"
 //   renderPage; "tcpu TID S" for each, then "cpu S";
@@ -175,6 +176,14 @@ public class Service {
             while (awaitRequest(in) > 0) {}
             System.out.println("cpu 0");
         } else {
+            // A warm-up (argv[2] seconds, default none) before "ready":
+            // the JIT's tiers are settled when the measured run starts.
+            double warm = args.length > 2 ? Double.parseDouble(args[2]) : 0;
+            if (warm > 0) {
+                serve(warm);
+                spentParse = 0;
+                spentRender = 0;
+            }
             System.out.println("tid " + tid());
             System.out.println("ready");
             stdin.readLine();

@@ -25,6 +25,7 @@
 static double seconds;
 static int share_a = 25;
 static pthread_barrier_t start;
+static pthread_barrier_t listed;	/* every worker has printed its tid */
 static long worker_tid[64];
 static double worker_cpu[64];
 
@@ -77,6 +78,7 @@ static void *worker(void *arg)
 	worker_tid[index] = (long)syscall(SYS_gettid);
 	printf("tid %ld %ld\n", worker_tid[index], index);
 	fflush(stdout);
+	pthread_barrier_wait(&listed);
 	pthread_barrier_wait(&start);
 	double cpu0 = clock_of(CLOCK_THREAD_CPUTIME_ID);
 	double stop = clock_of(CLOCK_MONOTONIC) + seconds;
@@ -109,18 +111,25 @@ int main(int argc, char **argv)
 	if (threads < 1 || threads > 64)
 		threads = 1;
 	pthread_barrier_init(&start, NULL, threads + 1);
-	if (!late)
+	pthread_barrier_init(&listed, NULL, threads + 1);
+	/* "ready" follows every "tid" line: a reader that stops at "ready"
+	 * has all of them (a line written later, under emulation, once the
+	 * reader had closed the pipe, killed the workload with SIGPIPE). */
+	if (!late) {
 		for (long i = 0; i < threads; i++)
 			pthread_create(&tids[i], NULL, worker, (void *)i);
-	usleep(10000);
+		pthread_barrier_wait(&listed);
+	}
 	printf("ready\n");
 	fflush(stdout);
 	if (!fgets(line, sizeof(line), stdin))
 		return 1;
 	double before = process_cpu();
-	if (late)
+	if (late) {
 		for (long i = 0; i < threads; i++)
 			pthread_create(&tids[i], NULL, worker, (void *)i);
+		pthread_barrier_wait(&listed);
+	}
 	pthread_barrier_wait(&start);
 	for (long i = 0; i < threads; i++)
 		pthread_join(tids[i], NULL);
