@@ -162,6 +162,29 @@ fn write_errors_are_reported() {
     assert_eq!(names.len(), 1, "no temporary file left");
 }
 
+/// A full standard output is named once, with what was being written
+/// (regression: "No space left on device (os error 28)" alone from these
+/// commands; the profiling tools said the cause twice).
+#[test]
+fn a_full_standard_output_is_said_once() {
+    let input = data("profile-a.folded");
+    for sub in ["flamegraph", "top"] {
+        let out = flare()
+            .args([sub, s(&input)])
+            .stdout(fs::File::create("/dev/full").expect("/dev/full"))
+            .output()
+            .expect("running flare");
+        assert!(!out.status.success(), "flare {sub} into /dev/full");
+        let err = String::from_utf8_lossy(&out.stderr);
+        let full = std::io::Error::from_raw_os_error(28).to_string();
+        assert_eq!(err.matches(&full).count(), 1, "{sub}: {err}");
+        assert!(
+            err.starts_with("flare: error: writing to standard output: "),
+            "{sub}: {err}"
+        );
+    }
+}
+
 #[test]
 fn diff_shows_growth_red_and_shrinkage_blue() {
     let dir = tempfile::tempdir().unwrap();

@@ -23,12 +23,15 @@ fn emit(output: Option<&Path>, draw: impl FnOnce(&mut dyn Write) -> io::Result<(
         None => {
             let stdout = io::stdout();
             let mut out = BufWriter::new(stdout.lock());
-            draw(&mut out)?;
-            out.flush()?;
-            Ok(())
+            draw(&mut out)
+                .and_then(|()| out.flush())
+                .context(WRITING_STDOUT)
         }
     }
 }
+
+/// What a failed write to standard output says it was doing.
+const WRITING_STDOUT: &str = "writing to standard output";
 
 /// What to record to have times, for messages about files without them.
 const RECORD_TIMES: &str =
@@ -188,9 +191,9 @@ pub fn top(args: &TopArgs) -> Result<()> {
     }
     let stdout = io::stdout();
     let mut out = BufWriter::new(stdout.lock());
-    write_table(&mut out, &entries, stacks.total())?;
-    out.flush()?;
-    Ok(())
+    write_table(&mut out, &entries, stacks.total())
+        .and_then(|()| out.flush())
+        .context(WRITING_STDOUT)
 }
 
 /// `pprof -top`'s columns: self, self%, running sum%, total, total%, name.
