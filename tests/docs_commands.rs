@@ -8,6 +8,7 @@
 //! message quoted in troubleshooting.md, "flare needs root, …", is not);
 //! synopses (`[options]`, `A|B`) are left out. Shell around a command is
 //! cut away: a comment, a pipe or redirection, `$(…)` (a process id).
+//! The examples that end each `--help` are parsed the same way.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -168,22 +169,8 @@ fn every_documented_command_parses() {
     }
     let mut failed = Vec::new();
     for (file, line, args) in &all {
-        let mut run = args.clone();
-        match run.iter().position(|a| a == "--") {
-            Some(at) => run.insert(at, "--help".into()),
-            None => run.push("--help".into()),
-        }
-        let out = Command::new(env!("CARGO_BIN_EXE_flare"))
-            .args(&run)
-            .output()
-            .expect("running flare");
-        if !out.status.success() {
-            failed.push(format!(
-                "{}:{line}: flare {}\n  {}",
-                file.display(),
-                args.join(" "),
-                String::from_utf8_lossy(&out.stderr).trim()
-            ));
+        if let Err(e) = parses(args) {
+            failed.push(format!("{}:{line}: {e}", file.display()));
         }
     }
     assert!(
@@ -191,6 +178,67 @@ fn every_documented_command_parses() {
         "documented commands flare does not parse:\n{}",
         failed.join("\n")
     );
+}
+
+/// Whether flare parses `args` (its words after `flare`): `--help` put
+/// before its `--`, or at its end. What flare said when not.
+fn parses(args: &[String]) -> Result<(), String> {
+    let mut run = args.to_vec();
+    match run.iter().position(|a| a == "--") {
+        Some(at) => run.insert(at, "--help".into()),
+        None => run.push("--help".into()),
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_flare"))
+        .args(&run)
+        .output()
+        .expect("running flare");
+    match out.status.success() {
+        true => Ok(()),
+        false => Err(format!(
+            "flare {}\n  {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )),
+    }
+}
+
+/// `flare --help` and every tool's end with two or more examples, and
+/// each of them parses: the help cannot drift either.
+#[test]
+fn every_help_ends_with_examples_that_parse() {
+    let tools = tools();
+    let mut helps: Vec<Vec<String>> = vec![vec![]];
+    helps.extend(
+        tools
+            .iter()
+            .filter(|t| *t != "man")
+            .map(|t| vec![t.clone()]),
+    );
+    let mut failed = Vec::new();
+    for tool in &helps {
+        let out = Command::new(env!("CARGO_BIN_EXE_flare"))
+            .args(tool)
+            .arg("--help")
+            .output()
+            .expect("running flare");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let examples: Vec<Vec<String>> = text
+            .lines()
+            .skip_while(|l| l.trim() != "Examples:")
+            .skip(1)
+            .filter_map(|l| command(l, &tools))
+            .collect();
+        let name = format!("flare {}", tool.join(" "));
+        if examples.len() < 2 {
+            failed.push(format!("{name} --help: {} examples", examples.len()));
+        }
+        for e in &examples {
+            if let Err(e) = parses(e) {
+                failed.push(format!("{name} --help: {e}"));
+            }
+        }
+    }
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
 }
 
 #[test]

@@ -164,8 +164,9 @@ impl FlamegraphArgs {
     after_help = "Widths are the AFTER profile; BEFORE is scaled to the same total, so \
 colours show the change in share: red grew, blue shrank.
 
-Example:
-    flare diff before.folded after.folded -o diff.svg"
+Examples:
+    flare diff before.folded after.folded -o diff.svg
+    flare diff --title 'v2 against v1' v1.folded v2.folded -o v2.svg"
 )]
 pub struct DiffArgs {
     /// Folded stacks of the first profile
@@ -191,6 +192,10 @@ pub struct DiffArgs {
 
 /// `flare top IN`.
 #[derive(Debug, Args)]
+#[command(after_help = "Examples:
+    flare top cpu.folded                 # the 20 functions with the most self value
+    flare top --total -n 50 cpu.folded   # by total (inclusive) value, 50 of them
+    flare profile -f 5 | flare top -     # straight from a profile")]
 pub struct TopArgs {
     /// Folded stacks; - for stdin
     #[arg(value_name = "IN")]

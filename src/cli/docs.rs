@@ -7,6 +7,10 @@ use clap::Args;
 use clap_complete::Shell;
 
 #[derive(Debug, Args)]
+#[command(after_help = "Examples:
+    flare completions bash > /etc/bash_completion.d/flare
+    flare completions zsh > \"${fpath[1]}/_flare\"
+    flare completions fish > ~/.config/fish/completions/flare.fish")]
 pub struct CompletionsArgs {
     /// The shell to print completions for
     #[arg(value_enum)]

@@ -14,14 +14,26 @@ pub mod wallclock;
 
 use clap::{Parser, Subcommand};
 
-/// flare: eBPF CPU profiling for Linux — bcc's profile with flame graphs
-/// built in.
+/// flare: an eBPF profiler for Linux — CPU, off-CPU and wall-clock stacks
+/// as bcc prints them, Python and Java frames, flame graphs, pprof and a
+/// fleet agent.
 #[derive(Debug, Parser)]
-#[command(name = "flare", version, propagate_version = true)]
+#[command(name = "flare", version, propagate_version = true, after_help = EXAMPLES)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
 }
+
+/// `flare --help`'s examples: one per kind of question.
+const EXAMPLES: &str = "\
+Examples:
+    flare profile -o cpu.svg -- ./app           # where ./app spends CPU: a flame graph
+    flare profile -p 185 -o cpu.pb.gz 10        # a running process for 10 s, as pprof
+    flare offcputime -p 185 -f 5 > off.folded   # where it blocks, and for how long
+    flare wallclock -o wall.json.gz -- python3 app.py   # on and off CPU, for the Firefox Profiler
+
+Each tool's --help has examples of its own. The user guide:
+/usr/share/doc/flare/docs/ (docs/ in the source tree).";
 
 // Every tool takes negative numbers as option values (`-F -5`), so that
 // their parsers say what is wrong with them instead of clap taking them
