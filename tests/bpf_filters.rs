@@ -6,54 +6,11 @@ mod common;
 
 use std::fs;
 use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::bpf::{flare, require_bpf, serial, workload};
+use common::cgroup::{pin_set, BpfFs, Cgroup};
 use common::session::{parse_text, Flare, Workload};
-use libbpf_rs::{MapCore, MapFlags, MapHandle, MapType};
-
-/// A bpffs mount private to one test, unmounted on drop.
-struct BpfFs(PathBuf);
-
-impl BpfFs {
-    fn new(name: &str) -> Self {
-        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("bpffs-{name}"));
-        fs::create_dir_all(&dir).unwrap();
-        let _ = Command::new("umount")
-            .arg(&dir)
-            .stderr(std::process::Stdio::null())
-            .status();
-        let ok = Command::new("mount")
-            .args(["-t", "bpf", "bpf"])
-            .arg(&dir)
-            .status()
-            .unwrap();
-        assert!(ok.success(), "mounting bpffs at {}", dir.display());
-        BpfFs(dir)
-    }
-}
-
-impl Drop for BpfFs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg(&self.0).status();
-    }
-}
-
-/// Pins a hash map (u64 -> u64) holding `keys` at `path`.
-fn pin_set(path: &Path, keys: &[u64]) -> MapHandle {
-    let opts = libbpf_rs::libbpf_sys::bpf_map_create_opts {
-        sz: std::mem::size_of::<libbpf_rs::libbpf_sys::bpf_map_create_opts>() as _,
-        ..Default::default()
-    };
-    let mut map = MapHandle::create(MapType::Hash, Some("flare_test"), 8, 8, 16, &opts).unwrap();
-    for k in keys {
-        map.update(&k.to_ne_bytes(), &1u64.to_ne_bytes(), MapFlags::ANY)
-            .unwrap();
-    }
-    map.pin(path).unwrap();
-    map
-}
 
 fn pids_in(out: &str) -> Vec<u32> {
     parse_text(out).iter().map(|e| e.pid).collect()
@@ -65,22 +22,14 @@ fn cgroupmap_keeps_only_listed_cgroups() {
         return;
     }
     let _g = serial();
-    let root = Path::new("/sys/fs/cgroup/unified");
-    let root = if root.join("cgroup.procs").exists() {
-        root
-    } else {
-        Path::new("/sys/fs/cgroup")
-    };
-    let cg = root.join(format!("flare-test-{}", std::process::id()));
-    fs::create_dir_all(&cg).expect("creating a cgroup v2 group");
-    let id = fs::metadata(&cg).unwrap().ino();
+    let cg = Cgroup::new("filters");
+    let id = cg.id();
     let bpffs = BpfFs::new("cgroup");
     let path = bpffs.0.join("cgset");
     let _map = pin_set(&path, &[id]);
 
     let mut w = Workload::start("twofuncs", &["1", "25"]);
-    fs::write(cg.join("cgroup.procs"), w.pid.to_string())
-        .expect("moving the workload into the cgroup");
+    cg.add(w.pid);
     let f = Flare::start(
         &[
             "profile",
@@ -101,7 +50,6 @@ fn cgroupmap_keeps_only_listed_cgroups() {
         "only the listed cgroup: {pids:?}"
     );
     drop(w);
-    let _ = fs::remove_dir(&cg);
 }
 
 #[test]

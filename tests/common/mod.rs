@@ -4,6 +4,7 @@
 pub mod agent;
 pub mod bad_server;
 pub mod bpf;
+pub mod cgroup;
 pub mod fixtures;
 pub mod golden;
 pub mod java;
