@@ -52,6 +52,91 @@ fn cgroupmap_keeps_only_listed_cgroups() {
     drop(w);
 }
 
+/// The unwind tables a system-wide profile builds (its disk cache's
+/// file names: build ids, or file identities) with --cgroupmap, while a
+/// process outside the cgroup spins beside one inside: those of the
+/// cgroup's process only, as BPF filters before it walks a stack. (The
+/// unwinder's start-up scan of every process, now left out with a set,
+/// loads from the cache only and builds nothing: this cannot see it.)
+#[test]
+fn cgroupmap_loads_no_other_process() {
+    if !require_bpf() {
+        return;
+    }
+    if common::bpf::kernel_can("unwind") == Some(false) {
+        eprintln!("skipping: this kernel walks user stacks by frame pointers, with no tables");
+        return;
+    }
+    let _g = serial();
+    let cg = Cgroup::new("unloaded");
+    let bpffs = BpfFs::new("unloaded");
+    let path = bpffs.0.join("cgset");
+    let _map = pin_set(&path, &[cg.id()]);
+    let mut w = Workload::start("twofuncs", &["1", "25"]);
+    cg.add(w.pid);
+    let mut outside = Workload::start("burst", &["0", "1000", "0"]);
+    // Every key the cgroup's process may have: its mapped files' build
+    // ids or identities, and the vDSO's.
+    let mut allowed: Vec<String> = Vec::new();
+    for m in flare::unwind::procs::exec_mappings(w.pid).expect("the workload's maps") {
+        let flare::unwind::procs::Backing::File(file) = &m.backing else {
+            continue;
+        };
+        let Ok(f) = fs::File::open(file) else {
+            continue;
+        };
+        let meta = f.metadata().expect("metadata");
+        let id = flare::elf::FileSource::new(&f)
+            .and_then(flare::elf::Elf::parse)
+            .and_then(|e| e.build_id());
+        allowed.push(flare::unwind::cache::key(id.as_deref(), &meta));
+    }
+    assert!(allowed.len() >= 2, "the workload's objects: {allowed:?}");
+    let cache = tempfile::tempdir().expect("a cache directory");
+    let f = Flare::start_with_env(
+        &[
+            "profile",
+            "-F",
+            "199",
+            "--cgroupmap",
+            path.to_str().unwrap(),
+        ],
+        2,
+        &[("FLARE_CACHE_DIR", cache.path().to_str().unwrap())],
+    );
+    w.go();
+    outside.go();
+    w.wait_done();
+    outside.wait_done();
+    let (out, _) = f.stop();
+    let pids = pids_in(&out);
+    assert!(pids.contains(&w.pid), "the workload is sampled");
+    assert!(!pids.contains(&outside.pid), "the process outside is not");
+    let mut built: Vec<String> = Vec::new();
+    for dir in fs::read_dir(cache.path()).expect("the cache").flatten() {
+        if let Ok(files) = fs::read_dir(dir.path()) {
+            built.extend(files.flatten().filter_map(|e| {
+                let name = e.file_name().to_string_lossy().into_owned();
+                name.strip_suffix(".rows").map(str::to_string)
+            }));
+        }
+    }
+    assert!(
+        !built.is_empty(),
+        "no table built at all: is the cache used?"
+    );
+    let foreign: Vec<&String> = built
+        .iter()
+        .filter(|k| !k.starts_with("vdso-") && !allowed.contains(k))
+        .collect();
+    assert!(
+        foreign.is_empty(),
+        "tables of processes outside the cgroup: {foreign:?} (the workload's: {allowed:?})"
+    );
+    drop(w);
+    drop(outside);
+}
+
 #[test]
 fn mntnsmap_keeps_only_listed_mount_namespaces() {
     if !require_bpf() {

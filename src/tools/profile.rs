@@ -164,6 +164,7 @@ fn plan(c: &Config) -> Plan<'_> {
         launched: c.follow_children,
         uprobes: None,
         recording: c.recording,
+        filtered: c.cgroup_map.is_some() || c.mntns_map.is_some(),
     }
 }
 

@@ -64,6 +64,11 @@ pub(crate) struct Plan<'a> {
     /// The binary of user probes (stackcount's): with no process watched,
     /// the unwinder loads the processes mapping it, not every process.
     pub uprobes: Option<&'a Path>,
+    /// A pinned set (--cgroupmap, --mntnsmap) limits what is sampled: with
+    /// no process watched, the unwinder loads the processes BPF meets, not
+    /// every process at start (an agent renewed every two minutes read
+    /// every binary on the host each time, 14 MiB at once beside a build).
+    pub filtered: bool,
 }
 
 impl Plan<'_> {
@@ -134,7 +139,7 @@ impl Plan<'_> {
             (Watch::Tids(_), _) => (Vec::new(), false),
             // A uprobe's processes are loaded before it fires.
             (Watch::All, Some(binary)) => (unwind::procs::pids_mapping(binary), false),
-            (Watch::All, None) => (Vec::new(), true),
+            (Watch::All, None) => (Vec::new(), !self.filtered),
         };
         unwind::start(
             mode,

@@ -169,6 +169,7 @@ fn plan(c: &Config) -> Plan<'_> {
         cpu: None,
         launched: c.follow_children,
         uprobes: None,
+        filtered: false,
         recording: c.recording,
     }
 }

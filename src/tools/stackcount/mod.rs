@@ -226,6 +226,7 @@ fn plan(c: &Config) -> Plan<'_> {
         launched: c.command.is_some(),
         uprobes: None,
         recording: c.recording,
+        filtered: false,
     }
 }
 
