@@ -104,9 +104,11 @@ fn rss_stays_flat_over_minutes_of_one_second_windows() {
     // Flat means the saw's teeth do not climb: the high level of the
     // second half after warm-up (its 90th percentile) at most 1 MiB above
     // the first half's. Not the maximum: loading a renewed BPF object
-    // reads the kernel's BTF (about 5 MiB, freed at once), and whether a
-    // one-second sample falls in that moment is chance, not growth; the
-    // maximum is held to that much above the first half's high level.
+    // reads and parses the kernel's BTF (5.3 MiB on 6.18, freed at once),
+    // and whether a one-second sample falls in that moment is chance, not
+    // growth (on a machine busy with a build, loads are slower and one
+    // was caught at 9.0 MiB above the high level); the maximum is held to
+    // twice the BTF's size above the first half's high level, or 8 MiB.
     // (Comparing the first and last ten seconds instead judged where in a
     // tooth they fell.)
     let after_warmup = &rss[warmup as usize..];
@@ -126,9 +128,11 @@ fn rss_stays_flat_over_minutes_of_one_second_windows() {
         second_high <= first_high + 1024,
         "RSS grew from {first_high} to {second_high} KiB: {rss:?}"
     );
+    let btf_kib = std::fs::metadata("/sys/kernel/btf/vmlinux").map_or(0, |m| m.len() / 1024);
+    let transient = (2 * btf_kib).max(8 * 1024);
     assert!(
-        peak <= first_high + 8 * 1024,
-        "RSS peaked at {peak} KiB, over 8 MiB above {first_high} KiB: {rss:?}"
+        peak <= first_high + transient,
+        "RSS peaked at {peak} KiB, over {transient} KiB (twice the kernel's BTF, or 8 MiB) above {first_high} KiB: {rss:?}"
     );
     let line = err.lines().find(|l| l.contains("delivered")).unwrap_or("");
     assert!(

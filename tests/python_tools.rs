@@ -342,14 +342,22 @@ fn off_cpu_under_caller(py: &Path, mode: &str, function: &str, native: &str) {
         (900_000..=1_500_000).contains(&us),
         "{us} us off the CPU under {function}: {dump}"
     );
+    // Most of it in the blocking call: on a busy machine a reader also
+    // waits for the GIL back after its read (PyEval_RestoreThread), time
+    // under the same caller without the call below it.
     let prefix = format!("{function} (");
-    for (frames, _) in &blocked {
-        let at = frames.iter().position(|f| f.starts_with(&prefix)).unwrap();
-        assert!(
-            frames[at + 1..].iter().any(|f| f.contains(native)),
-            "no {native} below {function}: {frames:?}"
-        );
-    }
+    let in_native: u64 = blocked
+        .iter()
+        .filter(|(frames, _)| {
+            let at = frames.iter().position(|f| f.starts_with(&prefix));
+            at.is_some_and(|at| frames[at + 1..].iter().any(|f| f.contains(native)))
+        })
+        .map(|(_, n)| n)
+        .sum();
+    assert!(
+        in_native * 10 >= us * 8,
+        "{in_native} of {us} us under {function} with {native} below it: {dump}"
+    );
 }
 
 /// Every tool on CPython 3.`minor` (pyenv's, or Debian sid's for 3.14

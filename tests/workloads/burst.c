@@ -7,9 +7,10 @@
  *
  * usage: burst BEFORE_MS BURST_MS AFTER_MS
  * Protocol on stdio: prints "ready", waits for a line on stdin, works,
- * prints "burst START_NS END_NS" and "cpu S" (process CPU seconds used
- * while working), then stays alive until stdin closes, so that a
- * profiler can still read its memory maps.
+ * prints "burst START_NS END_NS", "burstcpu S" (CPU seconds the burst
+ * got: less than its wall time on a busy machine) and "cpu S" (process
+ * CPU seconds used while working), then stays alive until stdin closes,
+ * so that a profiler can still read its memory maps.
  */
 #define _GNU_SOURCE
 #include <stdio.h>
@@ -25,6 +26,14 @@ static unsigned long long now_ns(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return ts.tv_sec * 1000000000ULL + ts.tv_nsec;
+}
+
+static double thread_cpu(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
 static double process_cpu(void)
@@ -72,10 +81,13 @@ int main(int argc, char **argv)
 	double cpu0 = process_cpu();
 	spin_base(now_ns() + before);
 	unsigned long long start = now_ns();
+	double burst_cpu = thread_cpu();
 	burst_func(start + burst);
+	burst_cpu = thread_cpu() - burst_cpu;
 	unsigned long long end = now_ns();
 	spin_base(end + after);
 	printf("burst %llu %llu\n", start, end);
+	printf("burstcpu %.6f\n", burst_cpu);
 	printf("cpu %.6f\n", process_cpu() - cpu0);
 	fflush(stdout);
 	while (fgets(line, sizeof(line), stdin))
