@@ -23,12 +23,31 @@ use prost::Message;
 const LIMIT: Duration = Duration::from_secs(60);
 /// The kernel's name for the workload's thread: its file name, cut to 15 bytes.
 const COMM: &str = "workload-twofun";
+/// The service name twofuncs is started with where the test says so.
+const SERVICE: &str = "checkout-svc";
 
 /// Samples of func_a and func_b in a pprof window, after checking that
 /// every sample is twofuncs' and carries its labels.
 fn hot_counts(p: &flare::output::pprof::proto::Profile, w: &Workload, exe: &str) -> (i64, i64) {
+    hot_counts_of(p, w, exe, None)
+}
+
+/// [`hot_counts`], each sample labelled with `service` too where given.
+fn hot_counts_of(
+    p: &flare::output::pprof::proto::Profile,
+    w: &Workload,
+    exe: &str,
+    service: Option<&str>,
+) -> (i64, i64) {
     let (mut a, mut b) = (0, 0);
     for s in resolve(p) {
+        if service.is_some() {
+            assert_eq!(
+                s.labels.get("service_name").map(String::as_str),
+                service,
+                "{s:?}"
+            );
+        }
         assert_eq!(s.labels.get("pid"), Some(&w.pid.to_string()), "{s:?}");
         assert_eq!(
             s.labels.get("comm").map(String::as_str),
@@ -92,6 +111,7 @@ fn otlp_hot_counts(req: &otlp::ExportProfilesServiceRequest, pid: u32) -> (i64, 
             "{attrs:?}"
         );
         assert_eq!(attrs.get("thread.name").map(String::as_str), Some(COMM));
+        assert_eq!(attrs.get("service.name").map(String::as_str), Some(SERVICE));
         let names: Vec<&str> = d.stack_table[sample.stack_index as usize]
             .location_indices
             .iter()
@@ -138,7 +158,18 @@ fn every_destination_gets_the_hot_function_and_labels_in_each_window() {
         return;
     }
     let _serial = serial();
-    let mut w = Workload::start("twofuncs", &["12", "25", "1"]);
+    // Started with its service's name in its environment, as
+    // OpenTelemetry's SDKs take it (the variable wins over the list).
+    let service = format!("OTEL_SERVICE_NAME={SERVICE}");
+    let mut w = Workload::start_with(
+        &[
+            "env",
+            &service,
+            "OTEL_RESOURCE_ATTRIBUTES=service.name=other,team=a",
+        ],
+        "twofuncs",
+        &["12", "25", "1"],
+    );
     let exe = fs::canonicalize(common::bpf::workload("twofuncs")).unwrap();
     let exe = exe.to_str().unwrap().to_string();
     w.go();
@@ -188,7 +219,7 @@ fn every_destination_gets_the_hot_function_and_labels_in_each_window() {
         assert!(until > from);
         check_window(
             &format!("pyroscope window {i}"),
-            hot_counts(&decode_pprof(&r.body), &w, &exe),
+            hot_counts_of(&decode_pprof(&r.body), &w, &exe, Some(SERVICE)),
         );
     }
 
@@ -220,7 +251,10 @@ fn every_destination_gets_the_hot_function_and_labels_in_each_window() {
         assert_eq!(labels["__name__"], "flare_cpu");
         assert!(labels.contains_key("hostname"));
         let p = decode_pprof(&series.samples[0].raw_profile);
-        check_window(&format!("parca window {i}"), hot_counts(&p, &w, &exe));
+        check_window(
+            &format!("parca window {i}"),
+            hot_counts_of(&p, &w, &exe, Some(SERVICE)),
+        );
     }
 
     let files = flare::export::dir::Dir::files(dir.path()).unwrap();

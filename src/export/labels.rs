@@ -1,5 +1,7 @@
 //! What the agent labels each process with, read from `/proc`: the
-//! executable, the cgroup and the container id in it, and the host name.
+//! executable, the cgroup and the container id, pod and systemd unit in
+//! it, the service name its environment gives (`service.rs`), and the
+//! host name.
 //!
 //! Labels are read afresh each window for the processes in it (a reused
 //! pid gets its new process's labels); a process that has exited by then
@@ -10,7 +12,7 @@ use std::ffi::CStr;
 use std::fs;
 use std::sync::Arc;
 
-use crate::export::ProcessLabels;
+use crate::export::{service, ProcessLabels};
 
 /// Windows an exited process's labels are kept for.
 const KEEP_WINDOWS: u64 = 6;
@@ -78,7 +80,10 @@ pub fn read(pid: u32) -> Option<ProcessLabels> {
     Some(ProcessLabels {
         exe,
         container_id: cgroup.and_then(container_id).map(Arc::from),
+        pod_uid: cgroup.and_then(service::pod_uid).map(Arc::from),
+        unit: cgroup.and_then(service::systemd_unit).map(Arc::from),
         cgroup: cgroup.map(Arc::from),
+        service: service::read_service(pid).map(Arc::from),
     })
 }
 

@@ -26,6 +26,7 @@ pub mod pprof;
 pub mod push;
 pub mod pyroscope;
 pub mod sender;
+pub mod service;
 pub mod sink;
 pub mod spool;
 
@@ -46,6 +47,13 @@ pub struct ProcessLabels {
     /// The container id found in the cgroup path (Docker, containerd,
     /// CRI-O, Podman), where there is one.
     pub container_id: Option<Arc<str>>,
+    /// The service name its environment gives (`OTEL_SERVICE_NAME`, or
+    /// `service.name` in `OTEL_RESOURCE_ATTRIBUTES`).
+    pub service: Option<Arc<str>>,
+    /// The Kubernetes pod's uid its cgroup path names.
+    pub pod_uid: Option<Arc<str>>,
+    /// The systemd unit its cgroup path names.
+    pub unit: Option<Arc<str>>,
 }
 
 /// One interval of profiling, ready to be sent.

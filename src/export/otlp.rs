@@ -6,7 +6,8 @@
 //! tables whose entry 0 is the zero value, stacks are interned, and pprof
 //! labels become attributes under OpenTelemetry's semantic-convention
 //! names (`process.pid`, `thread.id`, `thread.name`,
-//! `process.executable.path`, `container.id`, `host.name` on the
+//! `process.executable.path`, `container.id`, `service.name` and
+//! `k8s.pod.uid` where a process has them, `host.name` on the
 //! resource). The values are sample counts; the period is one sample's CPU
 //! time. Where the run kept times, each sample carries its events'
 //! `timestamps_unix_nano`, one value per timestamp.
@@ -32,6 +33,9 @@ const ATTRIBUTES: &[(&str, &str)] = &[
     ("exe", "process.executable.path"),
     ("cgroup", "process.linux.cgroup"),
     ("container_id", "container.id"),
+    ("service_name", "service.name"),
+    ("pod_uid", "k8s.pod.uid"),
+    ("systemd_unit", "systemd.unit"),
 ];
 
 /// Each sample's events as (Unix time in ns, value), in time order, when

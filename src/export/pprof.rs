@@ -1,7 +1,9 @@
 //! A window as pprof: the `-o` writer's `profile.proto` plus the labels a
 //! continuous-profiling server groups by (`exe`, `cgroup`, `container_id`,
-//! `hostname` on every sample, next to the writer's `pid`, `tid` and
-//! `comm`) and the build id of each mapping whose file can be read.
+//! and where a process has them `service_name`, `pod_uid` and
+//! `systemd_unit`; `hostname` on every sample, next to the writer's
+//! `pid`, `tid` and `comm`) and the build id of each mapping whose file
+//! can be read.
 //!
 //! Build ids are read once per file and kept in a small cache that starts
 //! again from empty when full, so that a long-running agent stays flat.
@@ -69,6 +71,9 @@ impl Encoder {
             strings.get("exe"),
             strings.get("cgroup"),
             strings.get("container_id"),
+            strings.get("service_name"),
+            strings.get("pod_uid"),
+            strings.get("systemd_unit"),
         ];
         let host_key = strings.get("hostname");
         let host = strings.get(&window.host);
@@ -88,7 +93,14 @@ impl Encoder {
                 }
             }
             if let Some(labels) = window.processes.get(&pid) {
-                let values = [&labels.exe, &labels.cgroup, &labels.container_id];
+                let values = [
+                    &labels.exe,
+                    &labels.cgroup,
+                    &labels.container_id,
+                    &labels.service,
+                    &labels.pod_uid,
+                    &labels.unit,
+                ];
                 for (key, value) in keys.iter().zip(values) {
                     if let Some(v) = value {
                         s.label.push(proto::Label {

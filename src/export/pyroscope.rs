@@ -2,8 +2,10 @@
 //! from=&until=&format=pprof` with the window's gzipped pprof as the body.
 //!
 //! The application name carries the host (`APP{hostname=...}`); the
-//! per-process labels (`pid`, `comm`, `exe`, `cgroup`, `container_id`)
-//! are pprof sample labels, which Pyroscope keeps as labels of their own.
+//! per-process labels (`pid`, `comm`, `exe`, `cgroup`, `container_id`,
+//! and `service_name`, `pod_uid`, `systemd_unit` where a process has
+//! them) are pprof sample labels, which Pyroscope keeps as labels of
+//! their own.
 
 use std::time::Duration;
 

@@ -199,6 +199,9 @@ fn sample_window() -> Window {
             exe: Some("/usr/bin/work".into()),
             cgroup: Some("/system.slice/docker-abc.scope".into()),
             container_id: Some("abc".into()),
+            service: Some("checkout".into()),
+            pod_uid: Some("0f2e5a7c-1b2d-4e3f-8a9b-0c1d2e3f4a5b".into()),
+            unit: Some("docker-abc.scope".into()),
         },
     );
     let start = SystemTime::UNIX_EPOCH + Duration::from_secs(1000);
@@ -235,6 +238,9 @@ fn pprof_window_carries_process_and_host_labels() {
         ("exe", "/usr/bin/work"),
         ("container_id", "abc"),
         ("cgroup", "/system.slice/docker-abc.scope"),
+        ("service_name", "checkout"),
+        ("pod_uid", "0f2e5a7c-1b2d-4e3f-8a9b-0c1d2e3f4a5b"),
+        ("systemd_unit", "docker-abc.scope"),
         ("hostname", "node1"),
     ] {
         assert_eq!(labels.get(k).map(String::as_str), Some(v), "label {k}");
@@ -284,6 +290,9 @@ fn otlp_request_resolves_to_the_same_stack_and_attributes() {
     assert_eq!(attrs["thread.name"], "work");
     assert_eq!(attrs["container.id"], "abc");
     assert_eq!(attrs["process.executable.path"], "/usr/bin/work");
+    assert_eq!(attrs["service.name"], "checkout");
+    assert_eq!(attrs["k8s.pod.uid"], "0f2e5a7c-1b2d-4e3f-8a9b-0c1d2e3f4a5b");
+    assert_eq!(attrs["systemd.unit"], "docker-abc.scope");
     assert_eq!(prof.time_unix_nano, 1000 * 1_000_000_000);
     assert_eq!(prof.duration_nano, 10 * 1_000_000_000);
     let host = &req.resource_profiles[0]
