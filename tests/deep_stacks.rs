@@ -186,7 +186,7 @@ fn the_kernels_frame_pointer_walk_marks_its_cut_and_says_so() {
         1,
     );
     w.go();
-    w.wait_done();
+    let cpu = w.wait_done();
     let (out, err) = flare.stop();
     let folded = parse_folded(&out);
     let (mut leaf, mut marked) = (0, 0);
@@ -203,7 +203,14 @@ fn the_kernels_frame_pointer_walk_marks_its_cut_and_says_so() {
             );
         }
     }
-    assert!(leaf > 100, "too few samples: {out}");
+    // Emulated, a 127-frame walk per interrupt is slow and the guest's
+    // perf events came out far below their rate: 17 samples of 2 s once,
+    // after the 600-deep tests before it (about 500 in other runs).
+    let floor = if common::bpf::emulated() { 10 } else { 100 };
+    assert!(
+        leaf > floor,
+        "too few samples ({leaf} in {cpu:.2} s of CPU): {out}"
+    );
     assert!(marked * 100 >= leaf * 95, "{marked} of {leaf} marked");
     let warnings = err
         .lines()
