@@ -207,7 +207,15 @@ mod tests {
             .env("OTEL_SERVICE_NAME", "flare-test-svc")
             .spawn()
             .expect("starting sleep");
-        let got = read_service(child.id());
+        // spawn may return while the child's exec is still setting up its
+        // new memory (vfork's parent resumes before the environment's
+        // place is recorded): /proc/PID/environ is empty for a moment.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        let mut got = read_service(child.id());
+        while got.is_none() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            got = read_service(child.id());
+        }
         let _ = child.kill();
         let _ = child.wait();
         assert_eq!(got.as_deref(), Some("flare-test-svc"));
