@@ -10,7 +10,7 @@
 //! `common::bpf::require_bpf`.
 //!
 //! Tolerances: at least 99 % of samples complete; func_a's share within 3
-//! points of the workload's (25 %).
+//! points of the workload's own clock (about 25 %).
 //!
 //! Also: a stack through JIT-like code without tables (tests/workloads/
 //! jit.c, listed in a perf map), walked by its frame pointer and by
@@ -54,8 +54,25 @@ struct Result {
     complete: u64,
     /// Complete samples in the PLT stub spin calls (`labs@plt`).
     in_stub: u64,
+    /// Every sample in that stub, complete or not.
+    stub_all: u64,
     share_a: f64,
+    /// func_a's share of func_a and func_b by the workload's own clock.
+    truth_a: f64,
     incomplete: Vec<String>,
+}
+
+/// func_a's share (in %) by the workload's "share func_X S" reports.
+fn truth_a(w: &Workload) -> f64 {
+    let shares = w.shares();
+    let of = |name: &str| {
+        shares
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|&(_, s)| s)
+            .unwrap_or_else(|| panic!("the workload reported no share of {name}"))
+    };
+    100.0 * of("func_a") / (of("func_a") + of("func_b"))
 }
 
 /// Profiles one run of `exe` with `--unwind mode`, user stacks only.
@@ -71,7 +88,8 @@ fn profile(exe: &Path, mode: &str, root: &dyn Fn(&[&str]) -> bool) -> Result {
     w.go();
     w.wait_done();
     let (out, err) = flare.stop();
-    let r = tally(&parse_folded(&out), root, |_| false);
+    let mut r = tally(&parse_folded(&out), root, |_| false);
+    r.truth_a = truth_a(&w);
     assert!(
         r.samples > 200,
         "too few samples ({}); stderr: {err}",
@@ -88,9 +106,12 @@ fn tally(
     root: &dyn Fn(&[&str]) -> bool,
     elsewhere: impl Fn(&[String]) -> bool,
 ) -> Result {
-    let (mut samples, mut done, mut a, mut in_stub) = (0, 0, 0, 0);
+    let (mut samples, mut done, mut a, mut in_stub, mut stub_all) = (0, 0, 0, 0, 0);
     let mut incomplete = Vec::new();
     for (frames, n) in stacks {
+        if frames.last().is_some_and(|f| f == "labs@plt") {
+            stub_all += n;
+        }
         match complete(&frames[1..], root) {
             Some(f) => {
                 done += n;
@@ -111,7 +132,9 @@ fn tally(
         samples,
         complete: done,
         in_stub,
+        stub_all,
         share_a: 100.0 * a as f64 / done.max(1) as f64,
+        truth_a: f64::NAN,
         incomplete,
     }
 }
@@ -145,13 +168,13 @@ fn profile_new_processes(exes: &[&Path], seconds: &str) -> Vec<Result> {
     for exe in exes {
         let mut w = Workload::start_exe(&[], exe, &[seconds, "25"]);
         w.go();
-        cpu.push(w.wait_done());
+        cpu.push((w.wait_done(), truth_a(&w)));
     }
     let (out, err) = flare.stop();
     let folded = parse_folded(&out);
     exes.iter()
         .zip(cpu)
-        .map(|(exe, cpu)| {
+        .map(|(exe, (cpu, truth))| {
             let name = exe.file_name().expect("a file name").to_string_lossy();
             let comm: String = name.chars().take(15).collect();
             let stacks: Vec<(Vec<String>, u64)> = folded
@@ -166,7 +189,8 @@ fn profile_new_processes(exes: &[&Path], seconds: &str) -> Vec<Result> {
             // idle machine, less beside other work); emulated, whose
             // timers lose most ticks, 6 % (500 samples of 8 s before).
             let part = if common::bpf::emulated() { 0.06 } else { 0.5 };
-            let r = tally(&stacks, &thread_root, walked_to_a_root);
+            let mut r = tally(&stacks, &thread_root, walked_to_a_root);
+            r.truth_a = truth;
             assert!(
                 r.samples as f64 > part * 997.0 * cpu && cpu > 0.2,
                 "{comm}: too few samples ({}) for {cpu:.2} s of CPU; stderr: {err}",
@@ -185,10 +209,14 @@ fn assert_full(what: &str, r: &Result) {
         r.samples,
         r.incomplete.join("\n")
     );
+    // Against the workload's own clock: its functions stop at the first
+    // clock read past their 25 ms, which overshoots by a step (more
+    // where steps are slow, as emulated).
     assert!(
-        (r.share_a - 25.0).abs() <= 3.0,
-        "{what}: func_a has {:.1} % of complete samples, expected 25 ± 3",
-        r.share_a
+        (r.share_a - r.truth_a).abs() <= 3.0,
+        "{what}: func_a has {:.1} % of complete samples, {:.1} % by its own clock (± 3)",
+        r.share_a,
+        r.truth_a
     );
 }
 
@@ -226,8 +254,9 @@ fn a_process_started_during_the_run_has_full_stacks_from_its_first_samples() {
     // run here, 2.7 % under emulation. 4 s brought them to about 1 %
     // there, the edge of the bound (98.8 and 98.9 % whole in two arm64
     // runs: mostly one-frame stacks from before flare met the process);
-    // 8 s halve that.
-    let seconds = if common::bpf::emulated() { "8" } else { "1" };
+    // 8 s too, once (98.9 %: 75 samples, most of them whole chains of
+    // unnamed frames of the second process). 12 s.
+    let seconds = if common::bpf::emulated() { "12" } else { "1" };
     let r = profile_new_processes(&[&first, &second], seconds);
     // The first waits for libc's table to be built (as on a machine's
     // first run; a fleet's machines keep the cache): a few ms here, more
@@ -302,16 +331,28 @@ fn plt_stubs_keep_their_callers() {
     assert_full("calls through the PLT", &r);
     // The test means something only if the stub is sampled, and the stub
     // is named as perf names it (not after the symbol before it): 17-24 %
-    // of the samples here. Emulated, 1.9 % (54 of 2,902 in two runs in the
-    // arm64 guest: QEMU's TCG takes interrupts between its translated
-    // blocks, and the stub is one), still above the 1 % that the walk may
-    // lose: without rows for the stub, the check above fails.
-    let least = if common::bpf::emulated() { 100 } else { 20 };
+    // of the samples here. Emulated, 1.0-1.9 % (14 of 1,403 in the arm64
+    // guest of one CI run: QEMU's TCG takes interrupts between its
+    // translated blocks, and the stub is one), about the 1 % that the
+    // check above lets the walk lose; so the stub's own samples are
+    // checked too: without rows for the stub, they lose spin's callers.
+    let least = if common::bpf::emulated() {
+        10
+    } else {
+        r.complete / 20
+    };
     assert!(
-        r.in_stub * least >= r.complete,
-        "{} of {} complete samples in labs@plt under spin",
+        r.stub_all >= least.max(10),
+        "{} of {} samples in labs@plt, expected at least {}",
+        r.stub_all,
+        r.samples,
+        least.max(10)
+    );
+    assert!(
+        r.in_stub * 10 >= r.stub_all * 9,
+        "{} of {} samples in labs@plt are complete (spin and its callers above)",
         r.in_stub,
-        r.complete
+        r.stub_all
     );
 }
 

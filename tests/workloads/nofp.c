@@ -9,7 +9,10 @@
  *
  * usage: nofp SECONDS [SHARE_A]
  * Protocol on stdio (as twofuncs.c): "tid TID 0", "ready", wait for a
- * line, work, "tcpu TID S", "cpu S", stay alive until stdin closes.
+ * line, work, "share func_a S" and "share func_b S" (each function's
+ * CPU seconds by the thread CPU clock: the truth, where a clock read
+ * past a share overshoots it), "tcpu TID S", "cpu S", stay alive until
+ * stdin closes.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -28,6 +31,7 @@ static pthread_barrier_t start;
 static long worker_tid;
 static double worker_cpu;
 static volatile unsigned long sink;
+static double cpu_a, cpu_b;
 
 static double clock_of(clockid_t id)
 {
@@ -80,23 +84,27 @@ __attribute__((noinline)) unsigned long spin(unsigned long n)
 
 __attribute__((noinline)) void func_a(double cpu_seconds)
 {
-	double end = clock_of(CLOCK_THREAD_CPUTIME_ID) + cpu_seconds;
+	double begin = clock_of(CLOCK_THREAD_CPUTIME_ID), now;
+	double end = begin + cpu_seconds;
 
 	do
 		sink += spin(2000000);
-	while (clock_of(CLOCK_THREAD_CPUTIME_ID) < end);
+	while ((now = clock_of(CLOCK_THREAD_CPUTIME_ID)) < end);
+	cpu_a += now - begin;
 }
 
 /* A bigger frame than func_a's, so that the two differ in CFA offset. */
 __attribute__((noinline)) void func_b(double cpu_seconds)
 {
 	volatile char pad[512];
-	double end = clock_of(CLOCK_THREAD_CPUTIME_ID) + cpu_seconds;
+	double begin = clock_of(CLOCK_THREAD_CPUTIME_ID), now;
+	double end = begin + cpu_seconds;
 
 	pad[0] = 1;
 	do
 		sink += spin(2000000) + pad[0];
-	while (clock_of(CLOCK_THREAD_CPUTIME_ID) < end);
+	while ((now = clock_of(CLOCK_THREAD_CPUTIME_ID)) < end);
+	cpu_b += now - begin;
 }
 
 __attribute__((noinline)) void run(void)
@@ -145,6 +153,7 @@ int main(int argc, char **argv)
 	double before = process_cpu();
 	pthread_barrier_wait(&start);
 	pthread_join(tid, NULL);
+	printf("share func_a %.6f\nshare func_b %.6f\n", cpu_a, cpu_b);
 	printf("tcpu %ld %.6f\n", worker_tid, worker_cpu);
 	printf("cpu %.6f\n", process_cpu() - before);
 	fflush(stdout);

@@ -4,7 +4,8 @@
 //! stack is _start;__libc_start_main...;main;...;nofp::run;func_X;spin.
 //!
 //! usage: nofp SECONDS [SHARE_A]; protocol as nofp.c ("ready", a line,
-//! work, "tcpu TID S", "cpu S", wait for stdin to close).
+//! work, "share func_a S", "share func_b S", "tcpu TID S", "cpu S", wait
+//! for stdin to close).
 
 use std::io::{BufRead, Write};
 use std::time::{Duration, Instant};
@@ -37,31 +38,39 @@ fn spin(n: u64) -> u64 {
 }
 
 #[inline(never)]
-fn func_a(cpu: f64, sink: &mut u64) {
-    let end = thread_cpu() + cpu;
-    while thread_cpu() < end {
+fn func_a(cpu: f64, sink: &mut u64) -> f64 {
+    let begin = thread_cpu();
+    loop {
         *sink = sink.wrapping_add(spin(2_000_000));
+        let now = thread_cpu();
+        if now >= begin + cpu {
+            return now - begin;
+        }
     }
 }
 
 #[inline(never)]
-fn func_b(cpu: f64, sink: &mut u64) {
+fn func_b(cpu: f64, sink: &mut u64) -> f64 {
     let pad = std::hint::black_box([1u8; 512]);
-    let end = thread_cpu() + cpu;
-    while thread_cpu() < end {
+    let begin = thread_cpu();
+    loop {
         *sink = sink.wrapping_add(spin(2_000_000) + u64::from(pad[7]));
+        let now = thread_cpu();
+        if now >= begin + cpu {
+            return now - begin;
+        }
     }
 }
 
 #[inline(never)]
-fn run(seconds: f64, share_a: f64) -> u64 {
-    let mut sink = 0;
+fn run(seconds: f64, share_a: f64) -> (u64, f64, f64) {
+    let (mut sink, mut a, mut b) = (0, 0.0, 0.0);
     let stop = Instant::now() + Duration::from_secs_f64(seconds);
     while Instant::now() < stop {
-        func_a(share_a / 1000.0, &mut sink);
-        func_b((100.0 - share_a) / 1000.0, &mut sink);
+        a += func_a(share_a / 1000.0, &mut sink);
+        b += func_b((100.0 - share_a) / 1000.0, &mut sink);
     }
-    sink
+    (sink, a, b)
 }
 
 fn main() {
@@ -77,9 +86,13 @@ fn main() {
     let mut line = String::new();
     let _ = stdin.lock().read_line(&mut line);
     let cpu0 = thread_cpu();
-    std::hint::black_box(run(seconds, share_a));
+    let (sink, a, b) = run(seconds, share_a);
+    std::hint::black_box(sink);
     let cpu = thread_cpu() - cpu0;
-    let _ = writeln!(out, "tcpu {tid} {cpu:.6}\ncpu {cpu:.6}");
+    let _ = writeln!(
+        out,
+        "share func_a {a:.6}\nshare func_b {b:.6}\ntcpu {tid} {cpu:.6}\ncpu {cpu:.6}"
+    );
     let _ = out.flush();
     while stdin.lock().read_line(&mut line).map(|n| n > 0).unwrap_or(false) {
         line.clear();
