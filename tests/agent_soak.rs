@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::bpf::{require_bpf, serial, Reaper};
-use common::cgroup::{pin_set, BpfFs, Cgroup};
+use common::cgroup::CgroupSet;
 use common::receivers::{decode_pprof, resolve, HttpReceiver};
 use common::session::Workload;
 
@@ -38,10 +38,8 @@ fn rss_stays_flat_over_minutes_of_one_second_windows() {
         .max(60);
     let warmup = (secs / 4).max(20);
     let server = HttpReceiver::start(0);
-    let cg = Cgroup::new("soak");
-    let bpffs = BpfFs::new("soak");
-    let set = bpffs.0.join("cgset");
-    let _map = pin_set(&set, &[cg.id()]);
+    let set = CgroupSet::new("soak");
+    let cg = &set.cgroup;
     let mut w = Workload::start("twofuncs", &[&(secs + 30).to_string(), "25", "1"]);
     cg.add(w.pid);
     w.go();
@@ -72,8 +70,8 @@ fn rss_stays_flat_over_minutes_of_one_second_windows() {
                 "--pyroscope",
                 &server.url(),
                 "--cgroupmap",
+                set.arg(),
             ])
-            .arg(&set)
             .stdin(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()

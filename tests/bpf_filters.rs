@@ -9,7 +9,7 @@ use std::os::unix::fs::MetadataExt;
 use std::process::Command;
 
 use common::bpf::{flare, require_bpf, serial, workload};
-use common::cgroup::{pin_set, BpfFs, Cgroup};
+use common::cgroup::{pin_set, BpfFs, CgroupSet};
 use common::session::{parse_text, Flare, Workload};
 
 fn pids_in(out: &str) -> Vec<u32> {
@@ -22,24 +22,12 @@ fn cgroupmap_keeps_only_listed_cgroups() {
         return;
     }
     let _g = serial();
-    let cg = Cgroup::new("filters");
-    let id = cg.id();
-    let bpffs = BpfFs::new("cgroup");
-    let path = bpffs.0.join("cgset");
-    let _map = pin_set(&path, &[id]);
+    let set = CgroupSet::new("filters");
+    let cg = &set.cgroup;
 
     let mut w = Workload::start("twofuncs", &["1", "25"]);
     cg.add(w.pid);
-    let f = Flare::start(
-        &[
-            "profile",
-            "-F",
-            "199",
-            "--cgroupmap",
-            path.to_str().unwrap(),
-        ],
-        2,
-    );
+    let f = Flare::start(&["profile", "-F", "199", "--cgroupmap", set.arg()], 2);
     w.go();
     w.wait_done();
     let (out, _) = f.stop();
@@ -68,10 +56,8 @@ fn cgroupmap_loads_no_other_process() {
         return;
     }
     let _g = serial();
-    let cg = Cgroup::new("unloaded");
-    let bpffs = BpfFs::new("unloaded");
-    let path = bpffs.0.join("cgset");
-    let _map = pin_set(&path, &[cg.id()]);
+    let set = CgroupSet::new("unloaded");
+    let cg = &set.cgroup;
     let mut w = Workload::start("twofuncs", &["1", "25"]);
     cg.add(w.pid);
     let mut outside = Workload::start("burst", &["0", "1000", "0"]);
@@ -94,13 +80,7 @@ fn cgroupmap_loads_no_other_process() {
     assert!(allowed.len() >= 2, "the workload's objects: {allowed:?}");
     let cache = tempfile::tempdir().expect("a cache directory");
     let f = Flare::start_with_env(
-        &[
-            "profile",
-            "-F",
-            "199",
-            "--cgroupmap",
-            path.to_str().unwrap(),
-        ],
+        &["profile", "-F", "199", "--cgroupmap", set.arg()],
         2,
         &[("FLARE_CACHE_DIR", cache.path().to_str().unwrap())],
     );

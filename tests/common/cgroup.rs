@@ -100,3 +100,35 @@ impl Drop for Cgroup {
         }
     }
 }
+
+/// A cgroup of the test's own and a pinned set holding its id, on a
+/// bpffs mount of the test's own: what `--cgroupmap` takes. Dropped in
+/// order: the set's handle, the mount, then the group.
+pub struct CgroupSet {
+    _map: MapHandle,
+    _bpffs: BpfFs,
+    pub cgroup: Cgroup,
+    /// The pinned set's path, for `--cgroupmap`.
+    pub path: PathBuf,
+}
+
+impl CgroupSet {
+    /// `name` names the group and the mount.
+    pub fn new(name: &str) -> Self {
+        let cgroup = Cgroup::new(name);
+        let bpffs = BpfFs::new(name);
+        let path = bpffs.0.join("cgset");
+        let map = pin_set(&path, &[cgroup.id()]);
+        CgroupSet {
+            _map: map,
+            _bpffs: bpffs,
+            cgroup,
+            path,
+        }
+    }
+
+    /// The set's path as an argument.
+    pub fn arg(&self) -> &str {
+        self.path.to_str().expect("a UTF-8 path")
+    }
+}
