@@ -460,7 +460,7 @@ fn a_firefox_file_of_a_real_run_has_the_burst_at_its_time() {
     // flare heatmap's cells of burst(): all within one slice of the
     // burst's window.
     let opts = flare::output::heatmap::HeatmapOptions {
-        grep: Some(regex::Regex::new("^burst$").unwrap()),
+        grep: Some(regex_lite::Regex::new("^burst$").unwrap()),
         ..Default::default()
     };
     let grid = flare::output::heatmap::grid(&p, t, &opts);

@@ -373,7 +373,7 @@ fn cells(svg: &str) -> Vec<(f64, u64)> {
 fn heatmap_shows_the_burst_where_it_was() {
     let p = timed::burst();
     let opts = HeatmapOptions {
-        grep: Some(regex::Regex::new("^burst$").unwrap()),
+        grep: Some(regex_lite::Regex::new("^burst$").unwrap()),
         ..HeatmapOptions::default()
     };
     let grid = heatmap::grid(&p, p.timeline.as_ref().unwrap(), &opts);

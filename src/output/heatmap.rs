@@ -9,7 +9,7 @@
 
 use std::io::{self, Write};
 
-use regex::Regex;
+use regex_lite::Regex;
 
 use crate::profile::{Profile, Timeline};
 

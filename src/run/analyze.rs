@@ -131,7 +131,8 @@ pub fn heatmap(args: &HeatmapArgs) -> Result<()> {
     let profile = timed_profile(&args.input, &raw)?;
     let grep = match &args.grep {
         Some(g) => Some(
-            regex::Regex::new(g).map_err(|e| anyhow::anyhow!("bad --grep pattern '{g}': {e}"))?,
+            regex_lite::Regex::new(g)
+                .map_err(|e| anyhow::anyhow!("bad --grep pattern '{g}': {e}"))?,
         ),
         None => None,
     };

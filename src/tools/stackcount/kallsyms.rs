@@ -188,7 +188,7 @@ ffffffffc0000000 t mod_fn\t[mymod]
     fn find(pattern: &str) -> Vec<String> {
         let traceable = set(&["__do_sys_getppid", "vfs_read", "mod_fn"]);
         let blacklist = set(&["do_int3"]);
-        let re = regex::Regex::new(&format!("^(?:{pattern})$")).unwrap();
+        let re = regex_lite::Regex::new(&format!("^(?:{pattern})$")).unwrap();
         functions(
             KALLSYMS,
             |n| traceable.contains(n),

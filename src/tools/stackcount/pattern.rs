@@ -7,7 +7,7 @@
 //! else matches itself; with `-r` the expression is a regular expression
 //! anchored at the start of the name, as Python's `re.match` is in bcc.
 
-use regex::Regex;
+use regex_lite::Regex;
 
 use crate::error::{Error, Result};
 
@@ -126,7 +126,7 @@ impl Pattern {
 
 /// A glob with `*` wildcards as an anchored regular expression.
 fn glob_to_regex(glob: &str) -> String {
-    let parts: Vec<String> = glob.split('*').map(regex::escape).collect();
+    let parts: Vec<String> = glob.split('*').map(regex_lite::escape).collect();
     format!("^{}$", parts.join(".*"))
 }
 
