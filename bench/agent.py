@@ -13,7 +13,12 @@ to a Pyroscope-style receiver on loopback (this script, http.server), for
     end (pprof time_nanos + duration_nanos), i.e. encoding + queueing +
     HTTP, median and max.
 
-usage: bench/agent.py [--seconds N] [--interval S] [--hz F]   (as root, after cargo build --release)
+With --profiles LIST given more than once (e.g. --profiles cpu --profiles
+cpu,off-cpu,wall), one agent per list runs in turn on the same load, a
+report for each.
+
+usage: bench/agent.py [--seconds N] [--interval S] [--hz F] [--profiles LIST]..
+       (as root, after cargo build --release)
 """
 
 import argparse
@@ -97,39 +102,25 @@ def rss_kib(pid):
     return 0
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--seconds", type=int, default=300)
-    ap.add_argument("--interval", type=float, default=10)
-    ap.add_argument("--hz", type=int, default=19)
-    a = ap.parse_args()
-    if os.geteuid() != 0:
-        sys.exit("run as root")
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    url = "http://127.0.0.1:%d" % server.server_address[1]
-    with tempfile.TemporaryDirectory() as tmp:
-        work = os.path.join(tmp, "livestacks")
-        subprocess.run(["gcc", "-O1", "-g", "-fno-omit-frame-pointer", "-pthread", "-o", work,
-                        os.path.join(ROOT, "bench", "workloads", "livestacks.c")], check=True)
-        load = subprocess.Popen([work, str(a.seconds + 30), str(NCPU)], stdout=subprocess.DEVNULL)
+def run_agent(a, url, profiles):
+    """One agent run of a.seconds; prints its report."""
+    ARRIVALS.clear()
+    agent = subprocess.Popen([FLARE, "agent", "-F", str(a.hz), "--interval", str(a.interval),
+                              "--profiles", profiles, "--pyroscope", url],
+                             stderr=subprocess.PIPE, text=True)
+    t0 = time.monotonic()
+    rss, steady = [], None
+    while time.monotonic() - t0 < a.seconds:
         time.sleep(1)
-        agent = subprocess.Popen([FLARE, "agent", "-F", str(a.hz), "--interval", str(a.interval),
-                                  "--pyroscope", url], stderr=subprocess.PIPE, text=True)
-        t0 = time.monotonic()
-        rss, steady = [], None
-        while time.monotonic() - t0 < a.seconds:
-            time.sleep(1)
-            rss.append(rss_kib(agent.pid))
-            if steady is None and time.monotonic() - t0 >= a.interval + 1:
-                steady = (time.monotonic(), cpu_ticks(agent.pid), len(rss))
-        end_ticks, end_t = cpu_ticks(agent.pid), time.monotonic()
-        agent.send_signal(signal.SIGTERM)
-        _, err = agent.communicate(timeout=60)
-        load.kill()
-        load.wait()
+        rss.append(rss_kib(agent.pid))
+        if steady is None and time.monotonic() - t0 >= a.interval + 1:
+            steady = (time.monotonic(), cpu_ticks(agent.pid), len(rss))
+    end_ticks, end_t = cpu_ticks(agent.pid), time.monotonic()
+    agent.send_signal(signal.SIGTERM)
+    _, err = agent.communicate(timeout=60)
     wall = end_t - t0
-    print("flare agent -F %d, %g s windows, %d CPUs busy (livestacks), %d s" % (a.hz, a.interval, NCPU, a.seconds))
+    print("flare agent -F %d --profiles %s, %g s windows, %d CPUs busy (livestacks), %d s"
+          % (a.hz, profiles, a.interval, NCPU, a.seconds))
     print("  CPU: %.2f %% of one core over the run; %.2f %% after the first window"
           % (100.0 * end_ticks / TICK / wall,
              100.0 * (end_ticks - steady[1]) / TICK / (end_t - steady[0])))
@@ -144,6 +135,34 @@ def main():
     for line in err.splitlines():
         if "delivered" in line:
             print("  " + line.strip())
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--seconds", type=int, default=300)
+    ap.add_argument("--interval", type=float, default=10)
+    ap.add_argument("--hz", type=int, default=19)
+    ap.add_argument("--profiles", action="append")
+    a = ap.parse_args()
+    if os.geteuid() != 0:
+        sys.exit("run as root")
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = "http://127.0.0.1:%d" % server.server_address[1]
+    runs = a.profiles or ["cpu"]
+    with tempfile.TemporaryDirectory() as tmp:
+        work = os.path.join(tmp, "livestacks")
+        subprocess.run(["gcc", "-O1", "-g", "-fno-omit-frame-pointer", "-pthread", "-o", work,
+                        os.path.join(ROOT, "bench", "workloads", "livestacks.c")], check=True)
+        load = subprocess.Popen([work, str(len(runs) * (a.seconds + 60) + 30), str(NCPU)],
+                                stdout=subprocess.DEVNULL)
+        time.sleep(1)
+        try:
+            for profiles in runs:
+                run_agent(a, url, profiles)
+        finally:
+            load.kill()
+            load.wait()
 
 
 if __name__ == "__main__":

@@ -23,20 +23,6 @@ fn run(args: &[&str]) -> Output {
         .expect("running flare")
 }
 
-/// The workload's own "cpu S wall S compute S" line (it shares flare's
-/// stderr).
-fn measured(stderr: &str) -> (f64, f64, f64) {
-    let line = stderr
-        .lines()
-        .find(|l| l.starts_with("cpu "))
-        .unwrap_or_else(|| panic!("no measurement from the workload: {stderr}"));
-    let f: Vec<f64> = line
-        .split_whitespace()
-        .filter_map(|w| w.parse().ok())
-        .collect();
-    (f[0], f[1], f[2])
-}
-
 /// Folded lines of the workload: (stack, microseconds).
 fn lines(out: &str) -> Vec<(String, u64)> {
     out.lines()
@@ -78,7 +64,7 @@ fn wall_time_splits_into_compute_and_sleep_and_adds_up_to_the_lifetime() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
     let text = String::from_utf8_lossy(&out.stdout);
-    let (cpu, wall, in_compute) = measured(&err);
+    let (cpu, wall, in_compute) = common::bpf::wallwork_figures(&err);
     let lines = lines(&text);
     let total: u64 = lines.iter().map(|(_, n)| n).sum();
     let sum = |f: &dyn Fn(&str) -> bool| -> f64 {

@@ -108,7 +108,7 @@ fn offcputime_sees_the_commands_sleep() {
     let (_, off_us) = folded_share(&text, "", COMM);
     // The truth is the workload's own: wall time minus CPU time (on a busy
     // machine it is also preempted, which is off-CPU time too).
-    let (cpu, wall) = measured(&err);
+    let (cpu, wall, _) = common::bpf::wallwork_figures(&err);
     let truth = (wall - cpu) * 1e6;
     assert!(
         (off_us as f64 - truth).abs() < truth * 0.1 + 20_000.0,
@@ -143,20 +143,6 @@ fn offcputime_offsets_of_a_command_appear_once() {
     for f in &frames {
         assert_eq!(f.matches("+0x").count(), 1, "{f}:\n{text}");
     }
-}
-
-/// The "cpu S wall S" line wallwork prints on exit (through flare's
-/// stderr, which the command shares).
-fn measured(stderr: &str) -> (f64, f64) {
-    let line = stderr
-        .lines()
-        .find(|l| l.starts_with("cpu "))
-        .unwrap_or_else(|| panic!("no cpu/wall line from the workload: {stderr}"));
-    let f: Vec<f64> = line
-        .split_whitespace()
-        .filter_map(|w| w.parse().ok())
-        .collect();
-    (f[0], f[1])
 }
 
 #[test]

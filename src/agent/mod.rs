@@ -1,54 +1,126 @@
-//! `flare agent`: continuous profiling, as a periodic run of the profile
-//! collector through the [`crate::pipeline`] into the push exporters'
-//! sink ([`crate::export::sink::PushSink`]), without end.
+//! `flare agent`: continuous profiling, as a periodic run of collectors
+//! through the [`crate::pipeline`] into the push exporters' sink
+//! ([`crate::export::sink::PushSink`]), without end.
 //!
-//! Each interval's counts are read and cleared, symbolized locally and
-//! reported as one window; the senders deliver on their own threads, so
-//! collection never waits for a network. Long runs stay flat: the run is
+//! Each chosen [`Source`] (CPU samples, off-CPU time, wall-clock time)
+//! runs its own collector on its own thread; every interval each one's
+//! counts are read and cleared, symbolized locally and reported as one
+//! window of its kind, so a window of each kind reaches every
+//! destination. The senders deliver on their own threads, so collection
+//! never waits for a network. Long runs stay flat: each collector is
 //! renewed every [`Config::renew`] (about two minutes, a whole number of
 //! windows), or sooner once it has seen [`RENEW_PROCESSES`] processes —
-//! a fresh BPF session, whose stack storage would otherwise fill with stacks
-//! of exited processes (new stacks are then lost), and a fresh
+//! a fresh BPF session, whose stack storage would otherwise fill with
+//! stacks of exited processes (new stacks are then lost), and a fresh
 //! symbolizer: blazesym keeps an entry per process and mapping it has
 //! read, and the soak test saw an agent on a machine starting many short
 //! processes grow by 170 KiB/s without renewal. The few milliseconds
-//! between two runs are not sampled. On stop the last,
-//! partial window is sent too.
+//! between two runs are not sampled. On stop the last, partial window of
+//! each kind is sent too.
 
 use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{self, Receiver};
-use std::sync::Arc;
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::error::Result;
+use libbpf_rs::OpenObject;
+
+use crate::collect::Collector;
+use crate::error::{Error, Result};
 use crate::export::sink::PushSink;
-use crate::pipeline::{self, Mode, Plan, Sink};
+use crate::pipeline::{self, Mode, Plan, Sink, Times};
+use crate::profile::Kind;
 use crate::symbolize;
-use crate::tools::profile::{Config as ProfileConfig, Session};
+use crate::tools::{offcpu, profile, wallclock};
 
 /// Processes a run may see before it is renewed.
 pub const RENEW_PROCESSES: usize = 512;
 
+/// One profile the agent takes, with its collector's options (their
+/// durations are ignored: the agent runs until stopped).
+#[derive(Clone, Debug)]
+pub enum Source {
+    /// CPU samples (`flare profile`).
+    Cpu(profile::Config),
+    /// Blocked time by the blocked thread's stacks (`flare offcputime`).
+    OffCpu(offcpu::Config),
+    /// Wall-clock samples, on and off the CPU (`flare wallclock`).
+    Wall(wallclock::Config),
+}
+
+impl Source {
+    /// Its name in `--profiles` and in messages.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Source::Cpu(_) => "cpu",
+            Source::OffCpu(_) => "off-cpu",
+            Source::Wall(_) => "wall",
+        }
+    }
+
+    /// The kind of the profiles it makes.
+    pub fn kind(&self) -> Kind {
+        match self {
+            Source::Cpu(_) => Kind::Cpu,
+            Source::OffCpu(_) => Kind::OffCpu,
+            Source::Wall(_) => Kind::Wall,
+        }
+    }
+
+    /// Whether its collector keeps each sample's time.
+    pub fn set_timed(&mut self, timed: bool) {
+        let recording = match self {
+            Source::Cpu(c) => &mut c.recording,
+            Source::OffCpu(c) => &mut c.recording,
+            Source::Wall(c) => &mut c.recording,
+        };
+        recording.timed = timed;
+    }
+
+    /// Loads and attaches its collector, to run until stopped.
+    fn start<'obj>(
+        &self,
+        object: &'obj mut MaybeUninit<OpenObject>,
+    ) -> Result<Box<dyn Collector + 'obj>> {
+        Ok(match self {
+            Source::Cpu(c) => {
+                let mut c = c.clone();
+                c.duration = None;
+                Box::new(profile::Session::start(c, object)?)
+            }
+            Source::OffCpu(c) => {
+                let mut c = c.clone();
+                c.duration = None;
+                Box::new(offcpu::Session::start(c, object)?)
+            }
+            Source::Wall(c) => {
+                let mut c = c.clone();
+                c.duration = None;
+                Box::new(wallclock::Session::start(c, object)?)
+            }
+        })
+    }
+}
+
 /// What the agent does.
 #[derive(Clone, Debug)]
 pub struct Config {
-    /// What to sample (the duration is ignored: the agent runs until
-    /// stopped).
-    pub profile: ProfileConfig,
+    /// What to collect: a window of each per interval.
+    pub sources: Vec<Source>,
     /// Length of a window.
     pub interval: Duration,
-    /// Length of one run of the collector before it is renewed.
+    /// Length of one run of a collector before it is renewed.
     pub renew: Duration,
 }
 
 impl Config {
-    /// A config around `profile`, renewed every two minutes (rounded up
+    /// A config around `sources`, renewed every two minutes (rounded up
     /// to whole windows).
-    pub fn new(profile: ProfileConfig, interval: Duration) -> Self {
+    pub fn new(sources: Vec<Source>, interval: Duration) -> Self {
         let windows = (120.0 / interval.as_secs_f64().max(0.001)).ceil().max(1.0);
         Config {
-            profile,
+            sources,
             interval,
             renew: interval.mul_f64(windows),
         }
@@ -56,28 +128,89 @@ impl Config {
 }
 
 /// Runs until `stop` receives (or its sender is dropped), pushing every
-/// window into `sink`. The caller finishes the sink (flushing the
-/// senders) afterwards.
+/// window of every source into `sink`. The caller finishes the sink
+/// (flushing the senders) afterwards. A source that fails stops the
+/// others; the first failure is returned.
 pub fn run(config: &Config, sink: &mut PushSink, stop: Receiver<()>) -> Result<()> {
     limit_heaps();
-    // The pipeline ends a run on a stop or at its duration; which one is
-    // told by this flag, set by a thread that passes the stop on.
+    if config.sources.is_empty() {
+        return Err(Error::Unsupported("no profile to take".into()));
+    }
+    // Each source's pipeline ends a run on a stop or at its duration;
+    // which one is told by this flag, set before the stop is passed on.
     let stopped = Arc::new(AtomicBool::new(false));
-    let (tx, rx) = mpsc::channel();
-    let flag = Arc::clone(&stopped);
-    sink.renew_after(RENEW_PROCESSES, tx.clone());
+    let channels: Vec<(Sender<()>, Receiver<()>)> =
+        config.sources.iter().map(|_| mpsc::channel()).collect();
+    let senders: Vec<Sender<()>> = channels.iter().map(|(tx, _)| tx.clone()).collect();
+    let stop_all = {
+        let stopped = Arc::clone(&stopped);
+        move || {
+            stopped.store(true, Ordering::SeqCst);
+            for tx in &senders {
+                let _ = tx.send(());
+            }
+        }
+    };
+    let on_stop = stop_all.clone();
     std::thread::Builder::new()
         .name("flare-stop".into())
         .spawn(move || {
             // One stop is enough; a closed channel is one too.
             let _ = stop.recv();
-            flag.store(true, Ordering::SeqCst);
-            let _ = tx.send(());
+            on_stop();
         })
-        .map_err(|e| crate::error::Error::Io {
+        .map_err(|e| Error::Io {
             what: "starting a thread".into(),
             source: e,
         })?;
+    let shared = Mutex::new(std::mem::replace(sink, PushSink::new(Vec::new(), "")));
+    let results: Vec<Result<()>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = config
+            .sources
+            .iter()
+            .zip(channels)
+            .map(|(source, (tx, rx))| {
+                let (shared, stopped, stop_all) = (&shared, &*stopped, &stop_all);
+                std::thread::Builder::new()
+                    .name(format!("flare-{}", source.name()))
+                    .spawn_scoped(scope, move || {
+                        let r = run_source(config, source, shared, stopped, tx, &rx);
+                        if r.is_err() {
+                            stop_all();
+                        }
+                        r
+                    })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| match h {
+                Ok(h) => h.join().unwrap_or_else(|_| {
+                    Err(Error::Unsupported("a collector's thread panicked".into()))
+                }),
+                Err(e) => {
+                    stop_all();
+                    Err(Error::Io {
+                        what: "starting a thread".into(),
+                        source: e,
+                    })
+                }
+            })
+            .collect()
+    });
+    *sink = shared.into_inner().unwrap_or_else(|e| e.into_inner());
+    results.into_iter().collect()
+}
+
+/// Runs one source, renewed run after run, until the agent stops.
+fn run_source(
+    config: &Config,
+    source: &Source,
+    shared: &Mutex<PushSink>,
+    stopped: &AtomicBool,
+    renew: Sender<()>,
+    rx: &Receiver<()>,
+) -> Result<()> {
     let plan = Plan {
         duration: Some(config.renew),
         mode: Mode::Periodic {
@@ -86,25 +219,43 @@ pub fn run(config: &Config, sink: &mut PushSink, stop: Receiver<()>) -> Result<(
         },
         symbolize: symbolize::Options::default(),
     };
-    let mut profile = config.profile.clone();
-    profile.duration = None;
+    let kind = source.kind();
     loop {
         // A renewal asked for as the last run ended at its duration is
         // void; a stop sets the flag before its message, so draining
         // first and reading the flag after cannot lose one.
         while rx.try_recv().is_ok() {}
         if stopped.load(Ordering::SeqCst) {
-            break;
+            return Ok(());
         }
         let mut object = MaybeUninit::uninit();
-        let session = Session::start(profile.clone(), &mut object)?;
-        sink.restart();
+        let collector = source.start(&mut object)?;
+        lock(shared).restart(kind, RENEW_PROCESSES, renew.clone());
+        let mut sink = Shared(shared);
         let mut trim = Trim;
-        let mut sinks: [&mut dyn Sink; 2] = [sink, &mut trim];
-        pipeline::run(Box::new(session), &mut sinks, &plan, &rx)?;
+        let mut sinks: [&mut dyn Sink; 2] = [&mut sink, &mut trim];
+        pipeline::run(collector, &mut sinks, &plan, rx)?;
         release_free_memory();
     }
-    Ok(())
+}
+
+/// The push sink, locked for each call: the sources' threads share it.
+struct Shared<'a>(&'a Mutex<PushSink>);
+
+/// The sink, even after a thread panicked holding it: a report only
+/// queues a window, which leaves nothing half done.
+fn lock(m: &Mutex<PushSink>) -> std::sync::MutexGuard<'_, PushSink> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Sink for Shared<'_> {
+    fn times(&self) -> Times {
+        lock(self.0).times()
+    }
+
+    fn report(&mut self, profile: &crate::profile::Profile) -> Result<()> {
+        lock(self.0).report(profile)
+    }
 }
 
 /// Gives the allocator's free memory back to the system after each

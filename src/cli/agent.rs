@@ -4,13 +4,13 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Result;
-use clap::Args;
-use flare::agent;
+use clap::{Args, ValueEnum};
+use flare::agent::{self, Source};
 use flare::bpf::perf::Sampling;
-use flare::collect::Recording;
+use flare::collect::{Recording, Target};
 use flare::export::auth::{Connection, Credentials};
 use flare::export::push::PushConfig;
-use flare::tools::profile::Config;
+use flare::tools::{offcpu, profile, wallclock};
 
 use super::{nonzero, nonzero_u32};
 
@@ -20,6 +20,7 @@ Examples:
     flare agent --otlp http://otel-collector:4318 --interval 60
     flare agent --parca parca:7070 --spool-dir /var/lib/flare/spool
     flare agent -o /var/lib/flare/windows --keep 360       # one pprof file per window
+    flare agent --profiles cpu,off-cpu,wall --pyroscope http://pyroscope:4040
     flare agent -p 185 --pyroscope https://profiles.example.com --credentials /etc/flare/credentials
 
 Credentials come from the environment or --credentials FILE (KEY=VALUE lines), never
@@ -104,6 +105,17 @@ pub struct AgentArgs {
     #[arg(long, value_name = "SECONDS", default_value_t = 10.0, value_parser = interval)]
     pub interval: f64,
 
+    /// Profiles to take, each pushed every window: cpu (samples on the
+    /// CPU), off-cpu (blocked time, as offcputime counts it), wall
+    /// (samples on and off the CPU, as wallclock takes them)
+    #[arg(
+        long,
+        value_name = "LIST",
+        value_delimiter = ',',
+        default_value = "cpu"
+    )]
+    pub profiles: Vec<ProfileName>,
+
     #[command(flatten)]
     pub stacks: super::common::StacksArgs,
 
@@ -160,21 +172,66 @@ fn push_timeout(s: &str) -> Result<u64, String> {
     }
 }
 
+/// A profile `--profiles` names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ProfileName {
+    Cpu,
+    OffCpu,
+    Wall,
+}
+
 impl AgentArgs {
-    pub fn config(&self) -> agent::Config {
-        let profile = Config {
-            target: self.pids.target(),
-            sampling: Sampling::Frequency(self.frequency),
-            recording: Recording {
-                stacks: self.stacks.stacks(),
-                hash_storage_size: self.hash_storage_size,
-                stack_storage_size: self.stack_storage_size,
-                ..Recording::default()
-            },
-            cgroup_map: self.maps.cgroupmap.clone(),
-            mntns_map: self.maps.mntnsmap.clone(),
-            ..Config::default()
+    pub fn config(&self) -> Result<agent::Config> {
+        let target = self.pids.target();
+        let recording = Recording {
+            stacks: self.stacks.stacks(),
+            hash_storage_size: self.hash_storage_size,
+            stack_storage_size: self.stack_storage_size,
+            ..Recording::default()
         };
-        agent::Config::new(profile, Duration::from_secs_f64(self.interval))
+        let names = &self.profiles;
+        let mut sources = Vec::new();
+        for (i, name) in names.iter().enumerate() {
+            if names[..i].contains(name) {
+                continue;
+            }
+            sources.push(match name {
+                ProfileName::Cpu => Source::Cpu(profile::Config {
+                    target: target.clone(),
+                    sampling: Sampling::Frequency(self.frequency),
+                    recording,
+                    cgroup_map: self.maps.cgroupmap.clone(),
+                    mntns_map: self.maps.mntnsmap.clone(),
+                    ..profile::Config::default()
+                }),
+                ProfileName::OffCpu => Source::OffCpu(offcpu::Config {
+                    // Kernel threads wait for work most of their lives:
+                    // their blocked time says nothing of a service.
+                    threads: match &target {
+                        Target::Pids(p) => offcpu::Threads::Pids(p.clone()),
+                        _ => offcpu::Threads::User,
+                    },
+                    recording,
+                    ..offcpu::Config::new(offcpu::Tool::OffCpu)
+                }),
+                ProfileName::Wall => Source::Wall(wallclock::Config {
+                    target: target.clone(),
+                    frequency: self.frequency,
+                    recording,
+                    ..wallclock::Config::default()
+                }),
+            });
+            let filtered = self.maps.cgroupmap.is_some() || self.maps.mntnsmap.is_some();
+            if filtered && *name != ProfileName::Cpu {
+                anyhow::bail!(
+                    "--cgroupmap and --mntnsmap filter the cpu profile only: \
+                     give --profiles cpu, or -p PID for the off-cpu and wall profiles"
+                );
+            }
+        }
+        Ok(agent::Config::new(
+            sources,
+            Duration::from_secs_f64(self.interval),
+        ))
     }
 }

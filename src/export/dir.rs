@@ -1,7 +1,8 @@
 //! `-o DIR`: one gzipped pprof file per window, named by the window's
-//! start (`flare-<unix ms>.pb.gz`, so that names sort by time), written to
-//! a temporary file and renamed into place, the oldest removed beyond a
-//! bounded count.
+//! start (`flare-<unix ms>.pb.gz`, so that names sort by time; windows of
+//! other profiles than CPU samples add their kind: `flare-<unix
+//! ms>-offcpu.pb.gz`, `-wall`), written to a temporary file and renamed
+//! into place, the oldest removed beyond a bounded count.
 
 use std::fs;
 use std::io::Write;
@@ -10,6 +11,7 @@ use std::time::Duration;
 
 use super::pprof::Encoder;
 use super::{DeliveryError, Destination, Encode, Payload};
+use crate::profile::Kind;
 
 const PREFIX: &str = "flare-";
 const SUFFIX: &str = ".pb.gz";
@@ -46,6 +48,17 @@ impl Dir {
     }
 }
 
+/// What a window file's name adds for its profile's kind.
+fn kind_suffix(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Cpu => "",
+        Kind::OffCpu | Kind::OffWake => "-offcpu",
+        Kind::Wakeup => "-wakeup",
+        Kind::Count => "-events",
+        Kind::Wall => "-wall",
+    }
+}
+
 impl Destination for Dir {
     fn name(&self) -> String {
         format!("dir {}", self.path.display())
@@ -58,7 +71,11 @@ impl Destination for Dir {
     /// A local write: the timeout does not apply.
     fn deliver(&mut self, payload: &Payload, _: Duration) -> Result<(), DeliveryError> {
         let fail = |e: std::io::Error| DeliveryError::Retry(format!("{}: {e}", self.name()));
-        let name = format!("{PREFIX}{:015}{SUFFIX}", payload.start_ns / 1_000_000);
+        let name = format!(
+            "{PREFIX}{:015}{}{SUFFIX}",
+            payload.start_ns / 1_000_000,
+            kind_suffix(payload.kind)
+        );
         let mut tmp = tempfile::Builder::new()
             .prefix(".flare-window")
             .tempfile_in(&self.path)

@@ -35,7 +35,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::profile::Profile;
+use crate::profile::{Kind, Profile};
 
 /// What identifies a process to a server, beyond its pid and name.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -76,13 +76,27 @@ pub fn unix_nanos(t: SystemTime) -> u64 {
         .map_or(0, |d| d.as_nanos().min(u64::MAX as u128) as u64)
 }
 
-/// An encoded window: what a destination sends, and the times it covers
-/// (kept apart from the body because some protocols put them in the URL).
+/// An encoded window: what a destination sends, the times it covers
+/// (kept apart from the body because some protocols put them in the URL)
+/// and the kind of its profile (a directory names files by it).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Payload {
     pub start_ns: u64,
     pub end_ns: u64,
+    pub kind: Kind,
     pub body: Vec<u8>,
+}
+
+impl Payload {
+    /// `body`, the encoding of `window`.
+    pub fn of(window: &Window, body: Vec<u8>) -> Self {
+        Payload {
+            start_ns: unix_nanos(window.start),
+            end_ns: unix_nanos(window.end),
+            kind: window.profile.meta.kind,
+            body,
+        }
+    }
 }
 
 /// Why a delivery failed.
@@ -156,11 +170,7 @@ pub trait Encode: Send {
 /// take.
 impl Encode for pprof::Encoder {
     fn encode(&mut self, window: &Window) -> std::io::Result<Payload> {
-        Ok(Payload {
-            start_ns: unix_nanos(window.start),
-            end_ns: unix_nanos(window.end),
-            body: self.encode_gzip(window)?,
-        })
+        Ok(Payload::of(window, self.encode_gzip(window)?))
     }
 }
 

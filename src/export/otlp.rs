@@ -8,8 +8,9 @@
 //! names (`process.pid`, `thread.id`, `thread.name`,
 //! `process.executable.path`, `container.id`, `service.name` and
 //! `k8s.pod.uid` where a process has them, `host.name` on the
-//! resource). The values are sample counts; the period is one sample's CPU
-//! time. Where the run kept times, each sample carries its events'
+//! resource). The values are pprof's first sample type: CPU samples'
+//! counts (the period one sample's CPU time), or off-CPU or wall-clock
+//! nanoseconds. Where the run kept times, each sample carries its events'
 //! `timestamps_unix_nano`, one value per timestamp.
 
 use prost::Message;
@@ -221,14 +222,15 @@ pub fn from_pprof(
         });
     }
 
-    let samples_type = otlp::ValueType {
-        type_strindex: string("samples", &mut strings),
-        unit_strindex: string("count", &mut strings),
+    // The first of pprof's sample types is the value carried (CPU
+    // samples' count, off-CPU or wall-clock nanoseconds); the period's
+    // type as pprof gives it. Their strings are pprof's, kept above.
+    let value_type = |t: Option<&pprof::ValueType>| otlp::ValueType {
+        type_strindex: t.map_or(0, |t| t.r#type as i32),
+        unit_strindex: t.map_or(0, |t| t.unit as i32),
     };
-    let period_type = otlp::ValueType {
-        type_strindex: string("cpu", &mut strings),
-        unit_strindex: string("nanoseconds", &mut strings),
-    };
+    let samples_type = value_type(p.sample_type.first());
+    let period_type = value_type(p.period_type.as_ref());
     let start = unix_nanos(window.start);
     let profile = otlp::Profile {
         sample_type: Some(samples_type),
@@ -290,11 +292,7 @@ impl Encode for OtlpEncoder {
     fn encode(&mut self, window: &Window) -> std::io::Result<Payload> {
         let p = self.pprof.build(window);
         let request = from_pprof(p, window, &self.service);
-        Ok(Payload {
-            start_ns: unix_nanos(window.start),
-            end_ns: unix_nanos(window.end),
-            body: request.encode_to_vec(),
-        })
+        Ok(Payload::of(window, request.encode_to_vec()))
     }
 }
 

@@ -1,5 +1,6 @@
 //! Parca's `ProfileStoreService.WriteRaw` over gRPC (tonic, rustls): one
-//! series per window, labelled with the profile's name and the host,
+//! series per window, labelled with the profile's name (`flare_cpu`,
+//! `flare_offcpu`, `flare_wall`) and the host,
 //! holding the window's gzipped pprof.
 //!
 //! tonic's generic client is driven with prost's codec and the hand-written
@@ -16,10 +17,8 @@ use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 use super::auth::Connection;
 use super::parca_proto as pb;
 use super::pprof::Encoder;
-use super::{server_text, unix_nanos, DeliveryError, Destination, Encode, Payload, Window};
-
-/// The profile name Parca stores flare's CPU samples under (`__name__`).
-pub const PROFILE_NAME: &str = "flare_cpu";
+use super::{server_text, DeliveryError, Destination, Encode, Payload, Window};
+use crate::profile::Kind;
 
 /// A Parca server (or agent-compatible store).
 pub struct Parca {
@@ -39,16 +38,29 @@ struct ParcaEncoder {
 impl Encode for ParcaEncoder {
     fn encode(&mut self, window: &Window) -> std::io::Result<Payload> {
         let pprof = self.pprof.encode_gzip(window)?;
-        Ok(Payload {
-            start_ns: unix_nanos(window.start),
-            end_ns: unix_nanos(window.end),
-            body: request(&self.host, pprof).encode_to_vec(),
-        })
+        let name = profile_name(window.profile.meta.kind);
+        Ok(Payload::of(
+            window,
+            request(&name, &self.host, pprof).encode_to_vec(),
+        ))
     }
 }
 
-/// The request for one gzipped pprof of `host`.
-pub fn request(host: &str, pprof: Vec<u8>) -> pb::WriteRawRequest {
+/// The series name (`__name__`) of profiles of `kind`: `flare_cpu`,
+/// `flare_offcpu`, `flare_wall`, as pprof names their sample types.
+pub fn profile_name(kind: Kind) -> String {
+    let what = match kind {
+        Kind::Cpu => "cpu",
+        Kind::OffCpu | Kind::OffWake => "offcpu",
+        Kind::Wakeup => "wakeup",
+        Kind::Count => "events",
+        Kind::Wall => "wall",
+    };
+    format!("flare_{what}")
+}
+
+/// The request for one gzipped pprof of `host`, in series `name`.
+pub fn request(name: &str, host: &str, pprof: Vec<u8>) -> pb::WriteRawRequest {
     let label = |name: &str, value: &str| pb::Label {
         name: name.into(),
         value: value.into(),
@@ -57,7 +69,7 @@ pub fn request(host: &str, pprof: Vec<u8>) -> pb::WriteRawRequest {
         tenant: String::new(),
         series: vec![pb::RawProfileSeries {
             labels: Some(pb::LabelSet {
-                labels: vec![label("__name__", PROFILE_NAME), label("hostname", host)],
+                labels: vec![label("__name__", name), label("hostname", host)],
             }),
             samples: vec![pb::RawSample {
                 raw_profile: pprof,

@@ -3,9 +3,11 @@
 //! [`Window`] — labelled with each process's executable, cgroup and
 //! container and the host name — handed to every destination's sender.
 //! Reports return at once: the senders encode and deliver on their own
-//! threads.
+//! threads. Profiles of several kinds (the agent's CPU, off-CPU and
+//! wall-clock collectors) pass through one sink, each kind's windows
+//! tiling its own time line.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::mpsc;
 use std::time::{Duration, SystemTime};
 
@@ -14,19 +16,26 @@ use super::sender::{after, Report, Sender};
 use super::Window;
 use crate::error::Result;
 use crate::pipeline::{Sink, Times};
-use crate::profile::Profile;
+use crate::profile::{Kind, Profile};
 
 /// Pushes each report to every sender.
 pub struct PushSink {
     senders: Vec<Sender>,
     host: String,
     labeller: Labeller,
-    /// The end of the previous window, so that consecutive windows of a
-    /// periodic run tile exactly.
-    last_end: Option<SystemTime>,
+    /// Each kind's run: where its last window ended, and when to renew.
+    runs: HashMap<Kind, Run>,
     /// Windows and samples handed over.
     pub windows: u64,
     pub samples: u64,
+}
+
+/// What the sink keeps of one kind's run.
+#[derive(Default)]
+struct Run {
+    /// The end of the previous window, so that consecutive windows of a
+    /// periodic run tile exactly.
+    last_end: Option<SystemTime>,
     /// Asks the run to end (and be renewed) once this many processes
     /// have been seen since [`PushSink::restart`].
     renew: Option<(mpsc::Sender<()>, usize)>,
@@ -40,20 +49,10 @@ impl PushSink {
             senders,
             host: host.to_string(),
             labeller: Labeller::default(),
-            last_end: None,
+            runs: HashMap::new(),
             windows: 0,
             samples: 0,
-            renew: None,
-            pids: HashSet::new(),
-            renew_asked: false,
         }
-    }
-
-    /// Sends on `tx` (once per run) when more than `processes` processes
-    /// have been reported since the run began: the agent then renews the
-    /// run, and with it the symbolizer's per-process caches.
-    pub fn renew_after(&mut self, processes: usize, tx: mpsc::Sender<()>) {
-        self.renew = Some((tx, processes));
     }
 
     /// The names of the destinations.
@@ -61,11 +60,18 @@ impl PushSink {
         self.senders.iter().map(|s| s.name().to_string()).collect()
     }
 
-    /// Starts a new run: its first window does not continue the last one.
-    pub fn restart(&mut self) {
-        self.last_end = None;
-        self.pids.clear();
-        self.renew_asked = false;
+    /// Starts a new run of profiles of `kind`: its first window does not
+    /// continue the last one, and it is asked to end on `tx` (once) when
+    /// it has reported more than `processes` processes: the agent then
+    /// renews it, and with it the symbolizer's per-process caches.
+    pub fn restart(&mut self, kind: Kind, processes: usize, tx: mpsc::Sender<()>) {
+        self.runs.insert(
+            kind,
+            Run {
+                renew: Some((tx, processes)),
+                ..Run::default()
+            },
+        );
     }
 
     /// Delivers what is queued and stops the senders, all within
@@ -89,21 +95,22 @@ impl Sink for PushSink {
 
     fn report(&mut self, profile: &Profile) -> Result<()> {
         let end = SystemTime::now();
-        let start = self
+        let run = self.runs.entry(profile.meta.kind).or_default();
+        let start = run
             .last_end
             .unwrap_or_else(|| end - profile.meta.duration.min(Duration::from_secs(1 << 32)));
-        self.last_end = Some(end);
-        let processes = self
-            .labeller
-            .window(profile.samples.iter().filter_map(|s| s.task.pid));
-        if let Some((tx, limit)) = &self.renew {
-            self.pids
+        run.last_end = Some(end);
+        if let Some((tx, limit)) = &run.renew {
+            run.pids
                 .extend(profile.samples.iter().filter_map(|s| s.task.pid));
-            if self.pids.len() > *limit && !self.renew_asked {
-                self.renew_asked = true;
+            if run.pids.len() > *limit && !run.renew_asked {
+                run.renew_asked = true;
                 let _ = tx.send(());
             }
         }
+        let processes = self
+            .labeller
+            .window(profile.samples.iter().filter_map(|s| s.task.pid));
         self.windows += 1;
         self.samples += profile.total();
         let window = Window {

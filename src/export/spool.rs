@@ -23,9 +23,24 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
 use super::Payload;
+use crate::profile::Kind;
 
-const MAGIC: &[u8; 8] = b"FLARESP1";
-const HEADER: usize = 8 + 16;
+/// Version 2 holds the profile's kind after the times; version 1 (CPU
+/// windows only) is still read.
+const MAGIC: &[u8; 8] = b"FLARESP2";
+const MAGIC_V1: &[u8; 8] = b"FLARESP1";
+const HEADER: usize = 8 + 24;
+const HEADER_V1: usize = 8 + 16;
+
+/// The kinds as the spool writes them: codes never reused.
+const KINDS: [(Kind, u64); 6] = [
+    (Kind::Cpu, 0),
+    (Kind::OffCpu, 1),
+    (Kind::Wakeup, 2),
+    (Kind::OffWake, 3),
+    (Kind::Count, 4),
+    (Kind::Wall, 5),
+];
 
 /// A bounded FIFO of payloads.
 pub struct Spool {
@@ -212,6 +227,11 @@ fn write(dir: &Path, seq: u64, p: &Payload) -> io::Result<()> {
     tmp.write_all(MAGIC)?;
     tmp.write_all(&p.start_ns.to_le_bytes())?;
     tmp.write_all(&p.end_ns.to_le_bytes())?;
+    let code = KINDS
+        .iter()
+        .find(|(k, _)| *k == p.kind)
+        .map_or(0, |&(_, c)| c);
+    tmp.write_all(&code.to_le_bytes())?;
     tmp.write_all(&p.body)?;
     tmp.persist(file(dir, seq)).map_err(|e| e.error)?;
     Ok(())
@@ -224,13 +244,27 @@ fn file(dir: &Path, seq: u64) -> PathBuf {
 fn read(path: &Path) -> io::Result<Payload> {
     let data = fs::read(path)?;
     let bad = || io::Error::new(io::ErrorKind::InvalidData, "not a flare spool file");
-    if data.len() < HEADER || &data[..8] != MAGIC {
+    let v1 = data.get(..8) == Some(MAGIC_V1);
+    let header = if v1 { HEADER_V1 } else { HEADER };
+    if data.len() < header || !(v1 || &data[..8] == MAGIC) {
         return Err(bad());
     }
-    let time = |at: usize| data[at..at + 8].try_into().map(u64::from_le_bytes);
+    let word = |at: usize| data[at..at + 8].try_into().map(u64::from_le_bytes);
+    let kind = match v1 {
+        true => Kind::Cpu,
+        false => {
+            let code = word(24).map_err(|_| bad())?;
+            KINDS
+                .iter()
+                .find(|&&(_, c)| c == code)
+                .map(|&(k, _)| k)
+                .ok_or_else(bad)?
+        }
+    };
     Ok(Payload {
-        start_ns: time(8).map_err(|_| bad())?,
-        end_ns: time(16).map_err(|_| bad())?,
-        body: data[HEADER..].to_vec(),
+        start_ns: word(8).map_err(|_| bad())?,
+        end_ns: word(16).map_err(|_| bad())?,
+        kind,
+        body: data[header..].to_vec(),
     })
 }

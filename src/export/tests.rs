@@ -13,6 +13,7 @@ fn payload(n: u64, size: usize) -> Payload {
     Payload {
         start_ns: n,
         end_ns: n + 1,
+        kind: Kind::Cpu,
         body: vec![n as u8; size],
     }
 }
@@ -50,8 +51,9 @@ fn memory_spool_is_fifo_and_bounded() {
 
 #[test]
 fn disk_spool_is_bounded_and_survives_a_restart() {
+    // Each window takes 32 bytes of header on disk beside its body.
     let dir = tempfile::tempdir().unwrap();
-    let mut s = Spool::disk(dir.path(), 400).unwrap();
+    let mut s = Spool::disk(dir.path(), 430).unwrap();
     for n in 0..5 {
         push(&mut s, payload(n, 100));
     }
@@ -59,23 +61,59 @@ fn disk_spool_is_bounded_and_survives_a_restart() {
         .unwrap()
         .map(|e| e.unwrap().metadata().unwrap().len())
         .sum();
-    assert!(on_disk <= 400, "{on_disk} bytes on disk");
+    assert!(on_disk <= 430, "{on_disk} bytes on disk");
     assert_eq!(s.dropped, 2);
     drop(s);
-    let mut s = Spool::disk(dir.path(), 400).unwrap();
+    let mut s = Spool::disk(dir.path(), 430).unwrap();
     assert_eq!(s.len(), 3);
-    push(&mut s, payload(7, 4));
+    push(&mut s, payload(7, 0));
     let first = s.front().unwrap().1;
     assert_eq!(first, payload(2, 100));
     assert_eq!(drain(&mut s), vec![2, 3, 4, 7]);
     // A restart with a smaller bound trims the oldest.
-    let mut s = Spool::disk(dir.path(), 400).unwrap();
+    let mut s = Spool::disk(dir.path(), 430).unwrap();
     for n in 10..13 {
         push(&mut s, payload(n, 100));
     }
     drop(s);
-    let mut s = Spool::disk(dir.path(), 130).unwrap();
+    let mut s = Spool::disk(dir.path(), 140).unwrap();
     assert_eq!(drain(&mut s), vec![12]);
+}
+
+#[test]
+fn disk_spool_keeps_each_windows_kind_and_reads_version_1() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = Spool::disk(dir.path(), 1 << 20).unwrap();
+    let wall = Payload {
+        kind: Kind::Wall,
+        ..payload(1, 10)
+    };
+    let off = Payload {
+        kind: Kind::OffCpu,
+        ..payload(2, 10)
+    };
+    push(&mut s, wall.clone());
+    push(&mut s, off.clone());
+    drop(s);
+    // A window spooled by an earlier flare: no kind, CPU samples.
+    let mut v1 = b"FLARESP1".to_vec();
+    v1.extend(3u64.to_le_bytes());
+    v1.extend(4u64.to_le_bytes());
+    v1.extend([7u8; 5]);
+    std::fs::write(dir.path().join(format!("{:020}.win", 99)), v1).unwrap();
+    let mut s = Spool::disk(dir.path(), 1 << 20).unwrap();
+    let mut got = Vec::new();
+    while let Some((seq, p)) = s.front() {
+        got.push(p);
+        s.remove(seq);
+    }
+    let old = Payload {
+        start_ns: 3,
+        end_ns: 4,
+        kind: Kind::Cpu,
+        body: vec![7; 5],
+    };
+    assert_eq!(got, vec![wall, off, old]);
 }
 
 /// A destination that fails while `down` is set and records what it got.
@@ -89,11 +127,7 @@ struct FakeEncoder;
 
 impl Encode for FakeEncoder {
     fn encode(&mut self, w: &Window) -> std::io::Result<Payload> {
-        Ok(Payload {
-            start_ns: unix_nanos(w.start),
-            end_ns: unix_nanos(w.end),
-            body: vec![0; 10],
-        })
+        Ok(Payload::of(w, vec![0; 10]))
     }
 }
 

@@ -17,7 +17,7 @@ use crate::cli::agent::AgentArgs;
 pub fn run(args: &AgentArgs) -> Result<()> {
     // Before the senders' threads exist.
     flare::agent::limit_heaps();
-    let mut config = args.config();
+    let mut config = args.config()?;
     let dir = args.output_dir.clone().map(|d| (d, args.keep as usize));
     let push = args.push.config(dir)?;
     if push.is_empty() {
@@ -27,14 +27,19 @@ pub fn run(args: &AgentArgs) -> Result<()> {
     }
     let host = labels::hostname();
     let mut sink = PushSink::new(push.senders(&host).map_err(anyhow::Error::msg)?, &host);
-    config.profile.recording.timed = flare::pipeline::Sink::times(&sink).any();
+    let timed = flare::pipeline::Sink::times(&sink).any();
+    for source in &mut config.sources {
+        source.set_timed(timed);
+    }
     let (_, stop, _) = super::stop_signal()?;
+    let names: Vec<&str> = config.sources.iter().map(|s| s.name()).collect();
     eprintln!(
-        "flare agent: sampling {} at {} Hz, pushing every {} s to {}",
-        match &config.profile.target {
+        "flare agent: profiling {} ({}) at {} Hz, pushing every {} s to {}",
+        match args.pids.target() {
             Target::Pids(p) => format!("PID {p:?}"),
             _ => "all CPUs".into(),
         },
+        names.join(", "),
         args.frequency,
         args.interval,
         sink.names().join(", ")

@@ -71,6 +71,22 @@ pub fn serial() -> MutexGuard<'static, ()> {
     LOCK.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// wallwork's own figures, from the "cpu S wall S compute S" line it
+/// prints on exit (in `stderr`, its own or a stream it shares): its CPU
+/// seconds, wall seconds and wall seconds in compute().
+pub fn wallwork_figures(stderr: &str) -> (f64, f64, f64) {
+    let line = stderr
+        .lines()
+        .find(|l| l.starts_with("cpu "))
+        .unwrap_or_else(|| panic!("no cpu/wall line from wallwork: {stderr}"));
+    let f: Vec<f64> = line
+        .split_whitespace()
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    assert_eq!(f.len(), 3, "wallwork's figures: {line}");
+    (f[0], f[1], f[2])
+}
+
 /// Builds `tests/workloads/<name>.c` (once per test binary) with frame
 /// pointers and without inlining, and returns the executable's path.
 pub fn workload(name: &str) -> PathBuf {
