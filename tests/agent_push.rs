@@ -209,8 +209,9 @@ fn every_destination_gets_the_hot_function_and_labels_in_each_window() {
     for (i, r) in full.iter().enumerate() {
         assert_eq!(r.path, "/ingest");
         assert_eq!(r.query["format"], "pprof");
+        // The service's own application, not --app-name's.
         assert!(
-            r.query["name"].starts_with("twofuncs-app{hostname="),
+            r.query["name"].starts_with(&format!("{SERVICE}{{hostname=")),
             "{:?}",
             r.query
         );
@@ -230,10 +231,15 @@ fn every_destination_gets_the_hot_function_and_labels_in_each_window() {
         let req =
             otlp::ExportProfilesServiceRequest::decode(r.body.as_slice()).expect("OTLP protobuf");
         let resource = req.resource_profiles[0].resource.as_ref().unwrap();
-        assert!(resource
+        let service = resource
             .attributes
             .iter()
-            .any(|kv| kv.key == "service.name"));
+            .find(|kv| kv.key == "service.name")
+            .and_then(|kv| kv.value.as_ref()?.value.as_ref());
+        assert_eq!(
+            service,
+            Some(&otlp::any_value::Value::StringValue(SERVICE.into()))
+        );
         check_window(&format!("otlp window {i}"), otlp_hot_counts(&req, w.pid));
         check_timestamps(&format!("otlp window {i}"), &req);
     }
@@ -249,6 +255,7 @@ fn every_destination_gets_the_hot_function_and_labels_in_each_window() {
             .map(|l| (l.name.as_str(), l.value.as_str()))
             .collect();
         assert_eq!(labels["__name__"], "flare_cpu");
+        assert_eq!(labels["service_name"], SERVICE);
         assert!(labels.contains_key("hostname"));
         let p = decode_pprof(&series.samples[0].raw_profile);
         check_window(
@@ -260,6 +267,8 @@ fn every_destination_gets_the_hot_function_and_labels_in_each_window() {
     let files = flare::export::dir::Dir::files(dir.path()).unwrap();
     assert!(files.len() >= 4, "{files:?}");
     for f in &files[..3] {
+        let name = f.file_name().unwrap().to_string_lossy();
+        assert!(name.ends_with(&format!(".{SERVICE}.pb.gz")), "{name}");
         let top = common::pprof::top(f);
         let row = |name: &str| {
             top.rows

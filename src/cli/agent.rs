@@ -43,7 +43,8 @@ pub struct PushArgs {
     #[arg(long, value_name = "ADDR")]
     pub parca: Vec<String>,
 
-    /// Application name for Pyroscope, service name for OTLP
+    /// Application (Pyroscope) and service (OTLP) name of processes that name no
+    /// service of their own (OTEL_SERVICE_NAME)
     #[arg(long, value_name = "NAME", default_value = "flare")]
     pub app_name: String,
 

@@ -1,8 +1,9 @@
 //! `-o DIR`: one gzipped pprof file per window, named by the window's
 //! start (`flare-<unix ms>.pb.gz`, so that names sort by time; windows of
 //! other profiles than CPU samples add their kind: `flare-<unix
-//! ms>-offcpu.pb.gz`, `-wall`), written to a temporary file and renamed
-//! into place, the oldest removed beyond a bounded count.
+//! ms>-offcpu.pb.gz`, `-wall`; a window of a service adds it,
+//! `flare-<unix ms>.checkout.pb.gz`), written to a temporary file and
+//! renamed into place, the oldest removed beyond a bounded count.
 
 use std::fs;
 use std::io::Write;
@@ -71,8 +72,13 @@ impl Destination for Dir {
     /// A local write: the timeout does not apply.
     fn deliver(&mut self, payload: &Payload, _: Duration) -> Result<(), DeliveryError> {
         let fail = |e: std::io::Error| DeliveryError::Retry(format!("{}: {e}", self.name()));
+        let service = payload.service.as_deref().map_or_else(String::new, |s| {
+            // Within a file name's 255 bytes.
+            let key: String = super::push::spool_key(s).chars().take(120).collect();
+            format!(".{key}")
+        });
         let name = format!(
-            "{PREFIX}{:015}{}{SUFFIX}",
+            "{PREFIX}{:015}{}{service}{SUFFIX}",
             payload.start_ns / 1_000_000,
             kind_suffix(payload.kind)
         );

@@ -68,6 +68,10 @@ pub struct Window {
     pub host: String,
     /// Labels of the processes in the samples, by pid.
     pub processes: HashMap<u32, ProcessLabels>,
+    /// The service every sample's process names (`None`: processes that
+    /// name none, shown under `--app-name`): Pyroscope's application and
+    /// OTLP's resource `service.name`.
+    pub service: Option<Arc<str>>,
 }
 
 /// Nanoseconds since the Unix epoch.
@@ -77,13 +81,15 @@ pub fn unix_nanos(t: SystemTime) -> u64 {
 }
 
 /// An encoded window: what a destination sends, the times it covers
-/// (kept apart from the body because some protocols put them in the URL)
-/// and the kind of its profile (a directory names files by it).
+/// (kept apart from the body because some protocols put them in the
+/// URL), the kind of its profile and its service (a directory names
+/// files by them, Pyroscope's URL holds the service).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Payload {
     pub start_ns: u64,
     pub end_ns: u64,
     pub kind: Kind,
+    pub service: Option<Arc<str>>,
     pub body: Vec<u8>,
 }
 
@@ -94,6 +100,7 @@ impl Payload {
             start_ns: unix_nanos(window.start),
             end_ns: unix_nanos(window.end),
             kind: window.profile.meta.kind,
+            service: window.service.clone(),
             body,
         }
     }

@@ -242,7 +242,10 @@ pub fn from_pprof(
         ..Default::default()
     };
     let resource = otlp::Resource {
-        attributes: vec![kv("host.name", &window.host), kv("service.name", service)],
+        attributes: vec![
+            kv("host.name", &window.host),
+            kv("service.name", window.service.as_deref().unwrap_or(service)),
+        ],
         dropped_attributes_count: 0,
     };
     otlp::ExportProfilesServiceRequest {

@@ -39,10 +39,14 @@ impl Encode for ParcaEncoder {
     fn encode(&mut self, window: &Window) -> std::io::Result<Payload> {
         let pprof = self.pprof.encode_gzip(window)?;
         let name = profile_name(window.profile.meta.kind);
-        Ok(Payload::of(
-            window,
-            request(&name, &self.host, pprof).encode_to_vec(),
-        ))
+        let mut req = request(&name, &self.host, pprof);
+        if let (Some(service), Some(labels)) = (&window.service, &mut req.series[0].labels) {
+            labels.labels.push(pb::Label {
+                name: "service_name".into(),
+                value: service.to_string(),
+            });
+        }
+        Ok(Payload::of(window, req.encode_to_vec()))
     }
 }
 

@@ -1,7 +1,9 @@
 //! Grafana Pyroscope's ingest API: `POST URL/ingest?name=APP{labels}&
 //! from=&until=&format=pprof` with the window's gzipped pprof as the body.
 //!
-//! The application name carries the host (`APP{hostname=...}`); the
+//! The application is the window's service, where its processes name one
+//! (their `OTEL_SERVICE_NAME`), else `--app-name`; the name carries the
+//! host (`APP{hostname=...}`); the
 //! per-process labels (`pid`, `comm`, `exe`, `cgroup`, `container_id`,
 //! and `service_name`, `pod_uid`, `systemd_unit` where a process has
 //! them) are pprof sample labels, which Pyroscope keeps as labels of
@@ -56,9 +58,11 @@ impl Pyroscope {
         }
     }
 
-    /// The `name` parameter: the application and the host label.
-    pub fn name(&self) -> String {
-        format!("{}{{hostname={}}}", self.app, label_value(&self.host))
+    /// The `name` parameter of a window of `service` (else of
+    /// `--app-name`'s application) and the host label.
+    pub fn name(&self, service: Option<&str>) -> String {
+        let app = service.map_or_else(|| self.app.clone(), label_value);
+        format!("{app}{{hostname={}}}", label_value(&self.host))
     }
 }
 
@@ -78,7 +82,7 @@ impl Destination for Pyroscope {
         let mut req = self
             .agent
             .post(&self.url)
-            .query("name", Pyroscope::name(self))
+            .query("name", Pyroscope::name(self, payload.service.as_deref()))
             .query("from", from.to_string())
             .query("until", until.to_string())
             .query("format", "pprof")

@@ -13,10 +13,11 @@ use std::time::{Duration, SystemTime};
 
 use super::labels::Labeller;
 use super::sender::{after, Report, Sender};
-use super::Window;
+use super::{ProcessLabels, Window};
 use crate::error::Result;
 use crate::pipeline::{Sink, Times};
-use crate::profile::{Kind, Profile};
+use crate::profile::{Event, Kind, Profile, Sample};
+use std::sync::Arc;
 
 /// Pushes each report to every sender.
 pub struct PushSink {
@@ -113,16 +114,81 @@ impl Sink for PushSink {
             .window(profile.samples.iter().filter_map(|s| s.task.pid));
         self.windows += 1;
         self.samples += profile.total();
-        let window = Window {
-            profile: profile.clone(),
-            start,
-            end,
-            host: self.host.clone(),
-            processes,
-        };
-        for s in &mut self.senders {
-            s.submit(&window);
+        for (service, part) in by_service(profile, &processes) {
+            let window = Window {
+                profile: part,
+                start,
+                end,
+                host: self.host.clone(),
+                processes: processes.clone(),
+                service,
+            };
+            for s in &mut self.senders {
+                s.submit(&window);
+            }
         }
         Ok(())
     }
+}
+
+/// `profile` split by the service of each sample's process (its
+/// `processes` labels): a fleet finds profiles by service, and Pyroscope
+/// and OTLP name one service per profile. Samples of processes that name
+/// none come first, under `None`; a profile of one service is not copied
+/// apart. Each part keeps its samples' events.
+fn by_service(
+    profile: &Profile,
+    processes: &HashMap<u32, ProcessLabels>,
+) -> Vec<(Option<Arc<str>>, Profile)> {
+    let service = |s: &Sample| {
+        s.task
+            .pid
+            .and_then(|pid| processes.get(&pid))
+            .and_then(|l| l.service.clone())
+    };
+    let mut order: Vec<Option<Arc<str>>> = Vec::new();
+    let mut part_of = Vec::with_capacity(profile.samples.len());
+    for s in &profile.samples {
+        let name = service(s);
+        let i = match order.iter().position(|o| *o == name) {
+            Some(i) => i,
+            None => {
+                order.push(name);
+                order.len() - 1
+            }
+        };
+        part_of.push(i);
+    }
+    if order.len() <= 1 {
+        let name = order.pop().flatten();
+        return vec![(name, profile.clone())];
+    }
+    let mut parts: Vec<Profile> = order
+        .iter()
+        .map(|_| Profile {
+            meta: profile.meta.clone(),
+            samples: Vec::new(),
+            timeline: profile.timeline.as_ref().map(|t| t.clone_empty()),
+        })
+        .collect();
+    // Each sample's index within its part, for its events.
+    let mut index = Vec::with_capacity(profile.samples.len());
+    for (s, &i) in profile.samples.iter().zip(&part_of) {
+        index.push(parts[i].samples.len() as u32);
+        parts[i].samples.push(s.clone());
+    }
+    if let Some(t) = &profile.timeline {
+        for e in &t.events {
+            let at = e.sample as usize;
+            if let (Some(&i), Some(&n)) = (part_of.get(at), index.get(at)) {
+                if let Some(pt) = parts[i].timeline.as_mut() {
+                    pt.events.push(Event { sample: n, ..*e });
+                }
+            }
+        }
+    }
+    let mut out: Vec<(Option<Arc<str>>, Profile)> = order.into_iter().zip(parts).collect();
+    // Unnamed first, then by name: the same order every window.
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out
 }

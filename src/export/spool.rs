@@ -22,11 +22,14 @@ use std::fs;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
+use std::sync::Arc;
+
 use super::Payload;
 use crate::profile::Kind;
 
-/// Version 2 holds the profile's kind after the times; version 1 (CPU
-/// windows only) is still read.
+/// Version 2 holds the profile's kind after the times, then the length
+/// of its service's name (u32, 0 for none) and the name; version 1 (CPU
+/// windows of no service) is still read.
 const MAGIC: &[u8; 8] = b"FLARESP2";
 const MAGIC_V1: &[u8; 8] = b"FLARESP1";
 const HEADER: usize = 8 + 24;
@@ -136,7 +139,7 @@ impl Spool {
     }
 
     fn size(p: &Payload) -> u64 {
-        (HEADER + p.body.len()) as u64
+        (HEADER + 4 + p.service.as_deref().map_or(0, str::len) + p.body.len()) as u64
     }
 
     /// Drops the oldest windows until `incoming` more bytes fit.
@@ -232,6 +235,9 @@ fn write(dir: &Path, seq: u64, p: &Payload) -> io::Result<()> {
         .find(|(k, _)| *k == p.kind)
         .map_or(0, |&(_, c)| c);
     tmp.write_all(&code.to_le_bytes())?;
+    let service = p.service.as_deref().unwrap_or("").as_bytes();
+    tmp.write_all(&(service.len() as u32).to_le_bytes())?;
+    tmp.write_all(service)?;
     tmp.write_all(&p.body)?;
     tmp.persist(file(dir, seq)).map_err(|e| e.error)?;
     Ok(())
@@ -261,10 +267,28 @@ fn read(path: &Path) -> io::Result<Payload> {
                 .ok_or_else(bad)?
         }
     };
+    let (service, body) = match v1 {
+        true => (None, &data[header..]),
+        false => {
+            let rest = &data[header..];
+            let len = rest
+                .get(..4)
+                .and_then(|b| b.try_into().ok())
+                .map(u32::from_le_bytes)
+                .ok_or_else(bad)? as usize;
+            let name = rest.get(4..4 + len).ok_or_else(bad)?;
+            let name = std::str::from_utf8(name).map_err(|_| bad())?;
+            (
+                (!name.is_empty()).then(|| Arc::from(name)),
+                &rest[4 + len..],
+            )
+        }
+    };
     Ok(Payload {
         start_ns: word(8).map_err(|_| bad())?,
         end_ns: word(16).map_err(|_| bad())?,
         kind,
-        body: data[header..].to_vec(),
+        service,
+        body: body.to_vec(),
     })
 }

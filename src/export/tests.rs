@@ -14,6 +14,7 @@ fn payload(n: u64, size: usize) -> Payload {
         start_ns: n,
         end_ns: n + 1,
         kind: Kind::Cpu,
+        service: None,
         body: vec![n as u8; size],
     }
 }
@@ -36,11 +37,11 @@ fn push(s: &mut Spool, p: Payload) {
 
 #[test]
 fn memory_spool_is_fifo_and_bounded() {
-    // Each entry is 24 bytes of header + 100 of body: three fit in 400.
-    let mut s = Spool::memory(400);
+    // Each entry is 36 bytes of header + 100 of body: three fit in 420.
+    let mut s = Spool::memory(420);
     for n in 0..5 {
         push(&mut s, payload(n, 100));
-        assert!(s.bytes() <= 400);
+        assert!(s.bytes() <= 420);
     }
     assert_eq!(s.dropped, 2);
     assert_eq!(drain(&mut s), vec![2, 3, 4]);
@@ -51,9 +52,9 @@ fn memory_spool_is_fifo_and_bounded() {
 
 #[test]
 fn disk_spool_is_bounded_and_survives_a_restart() {
-    // Each window takes 32 bytes of header on disk beside its body.
+    // Each window takes 36 bytes of header on disk beside its body.
     let dir = tempfile::tempdir().unwrap();
-    let mut s = Spool::disk(dir.path(), 430).unwrap();
+    let mut s = Spool::disk(dir.path(), 450).unwrap();
     for n in 0..5 {
         push(&mut s, payload(n, 100));
     }
@@ -61,17 +62,17 @@ fn disk_spool_is_bounded_and_survives_a_restart() {
         .unwrap()
         .map(|e| e.unwrap().metadata().unwrap().len())
         .sum();
-    assert!(on_disk <= 430, "{on_disk} bytes on disk");
+    assert!(on_disk <= 450, "{on_disk} bytes on disk");
     assert_eq!(s.dropped, 2);
     drop(s);
-    let mut s = Spool::disk(dir.path(), 430).unwrap();
+    let mut s = Spool::disk(dir.path(), 450).unwrap();
     assert_eq!(s.len(), 3);
     push(&mut s, payload(7, 0));
     let first = s.front().unwrap().1;
     assert_eq!(first, payload(2, 100));
     assert_eq!(drain(&mut s), vec![2, 3, 4, 7]);
     // A restart with a smaller bound trims the oldest.
-    let mut s = Spool::disk(dir.path(), 430).unwrap();
+    let mut s = Spool::disk(dir.path(), 450).unwrap();
     for n in 10..13 {
         push(&mut s, payload(n, 100));
     }
@@ -81,7 +82,7 @@ fn disk_spool_is_bounded_and_survives_a_restart() {
 }
 
 #[test]
-fn disk_spool_keeps_each_windows_kind_and_reads_version_1() {
+fn disk_spool_keeps_each_windows_kind_and_service_and_reads_version_1() {
     let dir = tempfile::tempdir().unwrap();
     let mut s = Spool::disk(dir.path(), 1 << 20).unwrap();
     let wall = Payload {
@@ -90,6 +91,7 @@ fn disk_spool_keeps_each_windows_kind_and_reads_version_1() {
     };
     let off = Payload {
         kind: Kind::OffCpu,
+        service: Some("checkout".into()),
         ..payload(2, 10)
     };
     push(&mut s, wall.clone());
@@ -111,6 +113,7 @@ fn disk_spool_keeps_each_windows_kind_and_reads_version_1() {
         start_ns: 3,
         end_ns: 4,
         kind: Kind::Cpu,
+        service: None,
         body: vec![7; 5],
     };
     assert_eq!(got, vec![wall, off, old]);
@@ -155,6 +158,7 @@ fn window(n: u64) -> Window {
         end: t + Duration::from_secs(1),
         host: "h".into(),
         processes: HashMap::new(),
+        service: None,
     }
 }
 
@@ -245,6 +249,7 @@ fn sample_window() -> Window {
         end: start + Duration::from_secs(10),
         host: "node1".into(),
         processes,
+        service: None,
     }
 }
 
