@@ -322,7 +322,7 @@ fn each_service_is_its_own_application_and_resource() {
     }
     let _serial = serial();
     let start = |env: &[&str]| {
-        let mut w = common::session::Workload::start_with(env, "twofuncs", &["6", "25", "1"]);
+        let mut w = common::session::Workload::start_with(env, "twofuncs", &["60", "25", "1"]);
         w.go();
         w
     };
@@ -346,19 +346,62 @@ fn each_service_is_its_own_application_and_resource() {
         "--otlp",
         &collector.url(),
     ]);
-    // Three windows, one per service and the unnamed one, twice over.
-    pyroscope.wait_for(6, LIMIT);
-    collector.wait_for(6, LIMIT);
-    let err = agent.terminate();
-    let mut by_app: HashMap<String, std::collections::BTreeSet<String>> = HashMap::new();
-    for r in pyroscope.requests() {
-        let name = &r.query["name"];
-        let app = name.split('{').next().unwrap_or(name).to_string();
+    // Until each service's application and resource has a sample (an
+    // emulated guest takes seconds to attach, and its first windows are
+    // empty), then the whole run's windows.
+    let pyroscope_apps = || {
+        let mut by_app: HashMap<String, std::collections::BTreeSet<String>> = HashMap::new();
+        for r in pyroscope.requests() {
+            let name = &r.query["name"];
+            let app = name.split('{').next().unwrap_or(name).to_string();
+            by_app
+                .entry(app)
+                .or_default()
+                .extend(pids(&decode_pprof(&r.body)));
+        }
         by_app
-            .entry(app)
-            .or_default()
-            .extend(pids(&decode_pprof(&r.body)));
-    }
+    };
+    let otlp_resources = || {
+        let mut by_resource: HashMap<String, std::collections::BTreeSet<String>> = HashMap::new();
+        for r in collector.requests() {
+            let req = otlp::ExportProfilesServiceRequest::decode(r.body.as_slice())
+                .expect("OTLP protobuf");
+            let resource = req.resource_profiles[0]
+                .resource
+                .as_ref()
+                .expect("a resource");
+            let service = resource
+                .attributes
+                .iter()
+                .find(|kv| kv.key == "service.name")
+                .and_then(|kv| match kv.value.as_ref()?.value.as_ref()? {
+                    otlp::any_value::Value::StringValue(s) => Some(s.clone()),
+                    _ => None,
+                })
+                .expect("a service.name");
+            for pid in [a.pid, b.pid, none.pid] {
+                let mut sums = HashMap::new();
+                add_otlp(&mut sums, &req, pid);
+                if sums.values().any(|s: &Sums| s.all > 0) {
+                    by_resource
+                        .entry(service.clone())
+                        .or_default()
+                        .insert(pid.to_string());
+                }
+            }
+        }
+        by_resource
+    };
+    let all_three = |m: &HashMap<String, std::collections::BTreeSet<String>>| {
+        ["svc-a", "svc-b", "fallback"]
+            .iter()
+            .all(|k| m.get(*k).is_some_and(|p| !p.is_empty()))
+    };
+    common::receivers::wait(LIMIT, || {
+        (all_three(&pyroscope_apps()) && all_three(&otlp_resources())).then_some(())
+    });
+    let err = agent.terminate();
+    let by_app = pyroscope_apps();
     let one = |pid: u32| std::collections::BTreeSet::from([pid.to_string()]);
     assert_eq!(by_app.get("svc-a"), Some(&one(a.pid)), "{by_app:?}; {err}");
     assert_eq!(by_app.get("svc-b"), Some(&one(b.pid)), "{by_app:?}; {err}");
@@ -367,35 +410,7 @@ fn each_service_is_its_own_application_and_resource() {
         Some(&one(none.pid)),
         "{by_app:?}; {err}"
     );
-    let mut by_resource: HashMap<String, std::collections::BTreeSet<String>> = HashMap::new();
-    for r in collector.requests() {
-        let req =
-            otlp::ExportProfilesServiceRequest::decode(r.body.as_slice()).expect("OTLP protobuf");
-        let resource = req.resource_profiles[0]
-            .resource
-            .as_ref()
-            .expect("a resource");
-        let service = resource
-            .attributes
-            .iter()
-            .find(|kv| kv.key == "service.name")
-            .and_then(|kv| match kv.value.as_ref()?.value.as_ref()? {
-                otlp::any_value::Value::StringValue(s) => Some(s.clone()),
-                _ => None,
-            })
-            .expect("a service.name");
-        let mut sums = HashMap::new();
-        for pid in [a.pid, b.pid, none.pid] {
-            add_otlp(&mut sums, &req, pid);
-            if sums.values().any(|s: &Sums| s.all > 0) {
-                by_resource
-                    .entry(service.clone())
-                    .or_default()
-                    .insert(pid.to_string());
-            }
-            sums.clear();
-        }
-    }
+    let by_resource = otlp_resources();
     assert_eq!(
         by_resource.get("svc-a"),
         Some(&one(a.pid)),
