@@ -892,7 +892,19 @@ fn java_frames_without_root() {
                 .collect();
             let start = common::java::thread_start(f);
             let main = f.iter().position(|x| x == "JavaMain");
-            java == want && start < main && start.is_some()
+            // Emulated (after the warm-up there), main's frame is often
+            // an on-stack-replaced compilation of its loop, which
+            // perf-event mode does not name yet (docs/runtimes.md): an
+            // unnamed frame in its place, right under the call stub,
+            // keeps the chain (146 of 570 samples in one arm64 run).
+            let osr_main = common::bpf::emulated()
+                && java == want[1..]
+                && f.windows(3).any(|w| {
+                    w[0].starts_with("[StubRoutines")
+                        && w[1] == "[unknown]"
+                        && method(&w[2]).as_deref() == Some("Service.serve")
+                });
+            (java == want || osr_main) && start < main && start.is_some()
         })
         .map(|(_, n)| n)
         .sum();
