@@ -191,6 +191,13 @@ impl AgentArgs {
             ..Recording::default()
         };
         let names = &self.profiles;
+        let filtered = self.maps.cgroupmap.is_some() || self.maps.mntnsmap.is_some();
+        if filtered && names.iter().any(|n| *n != ProfileName::Cpu) {
+            anyhow::bail!(
+                "--cgroupmap and --mntnsmap filter the cpu profile only: \
+                 give --profiles cpu, or -p PID for the off-cpu and wall profiles"
+            );
+        }
         let mut sources = Vec::new();
         for (i, name) in names.iter().enumerate() {
             if names[..i].contains(name) {
@@ -222,13 +229,6 @@ impl AgentArgs {
                     ..wallclock::Config::default()
                 }),
             });
-            let filtered = self.maps.cgroupmap.is_some() || self.maps.mntnsmap.is_some();
-            if filtered && *name != ProfileName::Cpu {
-                anyhow::bail!(
-                    "--cgroupmap and --mntnsmap filter the cpu profile only: \
-                     give --profiles cpu, or -p PID for the off-cpu and wall profiles"
-                );
-            }
         }
         Ok(agent::Config::new(
             sources,

@@ -49,14 +49,12 @@ impl Dir {
     }
 }
 
-/// What a window file's name adds for its profile's kind.
-fn kind_suffix(kind: Kind) -> &'static str {
+/// What a window file's name adds for its profile's kind: nothing for
+/// CPU samples (the names of before), else `-offcpu`, `-wall`.
+fn kind_suffix(kind: Kind) -> String {
     match kind {
-        Kind::Cpu => "",
-        Kind::OffCpu | Kind::OffWake => "-offcpu",
-        Kind::Wakeup => "-wakeup",
-        Kind::Count => "-events",
-        Kind::Wall => "-wall",
+        Kind::Cpu => String::new(),
+        _ => format!("-{}", super::kind_name(kind)),
     }
 }
 

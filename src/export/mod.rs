@@ -74,6 +74,19 @@ pub struct Window {
     pub service: Option<Arc<str>>,
 }
 
+/// A short name for profiles of `kind`, as pprof names their sample
+/// types: Parca's series (`flare_offcpu`) and the directory's file names
+/// (`-offcpu`) hold it.
+pub fn kind_name(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Cpu => "cpu",
+        Kind::OffCpu | Kind::OffWake => "offcpu",
+        Kind::Wakeup => "wakeup",
+        Kind::Count => "events",
+        Kind::Wall => "wall",
+    }
+}
+
 /// Nanoseconds since the Unix epoch.
 pub fn unix_nanos(t: SystemTime) -> u64 {
     t.duration_since(UNIX_EPOCH)

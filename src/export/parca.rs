@@ -53,14 +53,7 @@ impl Encode for ParcaEncoder {
 /// The series name (`__name__`) of profiles of `kind`: `flare_cpu`,
 /// `flare_offcpu`, `flare_wall`, as pprof names their sample types.
 pub fn profile_name(kind: Kind) -> String {
-    let what = match kind {
-        Kind::Cpu => "cpu",
-        Kind::OffCpu | Kind::OffWake => "offcpu",
-        Kind::Wakeup => "wakeup",
-        Kind::Count => "events",
-        Kind::Wall => "wall",
-    };
-    format!("flare_{what}")
+    format!("flare_{}", super::kind_name(kind))
 }
 
 /// The request for one gzipped pprof of `host`, in series `name`.

@@ -8,7 +8,7 @@
 //! tiling its own time line.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc};
 use std::time::{Duration, SystemTime};
 
 use super::labels::Labeller;
@@ -17,7 +17,6 @@ use super::{ProcessLabels, Window};
 use crate::error::Result;
 use crate::pipeline::{Sink, Times};
 use crate::profile::{Event, Kind, Profile, Sample};
-use std::sync::Arc;
 
 /// Pushes each report to every sender.
 pub struct PushSink {

@@ -21,7 +21,6 @@ use std::collections::VecDeque;
 use std::fs;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
-
 use std::sync::Arc;
 
 use super::Payload;
