@@ -202,9 +202,14 @@ fn profile_new_processes(exes: &[&Path], seconds: &str) -> Vec<Result> {
 }
 
 fn assert_full(what: &str, r: &Result) {
+    assert_whole(what, r, 99.0);
+}
+
+/// [`assert_full`] with its own floor for the share of whole stacks.
+fn assert_whole(what: &str, r: &Result, floor: f64) {
     let pct = 100.0 * r.complete as f64 / r.samples as f64;
     assert!(
-        pct >= 99.0,
+        pct >= floor,
         "{what}: {pct:.1} % of {} samples complete; incomplete:\n{}",
         r.samples,
         r.incomplete.join("\n")
@@ -252,11 +257,17 @@ fn a_process_started_during_the_run_has_full_stacks_from_its_first_samples() {
     // Each process's start-up and exit (ld.so, printf, pthread_create on
     // the main thread) are samples outside worker's run: 0.1 % of a 1 s
     // run here, 2.7 % under emulation. 4 s brought them to about 1 %
-    // there, the edge of the bound (98.8 and 98.9 % whole in two arm64
-    // runs: mostly one-frame stacks from before flare met the process);
-    // 8 s too, once (98.9 %: 75 samples, most of them whole chains of
-    // unnamed frames of the second process). 12 s.
+    // there (98.8 and 98.9 % whole in two arm64 runs: mostly one-frame
+    // stacks from before flare met the process); 8 s too, once (98.9 %).
+    // 12 s gave 97.7 % in a CI run on a busy host: 250 one-frame stacks
+    // in ld.so, __libc_early_init, pthread_create, the first of worker,
+    // that is, about 0.3 s of the emulated guest's between the
+    // process's first sample and its table in BPF (natively all of
+    // start-up and exit is 0.1 % of a 1 s run).
+    // So 99 % natively and 95 % emulated: either way far above what a
+    // table remembered as missing gives (0 %).
     let seconds = if common::bpf::emulated() { "12" } else { "1" };
+    let floor = if common::bpf::emulated() { 95.0 } else { 99.0 };
     let r = profile_new_processes(&[&first, &second], seconds);
     // The first waits for libc's table to be built (as on a machine's
     // first run; a fleet's machines keep the cache): a few ms here, more
@@ -267,7 +278,7 @@ fn a_process_started_during_the_run_has_full_stacks_from_its_first_samples() {
     // needs its own small one loaded on its first report: whole from its
     // first samples. (A table the start-up scan skipped, not cached then,
     // must not be remembered as missing: it was 0 % so.)
-    assert_full("a process started during a system-wide run", &r[1]);
+    assert_whole("a process started during a system-wide run", &r[1], floor);
 }
 
 #[test]
