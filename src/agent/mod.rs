@@ -9,9 +9,10 @@
 //! destination. The senders deliver on their own threads, so collection
 //! never waits for a network. Long runs stay flat: each collector is
 //! renewed every [`Config::renew`] (about two minutes, a whole number of
-//! windows), or sooner once it has seen [`RENEW_PROCESSES`] processes —
-//! a fresh BPF session, whose stack storage would otherwise fill with
-//! stacks of exited processes (new stacks are then lost), and a fresh
+//! windows), or sooner once it has seen [`RENEW_PROCESSES`] processes or
+//! a window lost stacks for want of room — a fresh BPF session, whose
+//! stack storage would otherwise fill with stacks of exited processes
+//! (new stacks are then lost), and a fresh
 //! symbolizer: blazesym keeps an entry per process and mapping it has
 //! read, and the soak test saw an agent on a machine starting many short
 //! processes grow by 170 KiB/s without renewal. The few milliseconds

@@ -58,9 +58,10 @@ pub struct ProcessLabels {
 
 /// One interval of profiling, ready to be sent.
 #[derive(Clone, Debug)]
-pub struct Window {
+pub struct Window<'a> {
     /// The symbolized samples; `meta.duration` is the window's length.
-    pub profile: Profile,
+    /// Borrowed where one service has them all (no copy of the window).
+    pub profile: std::borrow::Cow<'a, Profile>,
     /// When the window began and ended (wall clock).
     pub start: SystemTime,
     pub end: SystemTime,

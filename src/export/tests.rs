@@ -150,10 +150,10 @@ impl Destination for Fake {
     }
 }
 
-fn window(n: u64) -> Window {
+fn window(n: u64) -> Window<'static> {
     let t = SystemTime::UNIX_EPOCH + Duration::from_secs(n);
     Window {
-        profile: Profile::new(Meta::new(Kind::Cpu, "cpu-clock")),
+        profile: std::borrow::Cow::Owned(Profile::new(Meta::new(Kind::Cpu, "cpu-clock"))),
         start: t,
         end: t + Duration::from_secs(1),
         host: "h".into(),
@@ -209,7 +209,7 @@ fn finish_gives_up_at_the_deadline_with_a_memory_spool() {
     assert_eq!((report.delivered, report.left), (0, 1));
 }
 
-fn sample_window() -> Window {
+fn sample_window() -> Window<'static> {
     let frame = |name: &str, kind| Frame {
         addr: 0x1000,
         ..Frame::named(name, kind)
@@ -244,7 +244,7 @@ fn sample_window() -> Window {
     );
     let start = SystemTime::UNIX_EPOCH + Duration::from_secs(1000);
     Window {
-        profile,
+        profile: std::borrow::Cow::Owned(profile),
         start,
         end: start + Duration::from_secs(10),
         host: "node1".into(),
@@ -354,7 +354,7 @@ fn otlp_samples_carry_their_times_where_the_run_kept_them() {
         tid: 42,
         cpu: 0,
     };
-    w.profile.timeline = Some(Timeline {
+    w.profile.to_mut().timeline = Some(Timeline {
         origin_ns: 50_000,
         origin_unix_ns,
         events: vec![event(2_250_000_000, 3), event(1_500_000_000, 4)],
