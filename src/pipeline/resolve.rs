@@ -6,7 +6,7 @@
 //! not seen for an interval, mappings of processes that exited before the
 //! last read — is forgotten, so that a run without end stays flat.
 
-use std::collections::HashMap;
+use ahash::AHashMap;
 
 use crate::collect::{Collector, RawSample, RawTask};
 use crate::procmaps::Mappings;
@@ -29,12 +29,10 @@ struct RawKey {
 pub struct Resolver {
     symbolizer: Symbolizer,
     mappings: Mappings,
-    /// Raw stacks seen in this interval (`known`) and in the one before
-    /// but not yet in this one (`older`): a stack missing from a whole
-    /// interval is forgotten (its process may be gone, or its PID reused),
-    /// so that memory follows what runs, not what ever ran.
-    known: HashMap<RawKey, Named>,
-    older: HashMap<RawKey, Named>,
+    /// Raw stacks seen in the last interval named: a stack missing from
+    /// a whole interval is forgotten (its process may be gone, or its PID
+    /// reused), so that memory follows what runs, not what ever ran.
+    known: AHashMap<RawKey, Named>,
     /// Exits known when the previous interval was named.
     exits_before: u64,
 }
@@ -52,8 +50,7 @@ impl Resolver {
             symbolizer,
             exits_before: mappings.exits(),
             mappings,
-            known: HashMap::new(),
-            older: HashMap::new(),
+            known: AHashMap::new(),
         }
     }
 
@@ -62,8 +59,11 @@ impl Resolver {
         if self.known.len() > MAX_KNOWN {
             self.known.clear();
         }
-        self.older = std::mem::take(&mut self.known);
-        let (known, older) = (&mut self.known, &mut self.older);
+        // The interval before's, dropped when this one is named rather
+        // than kept beside it while the sinks write it (the agent's
+        // encoding is its peak of memory).
+        let mut older = std::mem::take(&mut self.known);
+        let known = &mut self.known;
         let mut lookup = |key: &RawKey| -> Option<Named> {
             if let Some(n) = known.get(key) {
                 return Some(n.clone());
@@ -95,6 +95,7 @@ impl Resolver {
                 }
             }
         }
+        drop(older);
         let mut named = self.symbolizer.resolve(new);
         collector.tidy(&mut named);
         for ((key, at), s) in new_keys.into_iter().zip(named) {

@@ -13,6 +13,7 @@ use std::collections::HashMap;
 use std::io::{self, Write};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use ahash::AHashMap;
 use flate2::write::GzEncoder;
 use flate2::Compression;
 use prost::Message;
@@ -42,10 +43,10 @@ type LocationKey = (u64, u64, Vec<(u64, i64)>);
 /// Interning tables for strings and the profile's lists.
 struct Builder {
     out: proto::Profile,
-    strings: HashMap<String, i64>,
-    functions: HashMap<(i64, i64), u64>,
-    mappings: HashMap<(i64, Option<u64>), u64>,
-    locations: HashMap<LocationKey, u64>,
+    strings: AHashMap<String, i64>,
+    functions: AHashMap<(i64, i64), u64>,
+    mappings: AHashMap<(i64, Option<u64>), u64>,
+    locations: AHashMap<LocationKey, u64>,
 }
 
 impl Builder {
@@ -249,10 +250,10 @@ fn groups<'a, 'p>(leaf_first: &'a [PathFrame<'p>]) -> Vec<&'a [PathFrame<'p>]> {
 pub fn build(profile: &Profile, time_nanos: i64) -> proto::Profile {
     let mut b = Builder {
         out: proto::Profile::default(),
-        strings: HashMap::new(),
-        functions: HashMap::new(),
-        mappings: HashMap::new(),
-        locations: HashMap::new(),
+        strings: AHashMap::new(),
+        functions: AHashMap::new(),
+        mappings: AHashMap::new(),
+        locations: AHashMap::new(),
     };
     b.string("");
     let meta = &profile.meta;
