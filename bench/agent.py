@@ -15,9 +15,19 @@ to a Pyroscope-style receiver on loopback (this script, http.server), for
 
 With --profiles LIST given more than once (e.g. --profiles cpu --profiles
 cpu,off-cpu,wall), one agent per list runs in turn on the same load, a
-report for each.
+report for each; with --together, all of them at once, each pushing to a
+receiver of its own: the same load for each, minute by minute.
+
+--load runtimes swaps livestacks for real programs in real runtimes, each
+in a loop for the whole run: pylint --jobs=1 linting astroid (pyenv's
+CPython 3.12, the venv bench/deep.py makes), javac compiling java.util,
+java.lang and java.io (OpenJDK 17, the sources bench/deep.py fetches)
+and the TypeScript compiler on Node type-checking its own API
+(typescript.d.ts, `npm install typescript@5` in the cache once). A
+runtime missing here is said and left out.
 
 usage: bench/agent.py [--seconds N] [--interval S] [--hz F] [--profiles LIST]..
+                      [--together] [--load livestacks|runtimes]
        (as root, after cargo build --release)
 """
 
@@ -25,6 +35,7 @@ import argparse
 import gzip
 import http.server
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -72,20 +83,26 @@ def window_end_ns(body):
     return fields.get(9, 0) + fields.get(10, 0)
 
 
-ARRIVALS = []
+def receiver():
+    """A Pyroscope-style receiver on loopback: (its URL, the list of its
+    arrivals as (arrival ns, window end ns, body bytes))."""
+    arrivals = []
 
+    class Receiver(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            now = time.time_ns()
+            arrivals.append((now, window_end_ns(body), len(body)))
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
 
-class Receiver(http.server.BaseHTTPRequestHandler):
-    def do_POST(self):
-        body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-        now = time.time_ns()
-        ARRIVALS.append((now, window_end_ns(body), len(body)))
-        self.send_response(200)
-        self.send_header("Content-Length", "0")
-        self.end_headers()
+        def log_message(self, *args):
+            pass
 
-    def log_message(self, *args):
-        pass
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return "http://127.0.0.1:%d" % server.server_address[1], arrivals
 
 
 def cpu_ticks(pid):
@@ -102,39 +119,112 @@ def rss_kib(pid):
     return 0
 
 
-def run_agent(a, url, profiles):
-    """One agent run of a.seconds; prints its report."""
-    ARRIVALS.clear()
-    agent = subprocess.Popen([FLARE, "agent", "-F", str(a.hz), "--interval", str(a.interval),
-                              "--profiles", profiles, "--pyroscope", url],
-                             stderr=subprocess.PIPE, text=True)
+class Agent:
+    """One running agent and what is watched of it."""
+
+    def __init__(self, a, profiles):
+        self.profiles = profiles
+        url, self.arrivals = receiver()
+        self.p = subprocess.Popen([FLARE, "agent", "-F", str(a.hz), "--interval", str(a.interval),
+                                   "--profiles", profiles, "--pyroscope", url],
+                                  stderr=subprocess.PIPE, text=True)
+        self.t0 = time.monotonic()
+        self.rss, self.steady = [], None
+
+    def poll(self, a):
+        """Once a second: its RSS, and its CPU when the first window is past."""
+        self.rss.append(rss_kib(self.p.pid))
+        if self.steady is None and time.monotonic() - self.t0 >= a.interval + 1:
+            self.steady = (time.monotonic(), cpu_ticks(self.p.pid), len(self.rss))
+
+    def stop_and_report(self, a, load):
+        end_ticks, end_t = cpu_ticks(self.p.pid), time.monotonic()
+        self.p.send_signal(signal.SIGTERM)
+        _, err = self.p.communicate(timeout=60)
+        wall = end_t - self.t0
+        print("flare agent -F %d --profiles %s, %g s windows, %d CPUs busy (%s), %d s"
+              % (a.hz, self.profiles, a.interval, NCPU, load, a.seconds))
+        steady = self.steady
+        print("  CPU: %.2f %% of one core over the run; %.2f %% after the first window"
+              % (100.0 * end_ticks / TICK / wall,
+                 100.0 * (end_ticks - steady[1]) / TICK / (end_t - steady[0])))
+        after = self.rss[steady[2]:]
+        print("  RSS: %.1f MiB after the first window, %.1f MiB at the end, peak %.1f MiB"
+              % (after[0] / 1024, after[-1] / 1024, max(after) / 1024))
+        lat = [(arr - end) / 1e6 for arr, end, _ in self.arrivals if end]
+        sizes = [n for _, _, n in self.arrivals]
+        if lat:
+            print("  push latency (window end to arrival): median %.1f ms, max %.1f ms over %d pushes;"
+                  " body median %d bytes" % (statistics.median(lat), max(lat), len(lat),
+                                             statistics.median(sizes)))
+        for line in err.splitlines():
+            if "delivered" in line:
+                print("  " + line.strip())
+
+
+def run_agents(a, lists, load):
+    """Agents for `lists` at once, for a.seconds; a report for each."""
+    agents = [Agent(a, profiles) for profiles in lists]
     t0 = time.monotonic()
-    rss, steady = [], None
-    while time.monotonic() - t0 < a.seconds:
-        time.sleep(1)
-        rss.append(rss_kib(agent.pid))
-        if steady is None and time.monotonic() - t0 >= a.interval + 1:
-            steady = (time.monotonic(), cpu_ticks(agent.pid), len(rss))
-    end_ticks, end_t = cpu_ticks(agent.pid), time.monotonic()
-    agent.send_signal(signal.SIGTERM)
-    _, err = agent.communicate(timeout=60)
-    wall = end_t - t0
-    print("flare agent -F %d --profiles %s, %g s windows, %d CPUs busy (livestacks), %d s"
-          % (a.hz, profiles, a.interval, NCPU, a.seconds))
-    print("  CPU: %.2f %% of one core over the run; %.2f %% after the first window"
-          % (100.0 * end_ticks / TICK / wall,
-             100.0 * (end_ticks - steady[1]) / TICK / (end_t - steady[0])))
-    after = rss[steady[2]:]
-    print("  RSS: %.1f MiB after the first window, %.1f MiB at the end, peak %.1f MiB"
-          % (after[0] / 1024, after[-1] / 1024, max(after) / 1024))
-    lat = [(arr - end) / 1e6 for arr, end, _ in ARRIVALS if end]
-    sizes = [n for _, _, n in ARRIVALS]
-    if lat:
-        print("  push latency (window end to arrival): median %.1f ms, max %.1f ms over %d windows; body median %d bytes"
-              % (statistics.median(lat), max(lat), len(lat), statistics.median(sizes)))
-    for line in err.splitlines():
-        if "delivered" in line:
-            print("  " + line.strip())
+    try:
+        while time.monotonic() - t0 < a.seconds:
+            time.sleep(1)
+            for agent in agents:
+                agent.poll(a)
+    finally:
+        for agent in agents:
+            if agent.steady is None:
+                agent.p.kill()
+    for agent in agents:
+        agent.stop_and_report(a, load)
+
+
+def note(msg):
+    print("note: " + msg, file=sys.stderr, flush=True)
+
+
+def loop(cmd, cwd=None, env=None):
+    """`cmd` run again and again until killed (a process group of its own)."""
+    script = "while :; do \"$@\" >/dev/null 2>&1; done"
+    return subprocess.Popen(["sh", "-c", script, "loop"] + cmd, cwd=cwd, env=env,
+                            start_new_session=True)
+
+
+def runtime_loads(tmp):
+    """The real programs of --load runtimes, each looping: their Popens."""
+    import deep   # bench/deep.py: its pylint venv and JDK sources
+    loads = []
+    venv = deep.pylint_venv()
+    if venv:
+        target = subprocess.run([os.path.join(venv, "bin", "python"), "-c",
+                                 "import astroid, os; print(os.path.dirname(astroid.__file__))"],
+                                capture_output=True, text=True, check=True).stdout.strip()
+        loads.append(loop([os.path.join(venv, "bin", "pylint"), "--jobs=1", "--persistent=n",
+                           "--exit-zero", "--score=n", target]))
+    else:
+        note("no pylint venv: Python left out")
+    sources = deep.java_sources() if shutil.which("javac") else None
+    if sources:
+        module, listing = sources
+        classes = os.path.join(tmp, "classes")
+        os.makedirs(classes)
+        loads.append(loop(["javac", "--patch-module", "java.base=" + module, "-d", classes, "-nowarn",
+                           "-proc:none", "-implicit:none", "-Xlint:none", "-XDignore.symbol.file",
+                           "@" + listing]))
+    else:
+        note("no javac or no JDK sources: Java left out")
+    tsc_dir = os.path.join(deep.CACHE, "tsc")
+    tsc = os.path.join(tsc_dir, "node_modules", "typescript", "bin", "tsc")
+    if not os.path.exists(tsc) and shutil.which("npm"):
+        os.makedirs(tsc_dir, exist_ok=True)
+        subprocess.run(["npm", "install", "--silent", "--no-audit", "--no-fund", "typescript@5"],
+                       cwd=tsc_dir, capture_output=True)
+    if os.path.exists(tsc) and shutil.which("node"):
+        api = os.path.join(tsc_dir, "node_modules", "typescript", "lib", "typescript.d.ts")
+        loads.append(loop(["node", tsc, "--noEmit", "--target", "es2022", api]))
+    else:
+        note("no node or no typescript package: Node left out")
+    return loads
 
 
 def main():
@@ -143,26 +233,34 @@ def main():
     ap.add_argument("--interval", type=float, default=10)
     ap.add_argument("--hz", type=int, default=19)
     ap.add_argument("--profiles", action="append")
+    ap.add_argument("--together", action="store_true")
+    ap.add_argument("--load", choices=["livestacks", "runtimes"], default="livestacks")
     a = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("run as root")
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    url = "http://127.0.0.1:%d" % server.server_address[1]
     runs = a.profiles or ["cpu"]
     with tempfile.TemporaryDirectory() as tmp:
-        work = os.path.join(tmp, "livestacks")
-        subprocess.run(["gcc", "-O1", "-g", "-fno-omit-frame-pointer", "-pthread", "-o", work,
-                        os.path.join(ROOT, "bench", "workloads", "livestacks.c")], check=True)
-        load = subprocess.Popen([work, str(len(runs) * (a.seconds + 60) + 30), str(NCPU)],
-                                stdout=subprocess.DEVNULL)
-        time.sleep(1)
+        if a.load == "runtimes":
+            loads = runtime_loads(tmp)
+            load_name = "pylint, javac and tsc in loops"
+        else:
+            work = os.path.join(tmp, "livestacks")
+            subprocess.run(["gcc", "-O1", "-g", "-fno-omit-frame-pointer", "-pthread", "-o", work,
+                            os.path.join(ROOT, "bench", "workloads", "livestacks.c")], check=True)
+            loads = [subprocess.Popen([work, str(len(runs) * (a.seconds + 60) + 30), str(NCPU)],
+                                      stdout=subprocess.DEVNULL, start_new_session=True)]
+            load_name = "livestacks"
+        time.sleep(5 if a.load == "runtimes" else 1)
         try:
-            for profiles in runs:
-                run_agent(a, url, profiles)
+            if a.together:
+                run_agents(a, runs, load_name)
+            else:
+                for profiles in runs:
+                    run_agents(a, [profiles], load_name)
         finally:
-            load.kill()
-            load.wait()
+            for load in loads:
+                os.killpg(load.pid, signal.SIGKILL)
+                load.wait()
 
 
 if __name__ == "__main__":

@@ -2,7 +2,10 @@
 # Overhead of the off-CPU tools on a context-switch-heavy workload: two
 # threads ping-ponging a byte over pipes (bench/pingpong.c), timed alone
 # and under flare offcputime / offwaketime and libbpf-tools offcputime /
-# wakeuptime (system-wide, as each would be used). Runs are interleaved
+# wakeuptime (system-wide, as each would be used), and under `flare agent`
+# with CPU profiles only and with CPU, off-CPU and wall-clock (pushing to
+# a directory, 10 s windows; the off-CPU cost a fleet pays for
+# --profiles cpu,off-cpu,wall). Runs are interleaved
 # and repeated; the median time of each is compared with the workload
 # alone, measured in the same run.
 #
@@ -30,8 +33,11 @@ declare -A tracers=(
     [flare-wakeuptime]="$flare wakeuptime -f"
     [libbpf-offcputime]="/usr/sbin/offcputime"
     [libbpf-wakeuptime]="/usr/sbin/wakeuptime"
+    [flare-agent-cpu]="$flare agent --interval 10 -o $work/agent-cpu"
+    [flare-agent-all]="$flare agent --interval 10 --profiles cpu,off-cpu,wall -o $work/agent-all"
 )
-order=(alone flare-offcputime libbpf-offcputime flare-wakeuptime libbpf-wakeuptime flare-offwaketime)
+order=(alone flare-offcputime libbpf-offcputime flare-wakeuptime libbpf-wakeuptime flare-offwaketime
+    flare-agent-cpu flare-agent-all)
 
 for name in "${order[@]}"; do
     cmd=${tracers[$name]}
@@ -111,3 +117,4 @@ ratio() {
 }
 ratio flare-offcputime libbpf-offcputime
 ratio flare-wakeuptime libbpf-wakeuptime
+ratio flare-agent-all flare-offcputime
