@@ -80,6 +80,7 @@ fn run_with(start: impl FnOnce(u32) -> Box<dyn Collector>) -> (Profile, Shape) {
         duration: None,
         mode: Mode::Once,
         symbolize: Default::default(),
+        gate: None,
     };
     pipeline::run(collector, &mut [&mut keep], &plan, &stop).expect("the pipeline runs");
     let w = worker.join().unwrap();

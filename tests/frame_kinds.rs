@@ -172,6 +172,7 @@ fn profile() -> Profile {
         duration: Some(Duration::ZERO),
         mode: Mode::Once,
         symbolize: Default::default(),
+        gate: None,
     };
     pipeline::run(Box::new(fake), &mut [&mut keep], &plan, &stop).expect("the pipeline runs");
     let mut p = keep.0.expect("a report");

@@ -174,6 +174,7 @@ pub fn request(
             duration,
             mode,
             symbolize: Default::default(),
+            gate: None,
         },
         printer,
         destinations,

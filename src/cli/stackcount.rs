@@ -211,6 +211,7 @@ impl StackcountArgs {
                 duration: self.duration(),
                 mode,
                 symbolize: Default::default(),
+                gate: None,
             },
             printer,
             destinations,

@@ -46,6 +46,10 @@ pub struct Plan {
     pub duration: Option<Duration>,
     pub mode: Mode,
     pub symbolize: symbolize::Options,
+    /// Held by a periodic run from reading an interval to reporting it:
+    /// runs sharing one name and encode one interval at a time, so that
+    /// their peaks of memory do not add up (the agent's sources).
+    pub gate: Option<&'static std::sync::Mutex<()>>,
 }
 
 /// Where a sink needs each sample's time ([`Sink::times`]).
@@ -296,6 +300,10 @@ fn periodic(
             (e, n) => e.or(n),
         };
         let stopped = wait(stop, tick) || end.is_some_and(|e| Instant::now() >= e);
+        // Before the clock is read: a wait here lengthens this interval.
+        let gate = plan
+            .gate
+            .map(|g| g.lock().unwrap_or_else(|e| e.into_inner()));
         let now = Instant::now();
         let length = now - last_read;
         last_read = now;
@@ -310,6 +318,8 @@ fn periodic(
         each(sinks, |s| s.update(&delta, length))?;
         if report_each {
             each(sinks, |s| s.report(&delta))?;
+            drop(delta);
+            drop(gate);
         } else {
             whole.meta.lost.add(&delta.meta.lost);
             let mut delta = delta;

@@ -133,6 +133,7 @@ fn plan(duration: Option<Duration>, mode: Mode) -> Plan {
         duration,
         mode,
         symbolize: Default::default(),
+        gate: None,
     }
 }
 
@@ -488,4 +489,63 @@ fn events_keep_their_stacks_when_an_interval_mixes_known_and_new_ones() {
     run(Box::new(fake), &mut [&mut times], &plan(None, mode), &stop).unwrap();
     let second: Vec<(&str, u64)> = times.0[1].iter().map(|(c, t)| (c.as_str(), *t)).collect();
     assert_eq!(second, [("a+", 22), ("b+", 20), ("b+", 21)]);
+}
+
+/// A sink that records, at each call, whether [`GATE`] was held.
+#[derive(Default)]
+struct GateWatch {
+    held: Vec<(&'static str, bool)>,
+}
+
+static GATE: Mutex<()> = Mutex::new(());
+
+impl Sink for GateWatch {
+    fn update(&mut self, _delta: &Profile, _length: Duration) -> Result<()> {
+        self.held.push(("update", GATE.try_lock().is_err()));
+        Ok(())
+    }
+
+    fn report(&mut self, _p: &Profile) -> Result<()> {
+        self.held.push(("report", GATE.try_lock().is_err()));
+        Ok(())
+    }
+
+    fn end(&mut self) -> Result<()> {
+        self.held.push(("end", GATE.try_lock().is_err()));
+        Ok(())
+    }
+}
+
+#[test]
+fn a_gated_periodic_run_holds_its_gate_from_each_read_to_its_report() {
+    let (tx, stop) = mpsc::channel();
+    let fake = Fake {
+        reads: VecDeque::from([
+            read(vec![raw("a", &[1], 3)], 0),
+            read(vec![raw("b", &[2], 1)], 0),
+        ]),
+        log: Rc::default(),
+        stop_after: Some((1, tx)),
+    };
+    let mut watch = GateWatch::default();
+    let mode = Mode::Periodic {
+        interval: Duration::from_millis(1),
+        report_each: true,
+    };
+    let plan = Plan {
+        gate: Some(&GATE),
+        ..plan(None, mode)
+    };
+    run(Box::new(fake), &mut [&mut watch], &plan, &stop).unwrap();
+    assert_eq!(
+        watch.held,
+        [
+            ("update", true),
+            ("report", true),
+            ("update", true),
+            ("report", true),
+            ("end", false)
+        ],
+        "the gate, held (true) or free at each call"
+    );
 }
