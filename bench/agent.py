@@ -179,10 +179,6 @@ def run_agents(a, lists, load):
         agent.stop_and_report(a, load)
 
 
-def note(msg):
-    print("note: " + msg, file=sys.stderr, flush=True)
-
-
 def loop(cmd, cwd=None, env=None):
     """`cmd` run again and again until killed (a process group of its own)."""
     script = "while :; do \"$@\" >/dev/null 2>&1; done"
@@ -202,7 +198,7 @@ def runtime_loads(tmp):
         loads.append(loop([os.path.join(venv, "bin", "pylint"), "--jobs=1", "--persistent=n",
                            "--exit-zero", "--score=n", target]))
     else:
-        note("no pylint venv: Python left out")
+        deep.note("no pylint venv: Python left out")
     sources = deep.java_sources() if shutil.which("javac") else None
     if sources:
         module, listing = sources
@@ -212,7 +208,7 @@ def runtime_loads(tmp):
                            "-proc:none", "-implicit:none", "-Xlint:none", "-XDignore.symbol.file",
                            "@" + listing]))
     else:
-        note("no javac or no JDK sources: Java left out")
+        deep.note("no javac or no JDK sources: Java left out")
     tsc_dir = os.path.join(deep.CACHE, "tsc")
     tsc = os.path.join(tsc_dir, "node_modules", "typescript", "bin", "tsc")
     if not os.path.exists(tsc) and shutil.which("npm"):
@@ -223,7 +219,7 @@ def runtime_loads(tmp):
         api = os.path.join(tsc_dir, "node_modules", "typescript", "lib", "typescript.d.ts")
         loads.append(loop(["node", tsc, "--noEmit", "--target", "es2022", api]))
     else:
-        note("no node or no typescript package: Node left out")
+        deep.note("no node or no typescript package: Node left out")
     return loads
 
 

@@ -47,8 +47,8 @@ pub struct Plan {
     pub mode: Mode,
     pub symbolize: symbolize::Options,
     /// Held by a periodic run from reading an interval to reporting it:
-    /// runs sharing one name and encode one interval at a time, so that
-    /// their peaks of memory do not add up (the agent's sources).
+    /// runs sharing one gate name and encode one interval at a time, so
+    /// that their peaks of memory do not add up (the agent's sources).
     pub gate: Option<&'static std::sync::Mutex<()>>,
 }
 
