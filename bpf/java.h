@@ -104,8 +104,8 @@ struct java_stats java_stats = {};
 #define JAVA_A64_WORDS		48
 
 /* Bytes of a code blob read at once: its header and, for an nmethod,
- * the members BPF reads (JDK 17's compile id lies at 304). */
-#define JAVA_BLOB_READ		320
+ * the members BPF reads (JDK 11's compile id lies at 324). */
+#define JAVA_BLOB_READ		336
 /* Words of an interpreter frame read at once, from 10 below its frame
  * pointer to the return address above it. */
 #define JAVA_FRAME_BELOW	10

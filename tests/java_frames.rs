@@ -1,5 +1,7 @@
 //! Java frames in real HotSpot JVMs (Debian's OpenJDK 17, installed by
-//! `scripts/deps.sh --test`), started with no flag or agent:
+//! `scripts/deps.sh --test`; OpenJDK 11, 21 and 25 from Debian 11's and
+//! 13's packages, through `scripts/runtimes`), started with no flag or
+//! agent:
 //! `tests/workloads/Service.java` runs main -> serve -> handle ->
 //! parseRequest | renderPage (calling emit, which the JIT inlines) and
 //! times each leaf with its thread's CPU clock. flare's profile must show
@@ -50,18 +52,24 @@ fn start_on(java: &Path, flags: &[&str], mode: &str, seconds: &str) -> Option<Wo
     Some(Workload::start_exe(&[], java, &args))
 }
 
-/// The `java` of each JDK other than Debian's 17 found under
-/// /usr/lib/jvm or named (its home) in FLARE_TEST_JDKS (`:`-separated),
-/// with its feature version: Debian 12's apt has no JDK 21+, so newer
-/// ones are tested where present, as the Python tests use pyenv's builds.
+/// The `java` of each JDK other than Debian's 17, with its feature
+/// version: OpenJDK 11, 21 and 25 from `scripts/runtimes` (Debian 11's and
+/// 13's packages; Debian 12's apt has none of them), and any other found
+/// under /usr/lib/jvm or named (its home) in FLARE_TEST_JDKS
+/// (`:`-separated), as the Python tests use pyenv's builds.
 fn other_jdks() -> Vec<(u32, PathBuf)> {
+    let mut out: Vec<(u32, PathBuf)> = Vec::new();
+    for major in [11, 21, 25] {
+        if let Some(java) = common::java::jre(major) {
+            out.push((major, java));
+        }
+    }
     let mut homes: Vec<PathBuf> = std::fs::read_dir("/usr/lib/jvm")
         .map(|d| d.flatten().map(|e| e.path()).collect())
         .unwrap_or_default();
     if let Some(more) = std::env::var_os("FLARE_TEST_JDKS") {
         homes.extend(std::env::split_paths(&more));
     }
-    let mut out: Vec<(u32, PathBuf)> = Vec::new();
     for home in homes {
         let Ok(home) = home.canonicalize() else {
             continue;
@@ -80,7 +88,7 @@ fn other_jdks() -> Vec<(u32, PathBuf)> {
             .and_then(|m| m.parse().ok())
             .unwrap_or(0);
         let java = home.join("bin/java");
-        if major > 17 && java.exists() && !out.iter().any(|(_, j)| *j == java) {
+        if major >= 11 && major != 17 && java.exists() && !out.iter().any(|(_, j)| *j == java) {
             out.push((major, java));
         }
     }
@@ -336,20 +344,22 @@ fn assert_emit_inlined(pprof: &[u8]) {
     );
 }
 
-/// JDK 21 renamed the method flags; 23 made code blobs' addresses
-/// offsets and moved nmethods' debug information to blocks of their own
-/// (src/java/layout.rs). Each newer JDK present gets the JIT test (the
-/// chain, the shares and the inlined callee) and the `-Xint` one.
+/// Each JDK other than 17 gets the JIT test (the chain, the shares and
+/// the inlined callee), the `-Xint` one and the off-CPU one: JDK 11 keeps
+/// a class's source file in the class and has a longer nmethod; 21
+/// renamed the method flags; 23 made code blobs' addresses offsets and
+/// moved nmethods' debug information to blocks of their own
+/// (src/java/layout.rs).
 #[test]
-fn newer_jdks_have_their_chain_shares_and_inlined_callees() {
+fn other_jdks_have_their_chain_shares_inlined_callees_and_sleeps() {
     if !require_bpf() {
         return;
     }
     let jdks = other_jdks();
     if jdks.is_empty() {
         eprintln!(
-            "no JDK newer than 17 under /usr/lib/jvm or in FLARE_TEST_JDKS: \
-             its layouts are held by the unit tests on JDK 25's tables only"
+            "no JDK but 17 (scripts/runtimes, /usr/lib/jvm, FLARE_TEST_JDKS): \
+             other layouts are held by the unit tests on their tables only"
         );
     }
     for (major, java) in jdks {
@@ -361,6 +371,7 @@ fn newer_jdks_have_their_chain_shares_and_inlined_callees() {
         assert_emit_inlined(&pprof);
         // The interpreter's frames: the chain and the shares.
         profile_on(&java, &["-Xint"], &[]);
+        assert_sleeps_under_nap(&java);
     }
 }
 
@@ -521,8 +532,13 @@ fn a_jvm_that_exited_is_named_as_when_alive() {
 
 /// Runs offcputime on `Service MODE 3` and returns its folded stacks.
 fn offcpu(mode: &str) -> Option<(Stacks, String)> {
+    offcpu_on(Path::new("java"), mode)
+}
+
+/// [`offcpu`] on the JVM `java`.
+fn offcpu_on(java: &Path, mode: &str) -> Option<(Stacks, String)> {
     let _guard = serial();
-    let mut w = start(&[], mode, "3")?;
+    let mut w = start_on(java, &[], mode, "3")?;
     let pid = w.pid.to_string();
     let flare = Flare::start(&["offcputime", "-U", "-p", &pid, "-f"], 1);
     w.go();
@@ -546,17 +562,26 @@ fn blocked_under(stacks: &[(Vec<String>, u64)], outer: &str, inner: &str) -> u64
         .sum()
 }
 
+/// `Service sleep 3` on the JVM `java`: about 3 s asleep, in Thread.sleep
+/// under nap.
+fn assert_sleeps_under_nap(java: &Path) {
+    let Some((stacks, ctx)) = offcpu_on(java, "sleep") else {
+        return;
+    };
+    let slept = blocked_under(&stacks, "Service.nap", "java.lang.Thread.sleep");
+    assert!(
+        slept >= 2_000_000,
+        "{}: {slept} us asleep under nap: {ctx}",
+        java.display()
+    );
+}
+
 #[test]
 fn sleeping_and_socket_reads_are_off_cpu_under_the_java_method() {
     if !require_bpf() {
         return;
     }
-    let Some((stacks, ctx)) = offcpu("sleep") else {
-        return;
-    };
-    // About 3 s asleep, in Thread.sleep under nap.
-    let slept = blocked_under(&stacks, "Service.nap", "java.lang.Thread.sleep");
-    assert!(slept >= 2_000_000, "{slept} us asleep under nap: {ctx}");
+    assert_sleeps_under_nap(Path::new("java"));
     let Some((stacks, ctx)) = offcpu("socket") else {
         return;
     };

@@ -785,6 +785,24 @@ fn python_frames_without_root_when_libpython_comes_late() {
 /// the JVM's start), and emit, which the JIT inlines, under renderPage.
 #[test]
 fn java_frames_without_root() {
+    java_without_root("java");
+}
+
+/// The same on OpenJDK 11 (scripts/runtimes keeps it outside /root,
+/// where nobody can run it).
+#[test]
+fn jdk11_frames_without_root() {
+    if !can_run_as_nobody() {
+        return;
+    }
+    let Some(java) = common::java::jre(11) else {
+        return;
+    };
+    java_without_root(&java.to_string_lossy());
+}
+
+/// [`java_frames_without_root`] on the JVM `java`.
+fn java_without_root(java: &str) {
     if !can_run_as_nobody() {
         return;
     }
@@ -807,7 +825,7 @@ fn java_frames_without_root() {
     // the placement is the likely cause, not a seen one (the assertion
     // now prints them). Natively the JVM runs without such flags.
     let seconds = common::java::seconds(4);
-    let mut command = vec!["profile", "-F", "997", "-f", "--", "java"];
+    let mut command = vec!["profile", "-F", "997", "-f", "--", java];
     if common::bpf::emulated() {
         command.extend(["-XX:+UnlockDiagnosticVMOptions", "-XX:+DebugNonSafepoints"]);
     }
@@ -829,6 +847,7 @@ fn java_frames_without_root() {
     let err = String::from_utf8_lossy(&out.stderr);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "stderr: {err}");
+    assert!(!err.contains("HotSpot is not supported"), "{java}: {err}");
     let (own, _) = figures(&stdout);
     // The worker's samples: those under serve.
     let method = |f: &str| f.split_once('(').map(|(m, _)| m.to_string());

@@ -108,6 +108,9 @@ impl Detector {
                 vm.fields.remove(&(ty.to_string(), field.to_string()));
             }
         }
+        if let Some(why) = layout::too_old(&vm) {
+            return Found::Unsupported(format!("HotSpot is not supported: {why}"));
+        }
         let major = vm
             .address("Abstract_VM_Version", "_vm_major_version")
             .and_then(|a| mem.read_u32(a).ok())
@@ -340,6 +343,28 @@ mod tests {
         let l17 = layout::from_vmstructs(&vm, 17).expect("JDK 17");
         assert_eq!((l21.const_flags, l21.has_line_table), (l17.const_flags, 1));
         assert_eq!(l21.unsigned5_excess, 1);
+
+        // JDK 11: the source file in the class, the growable array's base
+        // class of its old name, the longer nmethod header.
+        let vm11 = parse_dump(include_str!("jdk11-vmstructs.txt"));
+        assert_eq!(layout::too_old(&vm11), None);
+        let l = layout::from_vmstructs(&vm11, 11).expect("JDK 11");
+        assert_eq!(
+            (l.nm_compile_id, l.nm_orig_pc, l.growable_len),
+            (324, 320, 0)
+        );
+        assert!(!l.blob_offsets);
+
+        // JDK 8 (one code heap) is named as too old, not by what it lacks.
+        let mut vm8 = vm11;
+        let heaps = vm8
+            .fields
+            .remove(&("CodeCache".to_string(), "_heaps".to_string()))
+            .expect("JDK 11's heaps");
+        vm8.fields
+            .insert(("CodeCache".into(), "_heap".into()), heaps);
+        let why = layout::too_old(&vm8).expect("JDK 8 is too old");
+        assert!(why.contains("Java 8"), "{why}");
 
         // A member of neither shape is named with its alternatives.
         let mut vm = vm;

@@ -4,7 +4,7 @@
 //! interpreter's frame slots.
 //!
 //! Two shapes are known, each taken from the members the tables have:
-//! JDK 17 to 22's (code blobs with `_code_begin`, compiled methods with
+//! JDK 11 to 22's (code blobs with `_code_begin`, compiled methods with
 //! their sections inside them) and JDK 23 on's (code blobs with offsets,
 //! nmethods with their debug information in an immutable data block, from
 //! 25 their metadata in a mutable one). A JVM whose tables lack a member
@@ -70,7 +70,8 @@ pub struct Layout {
     pub has_line_table: u16,
 
     pub pool_holder: u16,
-    pub pool_source_file: u16,
+    /// Where a class keeps its source file's constant pool index.
+    pub source_file: SourceFileAt,
     /// `sizeof(ConstantPool)`: its entries follow it.
     pub pool_size: u16,
     pub klass_name: u16,
@@ -130,6 +131,24 @@ impl Default for NmethodData {
     }
 }
 
+/// Where a class's source file name (an index into its constant pool,
+/// a `u2`) is kept.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SourceFileAt {
+    /// In the constant pool (`ConstantPool::_source_file_name_index`):
+    /// JDK 17 on.
+    Pool(u16),
+    /// In the class (`InstanceKlass::_source_file_name_index`, the
+    /// constant pool's holder): JDK 11.
+    Klass(u16),
+}
+
+impl Default for SourceFileAt {
+    fn default() -> Self {
+        SourceFileAt::Pool(0)
+    }
+}
+
 /// Where a JDK 23+ nmethod's metadata (`Metadata*` array) is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MetadataAt {
@@ -151,6 +170,15 @@ pub enum MetadataAt {
     },
 }
 
+/// Why `vm`, a JVM's tables, are a JDK's older than flare reads, or
+/// `None`: JDK 8 and before have one code heap (`CodeCache::_heap`), and
+/// HotSpot's own version (25 for JDK 8) where later ones have the JDK's,
+/// so they are named by what they are, not by a member they lack.
+pub fn too_old(vm: &VmStructs) -> Option<&'static str> {
+    (vm.address("CodeCache", "_heaps").is_none() && vm.address("CodeCache", "_heap").is_some())
+        .then_some("Java 8 or older (one code heap): flare reads JDK 11 on")
+}
+
 /// The members flare needs that `vm` lacks, or the layout.
 pub fn from_vmstructs(vm: &VmStructs, major: u32) -> Result<Layout, String> {
     let mut missing: Vec<String> = Vec::new();
@@ -169,7 +197,6 @@ pub fn from_vmstructs(vm: &VmStructs, major: u32) -> Result<Layout, String> {
     let mut off = |ty: &str, field: &str| find(&[(ty, field)]).0;
     let mut l = Layout {
         major,
-        growable_len: off("GrowableArrayBase", "_len"),
         growable_data: off("GrowableArray<int>", "_data"),
         heap_memory: off("CodeHeap", "_memory"),
         heap_segmap: off("CodeHeap", "_segmap"),
@@ -188,7 +215,6 @@ pub fn from_vmstructs(vm: &VmStructs, major: u32) -> Result<Layout, String> {
         const_name_index: off("ConstMethod", "_name_index"),
         const_signature_index: off("ConstMethod", "_signature_index"),
         pool_holder: off("ConstantPool", "_pool_holder"),
-        pool_source_file: off("ConstantPool", "_source_file_name_index"),
         klass_name: off("Klass", "_name"),
         symbol_length: off("Symbol", "_length"),
         symbol_body: off("Symbol", "_body"),
@@ -197,6 +223,22 @@ pub fn from_vmstructs(vm: &VmStructs, major: u32) -> Result<Layout, String> {
         // The excess byte of HotSpot's UNSIGNED5 streams came with JDK 20.
         unsigned5_excess: u8::from(major >= 20),
         ..Layout::default()
+    };
+    // JDK 17 renamed GrowableArray's base class.
+    l.growable_len = find(&[
+        ("GrowableArrayBase", "_len"),
+        ("GenericGrowableArray", "_len"),
+    ])
+    .0;
+    // JDK 11 keeps a class's source file in the class, 17 in its pool.
+    let (source, at) = find(&[
+        ("ConstantPool", "_source_file_name_index"),
+        ("InstanceKlass", "_source_file_name_index"),
+    ]);
+    l.source_file = if at == 0 {
+        SourceFileAt::Pool(source)
+    } else {
+        SourceFileAt::Klass(source)
     };
     // JDK 21 made the method flags a struct of its own.
     l.const_flags = find(&[("ConstMethod", "_flags"), ("ConstMethod", "_flags._flags")]).0;

@@ -11,7 +11,7 @@
 //! length is bounded, every index checked, and anything that does not
 //! look like what HotSpot writes gives `None` rather than a guess.
 
-use super::layout::Layout;
+use super::layout::{Layout, SourceFileAt};
 use crate::python::memory::Memory;
 
 /// The longest line table decoded, in bytes (a real one takes a few bytes
@@ -135,17 +135,18 @@ pub fn read_const_method(mem: &dyn Memory, layout: &Layout, cm: u64) -> Option<M
     } else {
         Vec::new()
     };
-    // HotSpot takes the source file from the class's constant pool; a
-    // method's own is the class's, except for methods the JVM makes
-    // (method handle intrinsics), whose index is not one: read only for
-    // methods with lines (which natives lose, as they have no line).
+    // HotSpot takes the source file from the class (JDK 11) or its
+    // constant pool (17 on); a method's own is the class's, except for
+    // methods the JVM makes (method handle intrinsics), whose index is not
+    // one: read only for methods with lines (which natives lose, as they
+    // have no line).
     let source_file = if has_lines {
+        let at = match layout.source_file {
+            SourceFileAt::Pool(off) => pool.checked_add(u64::from(off))?,
+            SourceFileAt::Klass(off) => holder.checked_add(u64::from(off))?,
+        };
         let mut index = [0u8; 2];
-        mem.read(
-            pool.checked_add(u64::from(layout.pool_source_file))?,
-            &mut index,
-        )
-        .ok()?;
+        mem.read(at, &mut index).ok()?;
         // Index 0 is no entry: the class has no SourceFile attribute.
         match u16::from_ne_bytes(index) {
             0 => None,

@@ -33,7 +33,7 @@ pub const MAX_HEAPS: usize = 4;
 /// Bytes of a code blob's header (an nmethod's included) read at once,
 /// by BPF (bpf/java.h JAVA_BLOB_READ), the user-space step and the namer:
 /// every member of it flare reads lies in them ([`layout`] checks).
-pub const BLOB_HEADER: usize = 320;
+pub const BLOB_HEADER: usize = 336;
 
 /// A code heap: where its blocks lie and its segment map.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

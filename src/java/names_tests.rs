@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use super::JavaNamer;
 use crate::collect::{Namer, Runtime, RuntimeFrame};
-use crate::java::layout::{from_vmstructs, Layout, MetadataAt, NmethodData};
+use crate::java::layout::{from_vmstructs, Layout, MetadataAt, NmethodData, SourceFileAt};
 use crate::java::method::{
     class_name, parameters, read_const_method, read_method, read_symbol, Stream,
 };
@@ -54,6 +54,9 @@ fn tables(dump: &str) -> VmStructs {
 /// The JDKs whose layouts the fake JVM is laid out in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Jdk {
+    /// Debian 11's 11.0.24 tables (`jdk11-vmstructs.txt`): the source
+    /// file in the class, `GenericGrowableArray`, a longer nmethod.
+    J11,
     /// 17.0.15's tables (`jdk17-vmstructs.txt`).
     J17,
     /// The JDK 23 and 24 shape: 25's tables with the metadata after the
@@ -64,17 +67,18 @@ pub(crate) enum Jdk {
     J25,
 }
 
-const JDKS: [Jdk; 3] = [Jdk::J17, Jdk::J24, Jdk::J25];
+const JDKS: [Jdk; 4] = [Jdk::J11, Jdk::J17, Jdk::J24, Jdk::J25];
 
 impl Jdk {
     /// The UNSIGNED5 excess its streams are written with.
     fn excess(self) -> u8 {
-        u8::from(self != Jdk::J17)
+        u8::from(!matches!(self, Jdk::J11 | Jdk::J17))
     }
 }
 
 pub(crate) fn layout(jdk: Jdk) -> Layout {
     let l = match jdk {
+        Jdk::J11 => from_vmstructs(&tables(include_str!("jdk11-vmstructs.txt")), 11),
         Jdk::J17 => from_vmstructs(&tables(include_str!("jdk17-vmstructs.txt")), 17),
         Jdk::J24 => {
             let mut vm = tables(include_str!("jdk25-vmstructs.txt"));
@@ -108,6 +112,33 @@ fn the_jdk17_tables_give_the_offsets_hotspot_17_has() {
         NmethodData::Inline {
             scopes_data: 120,
             ..
+        }
+    ));
+    assert_eq!(l.has_line_table, 1);
+    assert_eq!(l.source_file, SourceFileAt::Pool(54));
+}
+
+#[test]
+fn the_jdk11_tables_give_the_offsets_hotspot_11_has() {
+    let l = layout(Jdk::J11);
+    assert_eq!(
+        (l.method_const, l.const_constants, l.const_size, l.pool_size),
+        (8, 8, 56, 64)
+    );
+    assert_eq!((l.symbol_length, l.symbol_body, l.klass_name), (0, 6, 24));
+    assert_eq!(l.source_file, SourceFileAt::Klass(298));
+    assert_eq!(l.growable_len, 0);
+    assert_eq!(
+        (l.nm_method, l.nm_compile_id, l.nm_orig_pc),
+        (112, 324, 320)
+    );
+    assert!(matches!(
+        l.nm_data,
+        NmethodData::Inline {
+            metadata: 292,
+            scopes_data: 120,
+            scopes_pcs: 300,
+            dependencies: 304,
         }
     ));
     assert_eq!(l.has_line_table, 1);
@@ -283,7 +314,11 @@ impl Jvm {
         if let Some(source) = source {
             all.push(source);
             let index = all.len() as u16;
-            self.put_u16(pool + u64::from(self.l.pool_source_file), index);
+            let at = match self.l.source_file {
+                SourceFileAt::Pool(off) => pool + u64::from(off),
+                SourceFileAt::Klass(off) => klass + u64::from(off),
+            };
+            self.put_u16(at, index);
         }
         for (i, e) in all.iter().enumerate() {
             let sym = self.symbol(e);

@@ -1,5 +1,6 @@
 //! Java workloads (tests/workloads/NAME.java) compiled once per test
-//! binary, with Debian's JDK (`scripts/deps.sh --test`).
+//! binary, with Debian's JDK (`scripts/deps.sh --test`), for JDK 11 on;
+//! and the JREs Debian 12 lacks, from `scripts/runtimes`.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -21,7 +22,13 @@ pub fn classes(name: &str) -> Option<PathBuf> {
     let src =
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("tests/workloads/{name}.java"));
     std::fs::create_dir_all(&dir).expect("a directory for the classes");
-    let out = match Command::new("javac").arg("-d").arg(&dir).arg(&src).status() {
+    // Class files JDK 11, the oldest JVM the tests run, loads.
+    let javac = Command::new("javac")
+        .args(["--release", "11", "-d"])
+        .arg(&dir)
+        .arg(&src)
+        .status();
+    let out = match javac {
         Ok(s) if s.success() => Some(dir),
         Ok(s) => panic!("javac failed on {}: {s}", src.display()),
         // No javac: classes compiled beforehand. scripts/vmtest's guests
@@ -59,4 +66,28 @@ pub fn thread_start(frames: &[String]) -> Option<usize> {
 pub fn seconds(seconds: u32) -> String {
     let emulated = std::env::var_os("FLARE_KERNEL_CAN").is_some();
     (if emulated { seconds * 2 } else { seconds }).to_string()
+}
+
+/// The `java` of OpenJDK `major`'s JRE (11 from Debian 11, 21 and 25 from
+/// Debian 13) as `scripts/runtimes` keeps it in its cache, fetched the
+/// first time from the package registry. Missing, it fails the test
+/// under FLARE_REQUIRE_BPF=1 and skips it (said on stderr) otherwise.
+pub fn jre(major: u32) -> Option<PathBuf> {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/runtimes");
+    let out = Command::new(script)
+        .args(["java", &major.to_string()])
+        .output();
+    let why = match out {
+        Ok(o) if o.status.success() => {
+            return Some(PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()));
+        }
+        Ok(o) => String::from_utf8_lossy(&o.stderr).into_owned(),
+        Err(e) => format!("{script}: {e}"),
+    };
+    assert!(
+        std::env::var_os("FLARE_REQUIRE_BPF").is_none(),
+        "Java {major} is required (FLARE_REQUIRE_BPF=1): scripts/runtimes says {why}"
+    );
+    eprintln!("skipping: no Java {major}: {why}");
+    None
 }
