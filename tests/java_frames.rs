@@ -59,7 +59,14 @@ fn start_on(java: &Path, flags: &[&str], mode: &str, seconds: &str) -> Option<Wo
 /// (`:`-separated), as the Python tests use pyenv's builds.
 fn other_jdks() -> Vec<(u32, PathBuf)> {
     let mut out: Vec<(u32, PathBuf)> = Vec::new();
-    for major in [11, 21, 25] {
+    // scripts/vmtest's guests get JDK 11 alone (the first JDK flare read
+    // with another shape of tables), at its cache path.
+    let fetched: &[u32] = if common::bpf::emulated() {
+        &[11]
+    } else {
+        &[11, 21, 25]
+    };
+    for &major in fetched {
         if let Some(java) = common::java::jre(major) {
             out.push((major, java));
         }
@@ -187,12 +194,28 @@ fn profile_on(
     };
     let both: u64 = own.iter().map(|(name, _)| in_fn(name)).sum();
     let spent_both: f64 = own.iter().map(|(_, spent)| spent).sum();
-    // Emulated, the clock reads take more (19 % of the worker's samples in
-    // the arm64 guest, all under handle's getCurrentThreadCpuTime).
-    let most = if common::bpf::emulated() { 7 } else { 8 };
+    // The rest is the program reading its clock in handle(): a share that
+    // is the JVM's and the machine's, not flare's (19 % of the worker's
+    // samples on JDK 17 in the arm64 guest). Few samples are in neither.
+    let has = |f: &[String], m: &str| f.iter().any(|x| method(x) == Some(m));
+    let clock: u64 = worker
+        .iter()
+        .filter(|(f, _)| {
+            let reads = f
+                .iter()
+                .any(|x| method(x).is_some_and(|m| m.ends_with(".getCurrentThreadCpuTime")));
+            reads && !has(f, "Service.parseRequest") && !has(f, "Service.renderPage")
+        })
+        .map(|(_, n)| n)
+        .sum();
+    let most = if common::bpf::emulated() { 90 } else { 95 };
+    eprintln!(
+        "{} {flags:?}: {both} of the worker's {total} samples in its two functions, {clock} reading its clock",
+        java.display()
+    );
     assert!(
-        both * 10 >= total * most,
-        "{both} of the worker's {total} samples in its two functions: {}",
+        (both + clock) * 100 >= total * most,
+        "{both} of the worker's {total} samples in its two functions and {clock} reading its clock (bound {most} %): {}",
         ctx()
     );
     for (name, spent) in &own {
@@ -237,6 +260,10 @@ fn profile_on(
         })
         .map(|(_, n)| n)
         .sum();
+    eprintln!(
+        "{} {flags:?}: {chained} of {leaf} samples in parseRequest have the whole chain",
+        java.display()
+    );
     assert!(
         chained * 100 >= leaf * 95,
         "{chained} of {leaf} samples in parseRequest have the whole chain: {}",
@@ -315,15 +342,23 @@ fn jit_compiled_methods_have_their_chain_shares_and_inlined_callees() {
     // parseRequest, inlined into handle, came out 3.5 points low once
     // (19.4 % against 22.9 % by its clock; 1.4 in the runs before).
     // Natively the JVM runs without flags.
-    let flags: &[&str] = if common::bpf::emulated() {
-        &["-XX:+UnlockDiagnosticVMOptions", "-XX:+DebugNonSafepoints"]
-    } else {
-        &[]
-    };
-    let Some((_, _, pprof)) = profile(flags, &[]) else {
+    let Some((_, _, pprof)) = profile(jit_flags(), &[]) else {
         return;
     };
     assert_emit_inlined(&pprof);
+}
+
+/// The flags of a JIT run: none natively; emulated, the JVM records
+/// every inlined range (see the JIT test). Without them, JDK 11's
+/// clock reads in handle() took 37-46 % of the worker's samples in the
+/// arm64 guest, against 0.2 % with -Xint: samples of the leaves' loops
+/// placed at the next debug point, the clock call's.
+fn jit_flags() -> &'static [&'static str] {
+    if common::bpf::emulated() {
+        &["-XX:+UnlockDiagnosticVMOptions", "-XX:+DebugNonSafepoints"]
+    } else {
+        &[]
+    }
 }
 
 /// emit is inlined into renderPage by the JIT: a location (one pc of
@@ -364,7 +399,7 @@ fn other_jdks_have_their_chain_shares_inlined_callees_and_sleeps() {
     }
     for (major, java) in jdks {
         eprintln!("JDK {major}: {}", java.display());
-        let Some((_, stderr, pprof)) = profile_on(&java, &[], &[]) else {
+        let Some((_, stderr, pprof)) = profile_on(&java, jit_flags(), &[]) else {
             return;
         };
         assert!(!stderr.contains("HotSpot is not supported"), "{stderr}");

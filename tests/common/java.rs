@@ -70,9 +70,14 @@ pub fn seconds(seconds: u32) -> String {
 
 /// The `java` of OpenJDK `major`'s JRE (11 from Debian 11, 21 and 25 from
 /// Debian 13) as `scripts/runtimes` keeps it in its cache, fetched the
-/// first time from the package registry. Missing, it fails the test
-/// under FLARE_REQUIRE_BPF=1 and skips it (said on stderr) otherwise.
+/// first time from the package registry; scripts/vmtest's guests have no
+/// registry, only the copy (of JDK 11) it puts at the same path. Missing,
+/// it fails the test under FLARE_REQUIRE_BPF=1 and skips it (said on
+/// stderr) otherwise.
 pub fn jre(major: u32) -> Option<PathBuf> {
+    if let Some(found) = cached(major) {
+        return Some(found);
+    }
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/runtimes");
     let out = Command::new(script)
         .args(["java", &major.to_string()])
@@ -90,4 +95,34 @@ pub fn jre(major: u32) -> Option<PathBuf> {
     );
     eprintln!("skipping: no Java {major}: {why}");
     None
+}
+
+/// OpenJDK `major`'s `java` for this machine's architecture where
+/// `scripts/runtimes` leaves it (`javaN-VERSION-ARCH`, complete), found
+/// without the script.
+fn cached(major: u32) -> Option<PathBuf> {
+    let cache = std::env::var_os("FLARE_RUNTIME_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/var/cache/flare-runtimes"));
+    let arch = if cfg!(target_arch = "aarch64") {
+        "arm64"
+    } else {
+        "amd64"
+    };
+    let prefix = format!("java{major}-");
+    let suffix = format!("-{arch}");
+    let mut found: Vec<PathBuf> = std::fs::read_dir(cache)
+        .ok()?
+        .filter_map(|e| e.ok())
+        .filter(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            name.starts_with(&prefix) && name.ends_with(&suffix)
+        })
+        .map(|e| e.path())
+        .filter(|d| d.join(".complete").exists())
+        .map(|d| d.join(format!("usr/lib/jvm/java-{major}-openjdk-{arch}/bin/java")))
+        .filter(|p| p.exists())
+        .collect();
+    found.sort();
+    found.pop()
 }
