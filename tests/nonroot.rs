@@ -484,7 +484,7 @@ fn an_own_process_is_profiled_by_pid_with_all_its_threads() {
     use std::io::Write;
     let sb = Sandbox::new(&[("twofuncs", &twofuncs())]);
     // Its stdout stays open: twofuncs writes to it at the end.
-    let (mut w, _out) = twofuncs_ready(&sb, &["2", "25", "2"]);
+    let (mut w, mut out_w) = twofuncs_ready(&sb, &["2", "25", "2"]);
     let pid = w.id().to_string();
     let (flare, mut err, note) = attached(sb.flare(
         &["profile", "-F", "499", "-f", "-p", &pid, "4"],
@@ -493,6 +493,21 @@ fn an_own_process_is_profiled_by_pid_with_all_its_threads() {
     let mut stdin = w.stdin.take().expect("stdin");
     stdin.write_all(b"go\n").expect("go");
     let out = flare.wait_with_output().expect("flare");
+    // The workers' own CPU times ("tcpu TID S", worker 0's first), then
+    // "cpu S".
+    let mut tcpu: Vec<f64> = Vec::new();
+    let mut line = String::new();
+    loop {
+        line.clear();
+        let n = std::io::BufRead::read_line(&mut out_w, &mut line).expect("twofuncs output");
+        if n == 0 || line.starts_with("cpu ") {
+            break;
+        }
+        if let Some(s) = line.strip_prefix("tcpu ") {
+            let seconds = s.split_whitespace().nth(1).and_then(|v| v.parse().ok());
+            tcpu.push(seconds.expect("a tcpu line"));
+        }
+    }
     drop(stdin);
     let _ = w.wait();
     let (mut a, mut b) = (0, 0);
@@ -503,7 +518,6 @@ fn an_own_process_is_profiled_by_pid_with_all_its_threads() {
             b += n;
         }
     }
-    // Two workers with swapped shares (25/75 and 75/25): half each.
     let mut said = String::new();
     let _ = std::io::Read::read_to_string(&mut err, &mut said);
     assert!(
@@ -511,10 +525,15 @@ fn an_own_process_is_profiled_by_pid_with_all_its_threads() {
         "too few samples ({a} + {b}):\n{}\n{note}{said}",
         String::from_utf8_lossy(&out.stdout)
     );
+    // Two workers with swapped shares (25/75 and 75/25): func_a's share is
+    // half of both only if they ran alike; on a busy machine one may run
+    // more, so the truth is weighed by each worker's own CPU time.
+    assert_eq!(tcpu.len(), 2, "the workers' CPU times: {tcpu:?}");
+    let truth = 100.0 * (0.25 * tcpu[0] + 0.75 * tcpu[1]) / (tcpu[0] + tcpu[1]);
     let share = 100.0 * a as f64 / (a + b) as f64;
     assert!(
-        (share - 50.0).abs() <= 7.0,
-        "func_a has {share:.1} % of both workers' samples, expected 50"
+        (share - truth).abs() <= 7.0,
+        "func_a has {share:.1} % of both workers' samples, {truth:.1} % by their clocks ({tcpu:?})"
     );
 }
 
@@ -712,7 +731,7 @@ fn python_shares_without_root(sb: &Sandbox, python: &[&str], comm: &str) {
     let err = String::from_utf8_lossy(&out.stderr);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "stderr: {err}");
-    let (own, cpu) = figures(&stdout);
+    let (own, _) = figures(&stdout);
     // `name (dir/file.py:LINE)`: the Python function, or None.
     let function = |f: &str| -> Option<String> {
         let (name, rest) = f.split_once(" (")?;
@@ -730,12 +749,28 @@ fn python_shares_without_root(sb: &Sandbox, python: &[&str], comm: &str) {
     let want = if common::bpf::emulated() { 500 } else { 1000 };
     assert!(total >= want, "{total} samples:\n{stdout}\n{err}");
     let with = |name: &str| samples_with(&stacks, &function, name);
+    // Over the two functions alone, as the Java test below: perf-event
+    // mode reads a sample's Python frames after the sample, and on a busy
+    // machine (a parallel build beside it) some reads come late enough to
+    // find the thread back in handle(), between its calls: handle's own
+    // samples grew from 1.1-1.3 % to 2.5-4.3 % there, taken from
+    // parse_request, which came out 64.5 % of the samples under serve
+    // against 68.7 % by its clock (67.5 % and 69.0 % over the two). Those
+    // late reads are bounded on their own.
+    let both: u64 = own.iter().map(|(name, _)| with(name)).sum();
+    let spent_both: f64 = own.iter().map(|(_, spent)| spent).sum();
+    let neither = 100.0 * (total - both) as f64 / total as f64;
+    eprintln!("{neither:.1} % of {total} samples under serve in neither function");
+    assert!(
+        neither <= 8.0,
+        "{neither:.1} % of {total} samples under serve in neither function:\n{stdout}"
+    );
     // Emulated (the arm64 guests), within 6 points: parse_request came
     // out 3.6 low there once (64.4 % of 1,265 samples, 68.0 % by the
     // program's clock, the late-libpython run), as Java's perf-event
     // shares do there (below); natively within 3.
     let within = if common::bpf::emulated() { 6.0 } else { 3.0 };
-    assert_shares(&own, cpu, "", &with, (total, within), &stdout);
+    assert_shares(&own, spent_both, "", &with, (both, within), &stdout);
     let chained: u64 = stacks
         .iter()
         .filter(|(f, _)| {
