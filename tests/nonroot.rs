@@ -731,7 +731,7 @@ fn python_shares_without_root(sb: &Sandbox, python: &[&str], comm: &str) {
     let err = String::from_utf8_lossy(&out.stderr);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "stderr: {err}");
-    let (own, _) = figures(&stdout);
+    let (own, cpu) = figures(&stdout);
     // `name (dir/file.py:LINE)`: the Python function, or None.
     let function = |f: &str| -> Option<String> {
         let (name, rest) = f.split_once(" (")?;
@@ -768,8 +768,15 @@ fn python_shares_without_root(sb: &Sandbox, python: &[&str], comm: &str) {
     // Emulated (the arm64 guests), within 6 points: parse_request came
     // out 3.6 low there once (64.4 % of 1,265 samples, 68.0 % by the
     // program's clock, the late-libpython run), as Java's perf-event
-    // shares do there (below); natively within 3.
-    let within = if common::bpf::emulated() { 6.0 } else { 3.0 };
+    // shares do there (below); so on a machine busy enough to starve the
+    // workload itself (under 95 % of a CPU over its 4 s), where the reader
+    // waits too; natively within 3.
+    let starved = cpu < 0.95 * 4.0;
+    let within = if common::bpf::emulated() || starved {
+        6.0
+    } else {
+        3.0
+    };
     assert_shares(&own, spent_both, "", &with, (both, within), &stdout);
     let chained: u64 = stacks
         .iter()
@@ -883,7 +890,7 @@ fn java_without_root(java: &str) {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "stderr: {err}");
     assert!(!err.contains("HotSpot is not supported"), "{java}: {err}");
-    let (own, _) = figures(&stdout);
+    let (own, cpu) = figures(&stdout);
     // The worker's samples: those under serve.
     let method = |f: &str| f.split_once('(').map(|(m, _)| m.to_string());
     let stacks: Vec<(Vec<String>, u64)> = stacks_of(&out.stdout, "java")
@@ -928,7 +935,13 @@ fn java_without_root(java: &str) {
             );
         }
     } else {
-        assert_shares(&own, spent_both, "Service.", &with, (both, 3.0), &stdout);
+        // On a machine busy enough to starve the workload itself (under
+        // 95 % of a CPU over its seconds), the reader waits for a CPU too,
+        // and reads frames later: 3.2 points off beside a parallel build
+        // once, so 5 there.
+        let starved = cpu < 0.95 * 4.0;
+        let within = if starved { 5.0 } else { 3.0 };
+        assert_shares(&own, spent_both, "Service.", &with, (both, within), &stdout);
     }
     let want = [
         "Service.main",

@@ -58,7 +58,7 @@ fn check(python: &Path, mode: Mode) {
     };
     let flare = Flare::start_with_env(&["profile", "-U", "-F", "997", "-p", &pid, "-f"], 1, env);
     w.go();
-    w.wait_done();
+    let cpu = w.wait_done();
     let (folded, stderr) = flare.stop();
     let own = w.shares();
     drop(w);
@@ -98,12 +98,15 @@ fn check(python: &Path, mode: Mode) {
     // yet explained (not the 5 ms lag cutoff: at 1 ms it is the same),
     // bounded at 4 points there until it is.
     // Emulated, the reader lags far more, and parse_request came out 5.2
-    // points low once in the arm64 guest with sid's 3.14 (and 3.6-8.9
-    // points low without root beside a build, natively: an open
-    // finding, not yet explained); bounded at 7 points there.
+    // points low once in the arm64 guest with sid's 3.14; bounded at 7
+    // points there. So it does on a machine whose CPUs other work keeps
+    // busy (a parallel build: the workload itself got 86-91 % of a CPU
+    // over its 4 s), where 3.7's parse_request came out 4.1 points high:
+    // the workload's own CPU time says when (starved).
+    let starved = cpu < 0.95 * 4.0;
     let bound = match mode {
         Mode::Bpf => 3.0,
-        Mode::PerfEvents if common::bpf::emulated() => 7.0,
+        Mode::PerfEvents if common::bpf::emulated() || starved => 7.0,
         Mode::PerfEvents => 4.0,
     };
     let leaves: u64 = own.iter().map(|(name, _)| with(name)).sum();
@@ -112,7 +115,7 @@ fn check(python: &Path, mode: Mode) {
         let ours = with(name) as f64 / leaves.max(1) as f64 * 100.0;
         let theirs = spent / spent_both * 100.0;
         eprintln!(
-            "{} ({mode:?}): {name}: {ours:.1} % of {leaves} samples in the two, {theirs:.1} % by its own clock ({total} samples in all)",
+            "{} ({mode:?}): {name}: {ours:.1} % of {leaves} samples in the two, {theirs:.1} % by its own clock ({total} samples in all; {cpu:.2} s of CPU)",
             python.display()
         );
         assert!(
