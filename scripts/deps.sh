@@ -110,15 +110,15 @@ if [ $test = 1 ] && ! profiler-cli --version 2>/dev/null | grep -qx "$PROFILER_C
     echo "flare: installing @firefox-devtools/profiler-cli@$PROFILER_CLI_VERSION" >&2
     $sudo_cmd npm install -g --no-audit --no-fund --loglevel=error "@firefox-devtools/profiler-cli@$PROFILER_CLI_VERSION" >/dev/null
 fi
-# CPython 3.14 and 3.15 from Debian sid's packages and OpenJDK 11, 21 and
-# 25 from Debian 11's and 13's, into scripts/runtimes' cache (outside the
+# CPython 3.14 and 3.15 from Debian sid's packages and OpenJDK 8, 11, 21
+# and 25 from Debian sid's, 11's and 13's, into scripts/runtimes' cache (outside the
 # clone, kept across runs): fetched here once, before the tests that run
 # them start side by side.
 if [ $test = 1 ]; then
     for v in 3.14 3.15; do
         "$(dirname "$0")/runtimes" python "$v" >/dev/null
     done
-    for v in 11 21 25; do
+    for v in 8 11 21 25; do
         "$(dirname "$0")/runtimes" java "$v" >/dev/null
     done
 fi

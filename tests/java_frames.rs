@@ -451,6 +451,46 @@ fn an_unknown_jvm_layout_is_walked_natively_with_one_warning() {
     assert_eq!(java, 0, "Java frames from a JVM flare does not know");
 }
 
+/// JDK 8 (Debian sid's; one code heap, and HotSpot's own version number,
+/// 25, where later JDKs have the JDK's) is refused by what it is, once,
+/// and its stacks stay native: never read half.
+#[test]
+fn a_jdk8_is_refused_by_name_with_one_warning() {
+    if !require_bpf() {
+        return;
+    }
+    let Some(java) = common::java::jre(8) else {
+        return;
+    };
+    let Some(dir) = common::java::classes_for("Service", 8) else {
+        return;
+    };
+    let _guard = serial();
+    let dir = dir.to_str().expect("utf-8 path");
+    let mut w = Workload::start_exe(&[], &java, &["-cp", dir, "Service", "cpu", "2"]);
+    let pid = w.pid.to_string();
+    let flare = Flare::start(&["profile", "-U", "-F", "99", "-p", &pid, "-f"], 1);
+    w.go();
+    w.wait_done();
+    let (folded, stderr) = flare.stop();
+    drop(w);
+    let warnings = stderr
+        .matches("HotSpot is not supported: Java 8 or older")
+        .count();
+    assert_eq!(warnings, 1, "{stderr}");
+    assert!(!stderr.contains("Java 25"), "{stderr}");
+    let stacks = parse_folded(&folded);
+    assert!(!stacks.is_empty(), "no samples of JDK 8: {stderr}");
+    let java_frames = stacks
+        .iter()
+        .filter(|(f, _)| {
+            f.iter()
+                .any(|x| method(x).is_some_and(|m| m.starts_with("Service.")))
+        })
+        .count();
+    assert_eq!(java_frames, 0, "Java frames from JDK 8:\n{folded}");
+}
+
 #[test]
 fn each_thread_has_its_own_stacks_and_jvm_threads_stay_native() {
     if !require_bpf() {

@@ -9,22 +9,35 @@ use std::sync::Mutex;
 
 /// The directory holding `tests/workloads/NAME.java`'s classes, compiled
 /// on first use (or, without javac, compiled beforehand into it: NAME.class
-/// there); `None` (said on stderr) without either, unless the tests must
-/// run (FLARE_REQUIRE_BPF), when it panics.
+/// there) for JDK 11, the oldest JVM flare names; `None` (said on stderr)
+/// without either, unless the tests must run (FLARE_REQUIRE_BPF), when it
+/// panics.
 pub fn classes(name: &str) -> Option<PathBuf> {
-    static BUILT: Mutex<Option<HashMap<String, Option<PathBuf>>>> = Mutex::new(None);
+    classes_for(name, 11)
+}
+
+/// [`classes`] compiled for the JDK `release` (8: the JDK flare refuses
+/// by name).
+pub fn classes_for(name: &str, release: u32) -> Option<PathBuf> {
+    // By (name, release): the directory, or None without a JDK.
+    type Built = HashMap<(String, u32), Option<PathBuf>>;
+    static BUILT: Mutex<Option<Built>> = Mutex::new(None);
     let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
     let built = built.get_or_insert_with(HashMap::new);
-    if let Some(dir) = built.get(name) {
+    if let Some(dir) = built.get(&(name.to_string(), release)) {
         return dir.clone();
     }
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("java-{name}"));
+    // JDK 11's in `java-NAME`, where scripts/vmtest puts them.
+    let leaf = match release {
+        11 => format!("java-{name}"),
+        r => format!("java-{name}-{r}"),
+    };
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(leaf);
     let src =
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("tests/workloads/{name}.java"));
     std::fs::create_dir_all(&dir).expect("a directory for the classes");
-    // Class files JDK 11, the oldest JVM the tests run, loads.
     let javac = Command::new("javac")
-        .args(["--release", "11", "-d"])
+        .args(["--release", &release.to_string(), "-d"])
         .arg(&dir)
         .arg(&src)
         .status();
@@ -44,7 +57,7 @@ pub fn classes(name: &str) -> Option<PathBuf> {
             None
         }
     };
-    built.insert(name.to_string(), out.clone());
+    built.insert((name.to_string(), release), out.clone());
     out
 }
 
@@ -69,60 +82,16 @@ pub fn seconds(seconds: u32) -> String {
 }
 
 /// The `java` of OpenJDK `major`'s JRE (11 from Debian 11, 21 and 25 from
-/// Debian 13) as `scripts/runtimes` keeps it in its cache, fetched the
+/// Debian 13, 8 from Debian sid) as `scripts/runtimes` keeps it in its cache, fetched the
 /// first time from the package registry; scripts/vmtest's guests have no
 /// registry, only the copy (of JDK 11) it puts at the same path. Missing,
 /// it fails the test under FLARE_REQUIRE_BPF=1 and skips it (said on
 /// stderr) otherwise.
 pub fn jre(major: u32) -> Option<PathBuf> {
-    if let Some(found) = cached(major) {
-        return Some(found);
-    }
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/runtimes");
-    let out = Command::new(script)
-        .args(["java", &major.to_string()])
-        .output();
-    let why = match out {
-        Ok(o) if o.status.success() => {
-            return Some(PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()));
-        }
-        Ok(o) => String::from_utf8_lossy(&o.stderr).into_owned(),
-        Err(e) => format!("{script}: {e}"),
-    };
-    assert!(
-        std::env::var_os("FLARE_REQUIRE_BPF").is_none(),
-        "Java {major} is required (FLARE_REQUIRE_BPF=1): scripts/runtimes says {why}"
-    );
-    eprintln!("skipping: no Java {major}: {why}");
-    None
-}
-
-/// OpenJDK `major`'s `java` for this machine's architecture where
-/// `scripts/runtimes` leaves it (`javaN-VERSION-ARCH`, complete), found
-/// without the script.
-fn cached(major: u32) -> Option<PathBuf> {
-    let cache = std::env::var_os("FLARE_RUNTIME_CACHE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/var/cache/flare-runtimes"));
-    let arch = if cfg!(target_arch = "aarch64") {
-        "arm64"
-    } else {
-        "amd64"
-    };
-    let prefix = format!("java{major}-");
-    let suffix = format!("-{arch}");
-    let mut found: Vec<PathBuf> = std::fs::read_dir(cache)
-        .ok()?
-        .filter_map(|e| e.ok())
-        .filter(|e| {
-            let name = e.file_name().to_string_lossy().into_owned();
-            name.starts_with(&prefix) && name.ends_with(&suffix)
-        })
-        .map(|e| e.path())
-        .filter(|d| d.join(".complete").exists())
-        .map(|d| d.join(format!("usr/lib/jvm/java-{major}-openjdk-{arch}/bin/java")))
-        .filter(|p| p.exists())
-        .collect();
-    found.sort();
-    found.pop()
+    super::runtimes::required(
+        ("java", &major.to_string()),
+        &format!("Java {major}"),
+        &format!("java{major}"),
+        &|arch| format!("usr/lib/jvm/java-{major}-openjdk-{arch}/bin/java"),
+    )
 }

@@ -39,63 +39,11 @@ pub fn pyenv_required(minor: u32) -> Option<PathBuf> {
 /// the first time from the package registry). Missing, it fails the test
 /// under FLARE_REQUIRE_BPF=1 and skips it (said on stderr) otherwise.
 pub fn sid_required(minor: u32) -> Option<PathBuf> {
-    if let Some(found) = sid_cached(minor) {
-        return Some(found);
-    }
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/runtimes");
-    let out = std::process::Command::new(script)
-        .args(["python", &format!("3.{minor}")])
-        .output();
-    match out {
-        Ok(o) if o.status.success() => {
-            return Some(PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()));
-        }
-        Ok(o) => {
-            let why = String::from_utf8_lossy(&o.stderr).into_owned();
-            assert!(
-                std::env::var_os("FLARE_REQUIRE_BPF").is_none(),
-                "CPython 3.{minor} is required (FLARE_REQUIRE_BPF=1): scripts/runtimes says {why}"
-            );
-            eprintln!("skipping: no CPython 3.{minor}: {why}");
-        }
-        Err(e) => {
-            assert!(
-                std::env::var_os("FLARE_REQUIRE_BPF").is_none(),
-                "CPython 3.{minor} is required (FLARE_REQUIRE_BPF=1): {script}: {e}"
-            );
-            eprintln!("skipping: no CPython 3.{minor}: {e}");
-        }
-    }
-    None
-}
-
-/// Debian sid's CPython 3.`minor` for this machine's architecture as
-/// `scripts/runtimes` leaves it in its cache (`python3.X-VERSION-ARCH`,
-/// complete): found without the script, as in scripts/vmtest's guests,
-/// whose root holds a copy at the same path.
-fn sid_cached(minor: u32) -> Option<PathBuf> {
-    let cache = std::env::var_os("FLARE_RUNTIME_CACHE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/var/cache/flare-runtimes"));
-    let arch = if cfg!(target_arch = "aarch64") {
-        "arm64"
-    } else {
-        "amd64"
-    };
-    let prefix = format!("python3.{minor}-");
-    let suffix = format!("-{arch}");
-    let mut found: Vec<PathBuf> = std::fs::read_dir(cache)
-        .ok()?
-        .filter_map(|e| e.ok())
-        .filter(|e| {
-            let name = e.file_name().to_string_lossy().into_owned();
-            name.starts_with(&prefix) && name.ends_with(&suffix)
-        })
-        .map(|e| e.path())
-        .filter(|d| d.join(".complete").exists())
-        .map(|d| d.join(format!("usr/bin/python3.{minor}")))
-        .filter(|p| p.exists())
-        .collect();
-    found.sort();
-    found.pop()
+    let name = format!("python3.{minor}");
+    super::runtimes::required(
+        ("python", &format!("3.{minor}")),
+        &format!("CPython 3.{minor}"),
+        &name,
+        &|_| format!("usr/bin/{name}"),
+    )
 }
