@@ -441,14 +441,19 @@ fn an_unknown_jvm_layout_is_walked_natively_with_one_warning() {
     let warnings = stderr.matches("HotSpot is not supported").count();
     assert_eq!(warnings, 1, "{stderr}");
     assert!(stderr.contains("CodeBlob::_code_begin"), "{stderr}");
-    let java = stacks
+    let java = with_service_frames(&stacks);
+    assert_eq!(java, 0, "Java frames from a JVM flare does not know");
+}
+
+/// How many of `stacks` have a frame of the workload's own methods.
+fn with_service_frames(stacks: &Stacks) -> usize {
+    stacks
         .iter()
         .filter(|(f, _)| {
             f.iter()
                 .any(|x| method(x).is_some_and(|m| m.starts_with("Service.")))
         })
-        .count();
-    assert_eq!(java, 0, "Java frames from a JVM flare does not know");
+        .count()
 }
 
 /// JDK 8 (Debian sid's; one code heap, and HotSpot's own version number,
@@ -481,13 +486,7 @@ fn a_jdk8_is_refused_by_name_with_one_warning() {
     assert!(!stderr.contains("Java 25"), "{stderr}");
     let stacks = parse_folded(&folded);
     assert!(!stacks.is_empty(), "no samples of JDK 8: {stderr}");
-    let java_frames = stacks
-        .iter()
-        .filter(|(f, _)| {
-            f.iter()
-                .any(|x| method(x).is_some_and(|m| m.starts_with("Service.")))
-        })
-        .count();
+    let java_frames = with_service_frames(&stacks);
     assert_eq!(java_frames, 0, "Java frames from JDK 8:\n{folded}");
 }
 

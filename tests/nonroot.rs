@@ -448,6 +448,23 @@ fn twofuncs_ready(
     (w, out)
 }
 
+/// The CPU seconds of each of twofuncs' workers, worker 0's first, read
+/// from its output up to its "cpu S" line ("tcpu TID S" lines).
+fn workers_cpu(out: &mut impl std::io::BufRead) -> Vec<f64> {
+    let mut tcpu = Vec::new();
+    let mut line = String::new();
+    loop {
+        line.clear();
+        if out.read_line(&mut line).expect("twofuncs output") == 0 || line.starts_with("cpu ") {
+            return tcpu;
+        }
+        if let Some(s) = line.trim().strip_prefix("tcpu ") {
+            let seconds = s.split_whitespace().nth(1).and_then(|v| v.parse().ok());
+            tcpu.push(seconds.expect("a tcpu line: tcpu TID SECONDS"));
+        }
+    }
+}
+
 /// flare (`flare`, a command of [`Sandbox::flare`]) started, once its
 /// events are open: it, its stderr to read on, and the mode's note it
 /// printed then.
@@ -493,21 +510,7 @@ fn an_own_process_is_profiled_by_pid_with_all_its_threads() {
     let mut stdin = w.stdin.take().expect("stdin");
     stdin.write_all(b"go\n").expect("go");
     let out = flare.wait_with_output().expect("flare");
-    // The workers' own CPU times ("tcpu TID S", worker 0's first), then
-    // "cpu S".
-    let mut tcpu: Vec<f64> = Vec::new();
-    let mut line = String::new();
-    loop {
-        line.clear();
-        let n = std::io::BufRead::read_line(&mut out_w, &mut line).expect("twofuncs output");
-        if n == 0 || line.starts_with("cpu ") {
-            break;
-        }
-        if let Some(s) = line.strip_prefix("tcpu ") {
-            let seconds = s.split_whitespace().nth(1).and_then(|v| v.parse().ok());
-            tcpu.push(seconds.expect("a tcpu line"));
-        }
-    }
+    let tcpu = workers_cpu(&mut out_w);
     drop(stdin);
     let _ = w.wait();
     let (mut a, mut b) = (0, 0);
@@ -585,21 +588,7 @@ fn threads_started_while_attaching_are_sampled() {
         started += usize::from(line.starts_with("tid "));
     }
     fs::remove_file(&listed).expect("releasing flare");
-    // The workers' CPU time ("tcpu TID S" lines, then "cpu S").
-    let mut cpu = 0.0;
-    loop {
-        line.clear();
-        if w_out.read_line(&mut line).expect("twofuncs output") == 0 || line.starts_with("cpu ") {
-            break;
-        }
-        if let Some(s) = line.trim().strip_prefix("tcpu ") {
-            cpu += s
-                .split_whitespace()
-                .nth(1)
-                .and_then(|s| s.parse::<f64>().ok())
-                .unwrap_or(0.0);
-        }
-    }
+    let cpu: f64 = workers_cpu(&mut w_out).iter().sum();
     let out = flare.wait_with_output().expect("flare");
     drop(stdin);
     let _ = w.wait();
@@ -726,7 +715,9 @@ fn pyservice() -> PathBuf {
 fn python_shares_without_root(sb: &Sandbox, python: &[&str], comm: &str) {
     let mut args = vec!["profile", "-F", "997", "-f", "--"];
     args.extend_from_slice(python);
-    args.extend_from_slice(&["pyservice.py", "4"]);
+    let seconds = 4;
+    let seconds_arg = seconds.to_string();
+    args.extend_from_slice(&["pyservice.py", &seconds_arg]);
     let out = sb.run(&args, &sb.path("cache"), "go\n");
     let err = String::from_utf8_lossy(&out.stderr);
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -771,7 +762,7 @@ fn python_shares_without_root(sb: &Sandbox, python: &[&str], comm: &str) {
     // shares do there (below); so on a machine busy enough to starve the
     // workload itself (under 95 % of a CPU over its 4 s), where the reader
     // waits too; natively within 3.
-    let starved = cpu < 0.95 * 4.0;
+    let starved = common::bpf::starved(cpu, f64::from(seconds));
     let within = if common::bpf::emulated() || starved {
         6.0
     } else {
@@ -939,8 +930,12 @@ fn java_without_root(java: &str) {
         // 95 % of a CPU over its seconds), the reader waits for a CPU too,
         // and reads frames later: 3.2 points off beside a parallel build
         // once, so 5 there.
-        let starved = cpu < 0.95 * 4.0;
-        let within = if starved { 5.0 } else { 3.0 };
+        let ran: f64 = seconds.parse().expect("seconds");
+        let within = if common::bpf::starved(cpu, ran) {
+            5.0
+        } else {
+            3.0
+        };
         assert_shares(&own, spent_both, "Service.", &with, (both, within), &stdout);
     }
     let want = [

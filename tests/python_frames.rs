@@ -47,10 +47,14 @@ enum Mode {
     PerfEvents,
 }
 
+/// Seconds pyservice.py serves for.
+const SECONDS: u32 = 4;
+
 /// Profiles pyservice.py under `python` and checks the chain and shares.
 fn check(python: &Path, mode: Mode) {
     let _guard = serial();
-    let mut w = Workload::start_exe(&[], python, &[script().to_str().unwrap(), "4"]);
+    let seconds = SECONDS.to_string();
+    let mut w = Workload::start_exe(&[], python, &[script().to_str().unwrap(), &seconds]);
     let pid = w.pid.to_string();
     let env: &[(&str, &str)] = match mode {
         Mode::Bpf => &[],
@@ -103,7 +107,7 @@ fn check(python: &Path, mode: Mode) {
     // busy (a parallel build: the workload itself got 86-91 % of a CPU
     // over its 4 s), where 3.7's parse_request came out 4.1 points high:
     // the workload's own CPU time says when (starved).
-    let starved = cpu < 0.95 * 4.0;
+    let starved = common::bpf::starved(cpu, f64::from(SECONDS));
     let bound = match mode {
         Mode::Bpf => 3.0,
         Mode::PerfEvents if common::bpf::emulated() || starved => 7.0,

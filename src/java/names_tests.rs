@@ -128,6 +128,7 @@ fn the_jdk11_tables_give_the_offsets_hotspot_11_has() {
     assert_eq!((l.symbol_length, l.symbol_body, l.klass_name), (0, 6, 24));
     assert_eq!(l.source_file, SourceFileAt::Klass(298));
     assert_eq!(l.growable_len, 0);
+    assert!(!l.blob_offsets);
     assert_eq!(
         (l.nm_method, l.nm_compile_id, l.nm_orig_pc),
         (112, 324, 320)

@@ -17,6 +17,14 @@ pub fn emulated() -> bool {
     std::env::var_os("FLARE_KERNEL_CAN").is_some()
 }
 
+/// True when the machine's other work starved a workload: it got under
+/// 95 % of a CPU (`cpu` seconds) over the `seconds` it ran (86-93 %
+/// beside a parallel build, 99.9 % idle). Perf-event mode's reader, which
+/// reads a sample's frames after the sample, then waits for a CPU too.
+pub fn starved(cpu: f64, seconds: f64) -> bool {
+    cpu < 0.95 * seconds
+}
+
 /// True when this test may load BPF programs. Without root or BTF the test
 /// is skipped, unless `FLARE_REQUIRE_BPF=1`, when it fails.
 pub fn require_bpf() -> bool {
