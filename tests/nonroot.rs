@@ -936,6 +936,19 @@ fn java_without_root(java: &str) {
         } else {
             3.0
         };
+        // Time in the kernel (the thread's CPU time outside user mode),
+        // which a profile without root cannot see but the program's clock
+        // counts, may all be one leaf's: the bound grows by its share.
+        // CI once saw parseRequest 3.9 points above its clock on x86-64,
+        // 0.5-2.4 in fifteen runs here after it (0.4-0.7 % of the time in
+        // the kernel); that run did not print its kernel time.
+        let user = stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("user ")?.trim().parse::<f64>().ok())
+            .expect("the workload's user line");
+        let kernel = (100.0 * (cpu - user) / cpu).max(0.0);
+        eprintln!("{kernel:.1} % of the worker's CPU time in the kernel");
+        let within = within + kernel;
         assert_shares(&own, spent_both, "Service.", &with, (both, within), &stdout);
     }
     let want = [

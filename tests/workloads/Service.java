@@ -188,11 +188,16 @@ public class Service {
             System.out.println("ready");
             stdin.readLine();
             long start = MX.getCurrentThreadCpuTime();
+            long startUser = MX.getCurrentThreadUserTime();
             serve(seconds);
             long total = MX.getCurrentThreadCpuTime() - start;
+            long user = MX.getCurrentThreadUserTime() - startUser;
             System.out.println("share parseRequest " + spentParse / 1e9);
             System.out.println("share renderPage " + spentRender / 1e9);
             System.out.println("cpu " + total / 1e9);
+            // The part of it in user mode: what a profile without root
+            // can see (the kernel drops its samples taken in the kernel).
+            System.out.println("user " + user / 1e9);
             if (mode.equals("exit")) {
                 System.out.flush();
                 System.exit(0);
