@@ -158,7 +158,7 @@ pub struct UnwindArgs {
     /// flag on the target; needs --unwind auto or dwarf): on or off
     #[arg(long = "python", value_name = "ON|OFF", default_value = "on", value_parser = on_off, action = clap::ArgAction::Set)]
     pub python: bool,
-    /// Java frames in JVMs' stacks (HotSpot, JDK 11-25, no flag or agent on
+    /// Java frames in JVMs' stacks (HotSpot, JDK 8-25, no flag or agent on
     /// the JVM; needs --unwind auto or dwarf): on or off
     #[arg(long = "java", value_name = "ON|OFF", default_value = "on", value_parser = on_off, action = clap::ArgAction::Set)]
     pub java: bool,

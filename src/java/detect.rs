@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use std::io;
 use std::sync::Arc;
 
-use super::layout::{self, Layout};
+use super::layout::{self, CodeCacheAt, Layout};
 use super::vmstructs::VmStructs;
 use super::{Heap, Process, MAX_HEAPS};
 use crate::elf::{each_symbol, Elf, FileSource, SHT_DYNSYM};
@@ -108,13 +108,14 @@ impl Detector {
                 vm.fields.remove(&(ty.to_string(), field.to_string()));
             }
         }
-        if let Some(why) = layout::too_old(&vm) {
-            return Found::Unsupported(format!("HotSpot is not supported: {why}"));
-        }
-        let major = vm
+        let vm_major = vm
             .address("Abstract_VM_Version", "_vm_major_version")
             .and_then(|a| mem.read_u32(a).ok())
             .unwrap_or(0);
+        let major = match layout::feature_version(&vm, vm_major) {
+            Ok(major) => major,
+            Err(why) => return Found::Unsupported(format!("HotSpot is not supported: {why}")),
+        };
         let layout = match layout::from_vmstructs(&vm, major) {
             Ok(l) => l,
             Err(why) => {
@@ -184,9 +185,23 @@ const SEGMENT_BITS: std::ops::RangeInclusive<u32> = 4..=12;
 /// The code heaps and the code cache's bounds, or `None` while the code
 /// cache is not set up (or not all its heaps are added).
 fn heaps(l: &Layout, mem: &dyn Memory) -> io::Result<Option<(Vec<Heap>, std::ops::Range<u64>)>> {
-    let array = mem.read_u64(l.code_cache_heaps)?;
-    let low = mem.read_u64(l.code_cache_low)?;
-    let high = mem.read_u64(l.code_cache_high)?;
+    let (array, low, high) = match l.code_cache {
+        CodeCacheAt::Heaps { heaps, low, high } => (
+            mem.read_u64(heaps)?,
+            mem.read_u64(low)?,
+            mem.read_u64(high)?,
+        ),
+        // JDK 8: the one heap is the code cache.
+        CodeCacheAt::One { heap } => {
+            let heap = mem.read_u64(heap)?;
+            if heap == 0 {
+                return Ok(None);
+            }
+            let one = read_heap(l, mem, heap, 0..u64::MAX)?;
+            let cache = one.range.clone();
+            return Ok(Some((vec![one], cache)));
+        }
+    };
     if array == 0 || low == 0 || high <= low {
         return Ok(None);
     }
@@ -201,23 +216,7 @@ fn heaps(l: &Layout, mem: &dyn Memory) -> io::Result<Option<(Vec<Heap>, std::ops
     let mut out = Vec::with_capacity(len);
     for i in 0..len as u64 {
         let heap = mem.read_u64(data + i * 8)?;
-        let memory = heap + u64::from(l.heap_memory);
-        let start = mem.read_u64(memory + u64::from(l.space_low))?;
-        let end = mem.read_u64(memory + u64::from(l.space_high))?;
-        let segmap = mem.read_u64(heap + u64::from(l.heap_segmap) + u64::from(l.space_low))?;
-        let log2 = mem.read_u32(heap + u64::from(l.heap_log2_segment))?;
-        if start < low || end > high || start >= end || segmap == 0 || !SEGMENT_BITS.contains(&log2)
-        {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("a code heap at {start:#x}..{end:#x} outside the code cache"),
-            ));
-        }
-        out.push(Heap {
-            range: start..end,
-            segmap,
-            log2_segment: log2 as u8,
-        });
+        out.push(read_heap(l, mem, heap, low..high)?);
     }
     // The heaps split the code cache between them, every byte of it (JDK
     // 17 and 25, segmented or not, seen here): fewer bytes are a JVM still
@@ -236,6 +235,36 @@ fn heaps(l: &Layout, mem: &dyn Memory) -> io::Result<Option<(Vec<Heap>, std::ops
         return Ok(None);
     }
     Ok(Some((out, low..high)))
+}
+
+/// The `CodeHeap` at `heap`, its reserved space within `within`.
+fn read_heap(
+    l: &Layout,
+    mem: &dyn Memory,
+    heap: u64,
+    within: std::ops::Range<u64>,
+) -> io::Result<Heap> {
+    let memory = heap + u64::from(l.heap_memory);
+    let start = mem.read_u64(memory + u64::from(l.space_low))?;
+    let end = mem.read_u64(memory + u64::from(l.space_high))?;
+    let segmap = mem.read_u64(heap + u64::from(l.heap_segmap) + u64::from(l.space_low))?;
+    let log2 = mem.read_u32(heap + u64::from(l.heap_log2_segment))?;
+    if start < within.start
+        || end > within.end
+        || start >= end
+        || segmap == 0
+        || !SEGMENT_BITS.contains(&log2)
+    {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("a code heap at {start:#x}..{end:#x} outside the code cache"),
+        ));
+    }
+    Ok(Heap {
+        range: start..end,
+        segmap,
+        log2_segment: log2 as u8,
+    })
 }
 
 #[cfg(test)]
@@ -344,17 +373,17 @@ mod tests {
         assert_eq!((l21.const_flags, l21.has_line_table), (l17.const_flags, 1));
         assert_eq!(l21.unsigned5_excess, 1);
 
-        // JDK 11 (its layout: names_tests' the_jdk11_tables_...) is not
-        // too old.
+        // JDK 11 (its layout: names_tests' the_jdk11_tables_...) gives its
+        // own version; JDK 8 (one code heap; Debian sid's 8u504 tables)
+        // HotSpot's 25, and an older one (24: JDK 7) is named as too old,
+        // not by what it lacks.
         let vm11 = parse_dump(include_str!("jdk11-vmstructs.txt"));
-        assert_eq!(layout::too_old(&vm11), None);
-
-        // JDK 8 (one code heap; Debian sid's 8u504 tables) is named as too
-        // old, not by what it lacks.
+        assert_eq!(layout::feature_version(&vm11, 11), Ok(11));
+        assert_eq!(layout::feature_version(&vm, 25), Ok(25));
         let vm8 = parse_dump(include_str!("jdk8-vmstructs.txt"));
-        let why = layout::too_old(&vm8).expect("JDK 8 is too old");
-        assert!(why.contains("Java 8"), "{why}");
-        assert_eq!(layout::too_old(&vm), None);
+        assert_eq!(layout::feature_version(&vm8, 25), Ok(8));
+        let why = layout::feature_version(&vm8, 24).expect_err("JDK 7 is too old");
+        assert!(why.contains("Java 7 or older"), "{why}");
 
         // A member of neither shape is named with its alternatives.
         let mut vm = vm;
@@ -386,7 +415,11 @@ mod tests {
             }
         };
         let (low, high) = (0x10_0000u64, 0x13_0000u64);
-        (l.code_cache_heaps, l.code_cache_low, l.code_cache_high) = (base, base + 8, base + 16);
+        l.code_cache = CodeCacheAt::Heaps {
+            heaps: base,
+            low: base + 8,
+            high: base + 16,
+        };
         put(base, base + 0x100, true);
         put(base + 8, low, true);
         put(base + 16, high, true);
@@ -431,6 +464,39 @@ mod tests {
         // Heaps that overlap are not a code cache.
         let (l, mem) = code_cache(3, Some(0x11_4000..0x13_0000));
         assert!(heaps(&l, &mem).is_err());
+    }
+
+    #[test]
+    fn a_jdk8_code_cache_is_its_one_heap() {
+        let vm = parse_dump(include_str!("jdk8-vmstructs.txt"));
+        let mut l = layout::from_vmstructs(&vm, 8).expect("JDK 8");
+        let base = 0x1000u64;
+        l.code_cache = CodeCacheAt::One { heap: base };
+        let mut bytes = vec![0u8; 0x400];
+        let mut put = |at: u64, v: u64| {
+            let at = (at - base) as usize;
+            bytes[at..at + 8].copy_from_slice(&v.to_ne_bytes());
+        };
+        let heap = base + 0x100;
+        put(base, heap);
+        let memory = heap + u64::from(l.heap_memory);
+        put(memory + u64::from(l.space_low), 0x10_0000);
+        put(memory + u64::from(l.space_high), 0x20_0000);
+        put(
+            heap + u64::from(l.heap_segmap) + u64::from(l.space_low),
+            0x9000,
+        );
+        put(heap + u64::from(l.heap_log2_segment), 6);
+        let mut mem = crate::python::memory::Buffer { base, bytes };
+        let (got, cache) = heaps(&l, &mem).expect("read").expect("ready");
+        assert_eq!(cache, 0x10_0000..0x20_0000);
+        assert_eq!(
+            (got.len(), got[0].segmap, got[0].log2_segment),
+            (1, 0x9000, 6)
+        );
+        // Before the JVM sets its heap up: not ready, not an error.
+        mem.bytes[..8].fill(0);
+        assert!(heaps(&l, &mem).expect("read").is_none());
     }
 
     #[test]

@@ -3,13 +3,14 @@
 //! of code blobs, nmethods, methods and their constant pools, and the
 //! interpreter's frame slots.
 //!
-//! Two shapes are known, each taken from the members the tables have:
-//! JDK 11 to 22's (code blobs with `_code_begin`, compiled methods with
-//! their sections inside them) and JDK 23 on's (code blobs with offsets,
-//! nmethods with their debug information in an immutable data block, from
-//! 25 their metadata in a mutable one). A JVM whose tables lack a member
-//! of either is named once and walked natively, never read with offsets
-//! guessed.
+//! Three shapes are known, each taken from the members the tables have:
+//! JDK 8's (one code heap; code blobs and nmethods with offsets to their
+//! sections), JDK 11 to 22's (several heaps; code blobs with `_code_begin`,
+//! compiled methods with their sections inside them) and JDK 23 on's (code
+//! blobs with offsets again, nmethods with their debug information in an
+//! immutable data block, from 25 their metadata in a mutable one). A JVM
+//! whose tables lack a member of each is named once and walked natively,
+//! never read with offsets guessed.
 
 use super::vmstructs::VmStructs;
 use super::BLOB_HEADER;
@@ -20,11 +21,8 @@ use crate::unwind::elf::Machine;
 pub struct Layout {
     /// The JDK's feature version (17 for 17.0.15).
     pub major: u32,
-    /// Statics: `CodeCache::_heaps` (a `GrowableArray<CodeHeap*>*`),
-    /// `_low_bound`, `_high_bound` (addresses in the process).
-    pub code_cache_heaps: u64,
-    pub code_cache_low: u64,
-    pub code_cache_high: u64,
+    /// Where the code heaps are.
+    pub code_cache: CodeCacheAt,
     pub growable_len: u16,
     pub growable_data: u16,
     pub heap_memory: u16,
@@ -92,17 +90,36 @@ pub struct Layout {
     pub interp_bcp: i8,
 }
 
+/// Where a JVM's code heaps are (statics: addresses in the process).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CodeCacheAt {
+    /// JDK 9 on: `CodeCache::_heaps` (a `GrowableArray<CodeHeap*>*`)
+    /// splitting the code cache between `_low_bound` and `_high_bound`.
+    Heaps { heaps: u64, low: u64, high: u64 },
+    /// JDK 8: one heap (`CodeCache::_heap`, a `CodeHeap*`), the code
+    /// cache its reserved space.
+    One { heap: u64 },
+}
+
+impl Default for CodeCacheAt {
+    fn default() -> Self {
+        CodeCacheAt::One { heap: 0 }
+    }
+}
+
 /// Where an nmethod keeps the sections its inlined scopes are read from
 /// (offsets of its members).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NmethodData {
-    /// JDK 9 to 22: inside the nmethod, one after another: the metadata
+    /// JDK 8 to 22: inside the nmethod, one after another: the metadata
     /// (at `_metadata_offset` from the nmethod), the scopes data (at
-    /// `_scopes_data_begin`, an address), the `PcDesc`s (at
+    /// `_scopes_data_begin`, an address, or JDK 8's `_scopes_data_offset`
+    /// from the nmethod, with `scopes_offset`), the `PcDesc`s (at
     /// `_scopes_pcs_offset`) up to `_dependencies_offset`.
     Inline {
         metadata: u16,
         scopes_data: u16,
+        scopes_offset: bool,
         scopes_pcs: u16,
         dependencies: u16,
     },
@@ -125,6 +142,7 @@ impl Default for NmethodData {
         NmethodData::Inline {
             metadata: 0,
             scopes_data: 0,
+            scopes_offset: false,
             scopes_pcs: 0,
             dependencies: 0,
         }
@@ -170,13 +188,20 @@ pub enum MetadataAt {
     },
 }
 
-/// Why `vm`, a JVM's tables, are a JDK's older than flare reads, or
-/// `None`: JDK 8 and before have one code heap (`CodeCache::_heap`), and
-/// HotSpot's own version (25 for JDK 8) where later ones have the JDK's,
-/// so they are named by what they are, not by a member they lack.
-pub fn too_old(vm: &VmStructs) -> Option<&'static str> {
-    (vm.address("CodeCache", "_heaps").is_none() && vm.address("CodeCache", "_heap").is_some())
-        .then_some("Java 8 or older (one code heap): flare reads JDK 11 on")
+/// The JDK's feature version of the JVM whose tables are `vm` and whose
+/// `Abstract_VM_Version::_vm_major_version` is `vm_major`, or why flare
+/// does not read it. JDK 8 and before have one code heap
+/// (`CodeCache::_heap`) and HotSpot's own version where later JDKs have
+/// theirs: 25 is JDK 8; older ones (JDK 7's permanent generation) are
+/// named by what they are, not by a member they lack.
+pub fn feature_version(vm: &VmStructs, vm_major: u32) -> Result<u32, &'static str> {
+    let one_heap =
+        vm.address("CodeCache", "_heaps").is_none() && vm.address("CodeCache", "_heap").is_some();
+    match (one_heap, vm_major) {
+        (false, major) => Ok(major),
+        (true, 25) => Ok(8),
+        (true, _) => Err("Java 7 or older: flare reads JDK 8 on"),
+    }
 }
 
 /// The members flare needs that `vm` lacks, or the layout.
@@ -252,6 +277,7 @@ pub fn from_vmstructs(vm: &VmStructs, major: u32) -> Result<Layout, String> {
         find(&[
             ("nmethod", "_deopt_handler_offset"),
             ("nmethod", "_deopt_handler_entry_offset"),
+            ("nmethod", "_deoptimize_offset"),
         ])
         .0
     } else {
@@ -283,9 +309,16 @@ pub fn from_vmstructs(vm: &VmStructs, major: u32) -> Result<Layout, String> {
             metadata,
         }
     } else {
+        // JDK 8 keeps an offset where 9 to 22 keep an address.
+        let (scopes_data, at) = find(&[
+            ("CompiledMethod", "_scopes_data_begin"),
+            ("nmethod", "_scopes_data_offset"),
+        ]);
+        let mut off = |ty: &str, field: &str| find(&[(ty, field)]).0;
         NmethodData::Inline {
             metadata: off("nmethod", "_metadata_offset"),
-            scopes_data: off("CompiledMethod", "_scopes_data_begin"),
+            scopes_data,
+            scopes_offset: at == 1,
             scopes_pcs: off("nmethod", "_scopes_pcs_offset"),
             dependencies: off("nmethod", "_dependencies_offset"),
         }
@@ -296,9 +329,14 @@ pub fn from_vmstructs(vm: &VmStructs, major: u32) -> Result<Layout, String> {
             0
         })
     };
-    l.code_cache_heaps = stat("CodeCache", "_heaps");
-    l.code_cache_low = stat("CodeCache", "_low_bound");
-    l.code_cache_high = stat("CodeCache", "_high_bound");
+    l.code_cache = match vm.address("CodeCache", "_heap") {
+        Some(heap) if vm.address("CodeCache", "_heaps").is_none() => CodeCacheAt::One { heap },
+        _ => CodeCacheAt::Heaps {
+            heaps: stat("CodeCache", "_heaps"),
+            low: stat("CodeCache", "_low_bound"),
+            high: stat("CodeCache", "_high_bound"),
+        },
+    };
     let mut size = |ty: &str| -> u16 {
         match vm.size(ty).and_then(|s| u16::try_from(s).ok()) {
             Some(s) => s,
@@ -331,11 +369,14 @@ pub fn from_vmstructs(vm: &VmStructs, major: u32) -> Result<Layout, String> {
     // then has the mirror, method data, cache and locals, then the
     // bytecode pointer; arm64 (frame_aarch64.hpp, JDK 17 on) the method
     // data, a padding word (the extended sp from JDK 22), the mirror,
-    // cache and locals, then the bytecode pointer, one word lower.
-    // x86-64's tables give the first two (vmStructs_x86.hpp), to check
-    // the layout by; arm64's give none (vmStructs_aarch64.hpp), and its
-    // layout has held from JDK 17 to 25.
+    // cache and locals, then the bytecode pointer, one word lower. JDK 8
+    // has no mirror (nor padding) on either: the method data, cache and
+    // locals, then the bytecode pointer.
+    // x86-64's tables give the first two (vmStructs_x86.hpp, JDK 9 on),
+    // to check the layout by; arm64's give none (vmStructs_aarch64.hpp),
+    // nor JDK 8's x86-64, and their layouts have held from JDK 8 to 25.
     let (sender_sp, last_sp) = match Machine::HOST {
+        _ if major <= 8 => (-1, -2),
         Machine::Aarch64 => (
             vm.constant("frame::interpreter_frame_sender_sp_offset")
                 .unwrap_or(-1),
@@ -375,6 +416,7 @@ pub fn from_vmstructs(vm: &VmStructs, major: u32) -> Result<Layout, String> {
     l.interp_sender_sp = -1;
     l.interp_method = -3;
     l.interp_bcp = match Machine::HOST {
+        _ if major <= 8 => -7,
         Machine::Aarch64 => -9,
         _ => -8,
     };

@@ -9,7 +9,9 @@ use std::sync::{Arc, Mutex};
 
 use super::JavaNamer;
 use crate::collect::{Namer, Runtime, RuntimeFrame};
-use crate::java::layout::{from_vmstructs, Layout, MetadataAt, NmethodData, SourceFileAt};
+use crate::java::layout::{
+    from_vmstructs, CodeCacheAt, Layout, MetadataAt, NmethodData, SourceFileAt,
+};
 use crate::java::method::{
     class_name, parameters, read_const_method, read_method, read_symbol, Stream,
 };
@@ -54,6 +56,9 @@ fn tables(dump: &str) -> VmStructs {
 /// The JDKs whose layouts the fake JVM is laid out in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Jdk {
+    /// Debian sid's 8u504 tables (`jdk8-vmstructs.txt`): one code heap,
+    /// offsets in code blobs and nmethods, the source file in the class.
+    J8,
     /// Debian 11's 11.0.24 tables (`jdk11-vmstructs.txt`): the source
     /// file in the class, `GenericGrowableArray`, a longer nmethod.
     J11,
@@ -67,17 +72,18 @@ pub(crate) enum Jdk {
     J25,
 }
 
-const JDKS: [Jdk; 4] = [Jdk::J11, Jdk::J17, Jdk::J24, Jdk::J25];
+const JDKS: [Jdk; 5] = [Jdk::J8, Jdk::J11, Jdk::J17, Jdk::J24, Jdk::J25];
 
 impl Jdk {
     /// The UNSIGNED5 excess its streams are written with.
     fn excess(self) -> u8 {
-        u8::from(!matches!(self, Jdk::J11 | Jdk::J17))
+        u8::from(!matches!(self, Jdk::J8 | Jdk::J11 | Jdk::J17))
     }
 }
 
 pub(crate) fn layout(jdk: Jdk) -> Layout {
     let l = match jdk {
+        Jdk::J8 => from_vmstructs(&tables(include_str!("jdk8-vmstructs.txt")), 8),
         Jdk::J11 => from_vmstructs(&tables(include_str!("jdk11-vmstructs.txt")), 11),
         Jdk::J17 => from_vmstructs(&tables(include_str!("jdk17-vmstructs.txt")), 17),
         Jdk::J24 => {
@@ -138,11 +144,42 @@ fn the_jdk11_tables_give_the_offsets_hotspot_11_has() {
         NmethodData::Inline {
             metadata: 292,
             scopes_data: 120,
+            scopes_offset: false,
             scopes_pcs: 300,
             dependencies: 304,
         }
     ));
     assert_eq!(l.has_line_table, 1);
+}
+
+#[test]
+fn the_jdk8_tables_give_the_offsets_hotspot_8_has() {
+    let l = layout(Jdk::J8);
+    assert_eq!(
+        (l.method_const, l.const_constants, l.const_size, l.pool_size),
+        (8, 8, 48, 80)
+    );
+    assert_eq!((l.symbol_length, l.symbol_body, l.klass_name), (0, 8, 16));
+    assert_eq!(l.source_file, SourceFileAt::Klass(258));
+    assert!(l.blob_offsets);
+    assert_eq!(
+        (l.blob_code_begin, l.blob_frame_complete, l.nm_deopt),
+        (32, 36, 148)
+    );
+    assert_eq!((l.nm_method, l.nm_compile_id, l.nm_orig_pc), (64, 204, 200));
+    assert_eq!(
+        l.nm_data,
+        NmethodData::Inline {
+            metadata: 172,
+            scopes_data: 176,
+            scopes_offset: true,
+            scopes_pcs: 180,
+            dependencies: 184,
+        }
+    );
+    assert!(matches!(l.code_cache, CodeCacheAt::One { .. }));
+    assert_eq!((l.interp_method, l.interp_bcp), (-3, -7));
+    assert_eq!((l.has_line_table, l.unsigned5_excess), (1, 0));
 }
 
 /// HotSpot's UNSIGNED5 writer (`CompressedWriteStream::write_int`, JDK
@@ -374,6 +411,7 @@ impl Jvm {
             NmethodData::Inline {
                 metadata: meta_off,
                 scopes_data,
+                scopes_offset,
                 scopes_pcs,
                 dependencies,
             } => {
@@ -383,7 +421,11 @@ impl Jvm {
                 let deps_at = pcs_at + pcs_len;
                 let nm = self.alloc(deps_at + 0x40);
                 self.put_i32(nm + u64::from(meta_off), meta_at as i32);
-                self.put_u64(nm + u64::from(scopes_data), nm + scopes_at as u64);
+                if scopes_offset {
+                    self.put_i32(nm + u64::from(scopes_data), scopes_at as i32);
+                } else {
+                    self.put_u64(nm + u64::from(scopes_data), nm + scopes_at as u64);
+                }
                 self.put_i32(nm + u64::from(scopes_pcs), pcs_at as i32);
                 self.put_i32(nm + u64::from(dependencies), deps_at as i32);
                 let at = |o: usize| nm + o as u64;

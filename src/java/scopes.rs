@@ -127,17 +127,23 @@ struct Sections {
 fn sections(layout: &Layout, nm: u64, head: &[u8]) -> Option<Sections> {
     let unsigned = |o: u16| u64::try_from(int(head, o)?).ok();
     match layout.nm_data {
-        // `nmethod.hpp` (JDK 9-22): metadata ends where the scopes data
+        // `nmethod.hpp` (JDK 8-22): metadata ends where the scopes data
         // begins, which ends where the pcs begin, which end where the
         // dependencies begin.
         NmethodData::Inline {
             metadata,
             scopes_data,
+            scopes_offset,
             scopes_pcs,
             dependencies,
         } => {
             let at = |o: u16| nm.checked_add(unsigned(o)?);
-            let (m, s) = (at(metadata)?, word(head, scopes_data)?);
+            let s = if scopes_offset {
+                at(scopes_data)?
+            } else {
+                word(head, scopes_data)?
+            };
+            let m = at(metadata)?;
             let (p, d) = (at(scopes_pcs)?, at(dependencies)?);
             (nm <= m && m <= s && s <= p && p <= d).then_some(Sections {
                 metadata: m..s,

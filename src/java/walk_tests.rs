@@ -142,7 +142,7 @@ fn decoded(s: &Stepped) -> FrameId {
 
 #[test]
 fn a_compiled_frame_steps_by_its_frame_size_to_a_return_address_in_the_cache() {
-    for jdk in [Jdk::J17, Jdk::J25] {
+    for jdk in [Jdk::J8, Jdk::J17, Jdk::J25] {
         let mut j = Jvm::new(jdk);
         // An nmethod of 8 segments (the pc in its sixth), 4-word frames.
         let nm = j.blob(0, 10, 8, 4, 0x20);
@@ -204,7 +204,7 @@ fn a_compiled_frame_steps_by_its_frame_size_to_a_return_address_in_the_cache() {
 
 #[test]
 fn an_interpreted_frame_gives_its_method_and_bytecode_index() {
-    for jdk in [Jdk::J17, Jdk::J25] {
+    for jdk in [Jdk::J8, Jdk::J17, Jdk::J25] {
         let mut j = Jvm::new(jdk);
         let interp = j.blob(1, 0, 8, 0, 0);
         let l = j.l.clone();

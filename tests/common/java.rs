@@ -3,7 +3,7 @@
 //! and the JREs Debian 12 lacks, from `scripts/runtimes`.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Mutex;
 
@@ -73,6 +73,90 @@ pub fn thread_start(frames: &[String]) -> Option<usize> {
     (i >= 2 && frames[i - 1] == "[unknown]").then_some(i - 1)
 }
 
+/// Whether a Java thread's stack (folded frames, the command first) goes
+/// down to where the thread starts: through the launcher's `JavaMain` to
+/// [`thread_start`] below it; or, for a JVM whose launcher names no
+/// function (`stripped`, see [`stripped_launcher`]), through the call
+/// stub and at least four frames below it (the JNI call, `JavaMain`, the
+/// thread's start), all unnamed.
+pub fn rooted(frames: &[String], stripped: bool) -> bool {
+    let main = frames.iter().position(|x| x == "JavaMain");
+    let start = thread_start(frames);
+    if start.is_some() && main.is_some() && start < main {
+        return true;
+    }
+    let stub = frames.iter().position(|x| x == "[StubRoutines (1)]");
+    stripped && stub.is_some_and(|i| i >= 5 && frames[1..i].iter().all(|x| x == "[unknown]"))
+}
+
+/// `tests/workloads/NAME.java`'s classes for the JVM `java`: compiled for
+/// JDK 8 where `java` is one (its libraries under `lib/ARCH/`, where JDK 9
+/// on has them under `lib/`), for 11 otherwise.
+pub fn classes_for_jvm(name: &str, java: &Path) -> Option<PathBuf> {
+    classes_for(name, if jdk8(java) { 8 } else { 11 })
+}
+
+/// Whether the JVM `java` is JDK 8 (or older): its home keeps its
+/// libraries in `lib/ARCH/`.
+pub fn jdk8(java: &Path) -> bool {
+    let arch = if cfg!(target_arch = "aarch64") {
+        "aarch64"
+    } else {
+        "amd64"
+    };
+    let Ok(java) = which(java).canonicalize() else {
+        return false;
+    };
+    java.parent()
+        .and_then(Path::parent)
+        .is_some_and(|home| home.join("lib").join(arch).is_dir())
+}
+
+/// `java` itself, or, a bare name, where PATH finds it.
+fn which(java: &Path) -> PathBuf {
+    if java.components().count() > 1 {
+        return java.to_path_buf();
+    }
+    std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .map(|d| d.join(java))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| java.to_path_buf())
+}
+
+/// Whether the launcher of the JVM `java` has no symbol table (its
+/// libjli.so names no `JavaMain`, as Debian sid's JDK 8 package strips
+/// it, and its libc and libjvm beside it): its native frames are then
+/// unnamed, by the package, not by flare. Asked of `nm`.
+pub fn stripped_launcher(java: &Path) -> bool {
+    let Ok(java) = which(java).canonicalize() else {
+        return false;
+    };
+    let Some(home) = java.parent().and_then(Path::parent) else {
+        return false;
+    };
+    // JDK 9 on: lib/libjli.so; JDK 8: lib/ARCH/jli/libjli.so.
+    let arch = if cfg!(target_arch = "aarch64") {
+        "aarch64"
+    } else {
+        "amd64"
+    };
+    let jli = [
+        home.join("lib/libjli.so"),
+        home.join(format!("lib/{arch}/jli/libjli.so")),
+    ];
+    let Some(jli) = jli.iter().find(|p| p.is_file()) else {
+        return false;
+    };
+    match Command::new("nm").arg(jli).output() {
+        Ok(out) => !String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .any(|l| l.ends_with(" JavaMain")),
+        Err(_) => false,
+    }
+}
+
 /// Seconds a Java workload runs for where `seconds` do here: twice as
 /// many in the emulated guests, whose JVMs take a second or two more to
 /// compile the hot methods and whose timers sample less often.
@@ -82,9 +166,10 @@ pub fn seconds(seconds: u32) -> String {
 }
 
 /// The `java` of OpenJDK `major`'s JRE (11 from Debian 11, 21 and 25 from
-/// Debian 13, 8 from Debian sid) as `scripts/runtimes` keeps it in its cache, fetched the
-/// first time from the package registry; scripts/vmtest's guests have no
-/// registry, only the copy (of JDK 11) it puts at the same path. Missing,
+/// Debian 13, 8 from Debian sid) as `scripts/runtimes` keeps it in its
+/// cache, fetched the first time from the package registry;
+/// scripts/vmtest's guests have no registry, only the copies it puts at
+/// the same path. Missing,
 /// it fails the test under FLARE_REQUIRE_BPF=1 and skips it (said on
 /// stderr) otherwise.
 pub fn jre(major: u32) -> Option<PathBuf> {
