@@ -59,10 +59,10 @@ fn start_on(java: &Path, flags: &[&str], mode: &str, seconds: &str) -> Option<Wo
 /// (`:`-separated), as the Python tests use pyenv's builds.
 fn other_jdks() -> Vec<(u32, PathBuf)> {
     let mut out: Vec<(u32, PathBuf)> = Vec::new();
-    // scripts/vmtest's guests get JDK 11 alone (the first JDK flare read
-    // with another shape of tables), at its cache path.
+    // scripts/vmtest's guests get JDK 8 and 11 alone (the JDKs flare reads
+    // with other shapes of tables), at their cache paths.
     let fetched: &[u32] = if common::bpf::emulated() {
-        &[11]
+        &[8, 11]
     } else {
         &[8, 11, 21, 25]
     };

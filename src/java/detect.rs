@@ -113,7 +113,9 @@ impl Detector {
             .and_then(|a| mem.read_u32(a).ok())
             .unwrap_or(0);
         let major = match layout::feature_version(&vm, vm_major) {
-            Ok(major) => major,
+            Ok(Some(major)) => major,
+            // A JDK 8 still starting.
+            Ok(None) => return Found::NotReady,
             Err(why) => return Found::Unsupported(format!("HotSpot is not supported: {why}")),
         };
         let layout = match layout::from_vmstructs(&vm, major) {
@@ -378,10 +380,12 @@ mod tests {
         // HotSpot's 25, and an older one (24: JDK 7) is named as too old,
         // not by what it lacks.
         let vm11 = parse_dump(include_str!("jdk11-vmstructs.txt"));
-        assert_eq!(layout::feature_version(&vm11, 11), Ok(11));
-        assert_eq!(layout::feature_version(&vm, 25), Ok(25));
+        assert_eq!(layout::feature_version(&vm11, 11), Ok(Some(11)));
+        assert_eq!(layout::feature_version(&vm, 25), Ok(Some(25)));
         let vm8 = parse_dump(include_str!("jdk8-vmstructs.txt"));
-        assert_eq!(layout::feature_version(&vm8, 25), Ok(8));
+        assert_eq!(layout::feature_version(&vm8, 25), Ok(Some(8)));
+        // JDK 8 sets its version as it starts: not ready before.
+        assert_eq!(layout::feature_version(&vm8, 0), Ok(None));
         let why = layout::feature_version(&vm8, 24).expect_err("JDK 7 is too old");
         assert!(why.contains("Java 7 or older"), "{why}");
 

@@ -189,17 +189,19 @@ pub enum MetadataAt {
 }
 
 /// The JDK's feature version of the JVM whose tables are `vm` and whose
-/// `Abstract_VM_Version::_vm_major_version` is `vm_major`, or why flare
-/// does not read it. JDK 8 and before have one code heap
-/// (`CodeCache::_heap`) and HotSpot's own version where later JDKs have
-/// theirs: 25 is JDK 8; older ones (JDK 7's permanent generation) are
-/// named by what they are, not by a member they lack.
-pub fn feature_version(vm: &VmStructs, vm_major: u32) -> Result<u32, &'static str> {
+/// `Abstract_VM_Version::_vm_major_version` is `vm_major` (`None` while a
+/// JDK 8 has not set it yet), or why flare does not read it. JDK 8 and
+/// before have one code heap (`CodeCache::_heap`) and HotSpot's own
+/// version where later JDKs have theirs (a constant from JDK 9; JDK 8
+/// sets it as it starts): 25 is JDK 8; older ones (JDK 7's permanent
+/// generation) are named by what they are, not by a member they lack.
+pub fn feature_version(vm: &VmStructs, vm_major: u32) -> Result<Option<u32>, &'static str> {
     let one_heap =
         vm.address("CodeCache", "_heaps").is_none() && vm.address("CodeCache", "_heap").is_some();
     match (one_heap, vm_major) {
-        (false, major) => Ok(major),
-        (true, 25) => Ok(8),
+        (false, major) => Ok(Some(major)),
+        (true, 25) => Ok(Some(8)),
+        (true, 0) => Ok(None),
         (true, _) => Err("Java 7 or older: flare reads JDK 8 on"),
     }
 }

@@ -126,9 +126,9 @@ fn which(java: &Path) -> PathBuf {
 }
 
 /// Whether the launcher of the JVM `java` has no symbol table (its
-/// libjli.so names no `JavaMain`, as Debian sid's JDK 8 package strips
-/// it, and its libc and libjvm beside it): its native frames are then
-/// unnamed, by the package, not by flare. Asked of `nm`.
+/// libjli.so has no `.symtab`, as Debian sid's JDK 8 package strips it,
+/// and its libc and libjvm beside it): its native frames are then
+/// unnamed, by the package, not by flare.
 pub fn stripped_launcher(java: &Path) -> bool {
     let Ok(java) = which(java).canonicalize() else {
         return false;
@@ -146,15 +146,30 @@ pub fn stripped_launcher(java: &Path) -> bool {
         home.join("lib/libjli.so"),
         home.join(format!("lib/{arch}/jli/libjli.so")),
     ];
-    let Some(jli) = jli.iter().find(|p| p.is_file()) else {
-        return false;
+    jli.iter()
+        .find_map(|p| std::fs::read(p).ok())
+        .is_some_and(|elf| !has_symtab(&elf))
+}
+
+/// Whether the 64-bit little-endian ELF file `elf` has a section of
+/// type SHT_SYMTAB (a symbol table beyond the dynamic one). The guests
+/// of scripts/vmtest have no `nm` to ask.
+fn has_symtab(elf: &[u8]) -> bool {
+    let int = |at: usize, n: usize| -> Option<u64> {
+        let b = elf.get(at..at + n)?;
+        Some(b.iter().rev().fold(0, |v, &x| v << 8 | u64::from(x)))
     };
-    match Command::new("nm").arg(jli).output() {
-        Ok(out) => !String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .any(|l| l.ends_with(" JavaMain")),
-        Err(_) => false,
-    }
+    let sections = || -> Option<bool> {
+        if elf.get(..5)? != b"\x7fELF\x02" {
+            return None;
+        }
+        let (off, size, count) = (int(0x28, 8)?, int(0x3a, 2)?, int(0x3c, 2)?);
+        Some((0..count).any(|i| {
+            let at = off + i * size;
+            usize::try_from(at + 4).is_ok_and(|at| int(at, 4) == Some(2))
+        }))
+    };
+    sections().unwrap_or(true)
 }
 
 /// Seconds a Java workload runs for where `seconds` do here: twice as
