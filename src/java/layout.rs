@@ -196,14 +196,19 @@ pub enum MetadataAt {
 /// sets it as it starts): 25 is JDK 8; older ones (JDK 7's permanent
 /// generation) are named by what they are, not by a member they lack.
 pub fn feature_version(vm: &VmStructs, vm_major: u32) -> Result<Option<u32>, &'static str> {
-    let one_heap =
-        vm.address("CodeCache", "_heaps").is_none() && vm.address("CodeCache", "_heap").is_some();
-    match (one_heap, vm_major) {
+    match (one_heap(vm).is_some(), vm_major) {
         (false, major) => Ok(Some(major)),
         (true, 25) => Ok(Some(8)),
         (true, 0) => Ok(None),
         (true, _) => Err("Java 7 or older: flare reads JDK 8 on"),
     }
+}
+
+/// `CodeCache::_heap`'s address where `vm` has one code heap (JDK 8 and
+/// older), not `_heaps`.
+fn one_heap(vm: &VmStructs) -> Option<u64> {
+    vm.address("CodeCache", "_heap")
+        .filter(|_| vm.address("CodeCache", "_heaps").is_none())
 }
 
 /// The members flare needs that `vm` lacks, or the layout.
@@ -331,9 +336,9 @@ pub fn from_vmstructs(vm: &VmStructs, major: u32) -> Result<Layout, String> {
             0
         })
     };
-    l.code_cache = match vm.address("CodeCache", "_heap") {
-        Some(heap) if vm.address("CodeCache", "_heaps").is_none() => CodeCacheAt::One { heap },
-        _ => CodeCacheAt::Heaps {
+    l.code_cache = match one_heap(vm) {
+        Some(heap) => CodeCacheAt::One { heap },
+        None => CodeCacheAt::Heaps {
             heaps: stat("CodeCache", "_heaps"),
             low: stat("CodeCache", "_low_bound"),
             high: stat("CodeCache", "_high_bound"),

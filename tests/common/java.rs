@@ -16,8 +16,7 @@ pub fn classes(name: &str) -> Option<PathBuf> {
     classes_for(name, 11)
 }
 
-/// [`classes`] compiled for the JDK `release` (8: the JDK flare refuses
-/// by name).
+/// [`classes`] compiled for the JDK `release` (8 for JDK 8).
 pub fn classes_for(name: &str, release: u32) -> Option<PathBuf> {
     // By (name, release): the directory, or None without a JDK.
     type Built = HashMap<(String, u32), Option<PathBuf>>;
@@ -99,17 +98,22 @@ pub fn classes_for_jvm(name: &str, java: &Path) -> Option<PathBuf> {
 /// Whether the JVM `java` is JDK 8 (or older): its home keeps its
 /// libraries in `lib/ARCH/`.
 pub fn jdk8(java: &Path) -> bool {
-    let arch = if cfg!(target_arch = "aarch64") {
-        "aarch64"
-    } else {
-        "amd64"
-    };
-    let Ok(java) = which(java).canonicalize() else {
-        return false;
-    };
-    java.parent()
-        .and_then(Path::parent)
-        .is_some_and(|home| home.join("lib").join(arch).is_dir())
+    home(java).is_some_and(|home| home.join("lib").join(JDK8_ARCH).is_dir())
+}
+
+/// The directory JDK 8 keeps this architecture's libraries in, under
+/// `lib/`.
+const JDK8_ARCH: &str = if cfg!(target_arch = "aarch64") {
+    "aarch64"
+} else {
+    "amd64"
+};
+
+/// The home of the JVM `java` (`bin/java`'s parent's parent; JDK 8's
+/// `jre/`), symbolic links resolved.
+fn home(java: &Path) -> Option<PathBuf> {
+    let java = which(java).canonicalize().ok()?;
+    Some(java.parent()?.parent()?.to_path_buf())
 }
 
 /// `java` itself, or, a bare name, where PATH finds it.
@@ -130,21 +134,13 @@ fn which(java: &Path) -> PathBuf {
 /// and its libc and libjvm beside it): its native frames are then
 /// unnamed, by the package, not by flare.
 pub fn stripped_launcher(java: &Path) -> bool {
-    let Ok(java) = which(java).canonicalize() else {
-        return false;
-    };
-    let Some(home) = java.parent().and_then(Path::parent) else {
+    let Some(home) = home(java) else {
         return false;
     };
     // JDK 9 on: lib/libjli.so; JDK 8: lib/ARCH/jli/libjli.so.
-    let arch = if cfg!(target_arch = "aarch64") {
-        "aarch64"
-    } else {
-        "amd64"
-    };
     let jli = [
         home.join("lib/libjli.so"),
-        home.join(format!("lib/{arch}/jli/libjli.so")),
+        home.join(format!("lib/{JDK8_ARCH}/jli/libjli.so")),
     ];
     jli.iter()
         .find_map(|p| std::fs::read(p).ok())
