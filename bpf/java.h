@@ -2,7 +2,7 @@
 /*
  * HotSpot frames in the user stacks the table unwinder walks (unwind.h,
  * which includes this). For a process user space found to run a JVM
- * (src/java/detect.rs fills `java_procs`), a pc in its code cache is not
+ * (src/runtime/java/detect.rs fills `java_procs`), a pc in its code cache is not
  * a native frame: the walk finds the code blob holding it through its
  * code heap's segment map, records a Java frame and steps to the caller
  * the way that kind of blob's frames are laid out:
@@ -19,7 +19,7 @@
  *   none.
  * Each frame is a runtime frame (pointer, kind | pc offset or bytecode
  * index, cookie) that user space names from the live process
- * (src/java/namer.rs): a Method* with its ConstMethod* as cookie, or an
+ * (src/runtime/java/namer.rs): a Method* with its ConstMethod* as cookie, or an
  * nmethod with its compile id (a freed and reused one has another).
  * Based on the JVM's own layouts as the OpenTelemetry profiler and
  * libjvm_db read them; flare's own code.
@@ -46,7 +46,7 @@
 #define JAVA_ADDR_MASK		(~0ULL)
 #endif
 
-/* Frame kinds (src/java/mod.rs Kind), in the top byte of the second
+/* Frame kinds (src/runtime/java/mod.rs Kind), in the top byte of the second
  * identifier; bit 55 says the pc is a return address. */
 #define JAVA_KIND_INTERPRETED	1
 #define JAVA_KIND_COMPILED	2
@@ -60,7 +60,7 @@
 #define JAVA_NAME_INTERPRETER	0x65746e49	/* "Interpreter" */
 #define JAVA_NAME_VTABLE	0x62617476	/* "vtable chunks" */
 
-/* A JVM process (src/java/mod.rs Process::bpf_bytes). */
+/* A JVM process (src/runtime/java/mod.rs Process::bpf_bytes). */
 struct java_proc {
 	__u64 heap_low[JAVA_MAX_HEAPS];
 	__u64 heap_high[JAVA_MAX_HEAPS];
@@ -286,7 +286,7 @@ static __always_inline __u64 java_leaf_bcp(void)
 
 /*
  * Where a leaf compiled frame's caller is on arm64, from the code around
- * its pc (src/java/arm64.rs has the same rules, and tests). HotSpot builds
+ * its pc (src/runtime/java/arm64.rs has the same rules, and tests). HotSpot builds
  * an nmethod's frame with `sub sp, sp, #size; stp x29, x30, [sp, #size-16]`
  * (or, for large frames and native wrappers, `stp x29, x30, [sp, #-16]!`
  * then the sub) and takes it down with `ldp x29, x30, [sp, #size-16];

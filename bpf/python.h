@@ -2,7 +2,7 @@
 /*
  * CPython frames (3.8-3.15) in the user stacks the table unwinder walks
  * (unwind.h, which includes this). For a process user space found to run
- * CPython (src/python/detect.rs fills `py_procs`), the walk reads the
+ * CPython (src/runtime/python/detect.rs fills `py_procs`), the walk reads the
  * thread's PyThreadState from glibc's thread-specific slot of Python's
  * autoTSSkey, or 3.15's thread-local variable (at the thread pointer +
  * tstate_slot), and its current frame; each time
@@ -12,7 +12,7 @@
  * from 3.11 (`is_entry`, or the shim frame, owned by no Python function,
  * from 3.12). Each is a
  * runtime frame (code object, instruction, cookie) that user space names
- * from the live process (src/python/namer.rs); the cookie, read from the
+ * from the live process (src/runtime/python/namer.rs); the cookie, read from the
  * code object, tells a freed and reused address apart.
  *
  * One Python frame per bpf_loop step, so that frames count against the
@@ -24,7 +24,7 @@
 
 #include "common.h"
 
-/* Frame chains (src/python/layout.rs FrameModel). */
+/* Frame chains (src/runtime/python/layout.rs FrameModel). */
 #define PY_MODEL_OBJECT	0	/* 3.8-3.10: PyFrameObject, f_back */
 #define PY_MODEL_ENTRY	1	/* 3.11: _PyInterpreterFrame, is_entry */
 #define PY_MODEL_OWNER	2	/* 3.12+: owner >= the shim's */
@@ -32,7 +32,7 @@
 #define PY_TAG_BITS	3ULL
 #define PY_NO_CFRAME	0xffff
 
-/* A CPython process (src/python/mod.rs Process::bpf_bytes). */
+/* A CPython process (src/runtime/python/mod.rs Process::bpf_bytes). */
 struct py_proc {
 	__u64 eval_start, eval_end;	/* _PyEval_EvalFrameDefault */
 	__u64 cold_start, cold_end;	/* its .cold part, or empty */
@@ -149,7 +149,7 @@ static __always_inline bool py_in_eval(__u64 pc)
 		     (pc >= p->cold_start && pc < p->cold_end));
 }
 
-/* The validity cookie of code object `code` (src/python/mod.rs cookie()),
+/* The validity cookie of code object `code` (src/runtime/python/mod.rs cookie()),
  * or 0 when it cannot be read or is not a code object. */
 static __always_inline __u64 py_cookie(struct py_proc *p, __u64 code)
 {

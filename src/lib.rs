@@ -13,7 +13,9 @@
 //! `docs/ARCHITECTURE.md` has the map.
 //! [`export`] holds the push exporters (Pyroscope, Parca, OTLP, a
 //! directory) and their sink; [`agent`] runs the profile collector without
-//! end, window after window, into them.
+//! end, window after window, into them. [`runtime`] holds the language
+//! runtimes whose frames the unwinder reads (CPython, HotSpot), one
+//! folder each.
 
 pub mod agent;
 pub mod analysis;
@@ -23,7 +25,6 @@ pub mod defaults;
 pub mod elf;
 pub mod error;
 pub mod export;
-pub mod java;
 pub mod launch;
 pub mod live;
 pub mod notes;
@@ -31,7 +32,7 @@ pub mod output;
 pub mod pipeline;
 pub mod procmaps;
 pub mod profile;
-pub mod python;
+pub mod runtime;
 pub mod sinks;
 pub mod symbolize;
 pub mod system;

@@ -407,7 +407,7 @@ fn assert_emit_inlined(pprof: &[u8]) {
 /// frames without a mirror slot; 11 keeps a class's source file in the
 /// class and has a longer nmethod; 21 renamed the method flags; 23 made
 /// code blobs' addresses offsets again and moved nmethods' debug
-/// information to blocks of their own (src/java/layout.rs).
+/// information to blocks of their own (src/runtime/java/layout.rs).
 #[test]
 fn other_jdks_have_their_chain_shares_inlined_callees_and_sleeps() {
     if !require_bpf() {

@@ -104,10 +104,79 @@ fn system_stands_on_nothing_of_flares() {
     );
 }
 
+/// The collector contract is the vocabulary the unwinder and the runtimes
+/// speak (issue 40): it names neither, so that they stand on it without
+/// an import circle.
+#[test]
+fn collect_names_neither_unwinder_nor_runtimes() {
+    let found = offenders("src/collect", &["unwind", "runtime"]);
+    assert!(
+        found.is_empty(),
+        "src/collect imports the unwinder or a runtime:\n{}",
+        found.join("\n")
+    );
+}
+
+/// The unwinder knows no runtime: it tells them of processes through its
+/// `Watcher`, and they name their frames through `collect::RuntimeFinds`.
+#[test]
+fn the_unwinder_knows_no_runtime() {
+    let found = offenders("src/unwind", &["runtime"]);
+    assert!(
+        found.is_empty(),
+        "src/unwind imports a runtime:\n{}",
+        found.join("\n")
+    );
+}
+
+/// A runtime's folder stands on what runtimes share (`src/runtime/*.rs`),
+/// never on another runtime's folder.
+#[test]
+fn runtimes_do_not_import_each_other() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/runtime");
+    let folders: Vec<String> = fs::read_dir(&root)
+        .expect("reading src/runtime")
+        .flatten()
+        .filter(|e| e.path().is_dir())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(folders.len() >= 2, "runtime folders: {folders:?}");
+    let mut found = Vec::new();
+    for a in &folders {
+        let others: Vec<String> = folders
+            .iter()
+            .filter(|b| *b != a)
+            .map(|b| format!("runtime::{b}"))
+            .collect();
+        let others: Vec<&str> = others.iter().map(String::as_str).collect();
+        found.extend(offenders(&format!("src/runtime/{a}"), &others));
+        // Relative paths to a sibling, too.
+        for file in rust_files(&root.join(a)) {
+            let text = fs::read_to_string(&file).expect("reading a source file");
+            for (n, line) in text.lines().enumerate() {
+                let code = line.trim_start();
+                let sibling = folders.iter().filter(|b| *b != a).any(|b| {
+                    code.contains(&format!("super::{b}::"))
+                        || code.contains(&format!("super::super::{b}"))
+                });
+                if !code.starts_with("//") && sibling {
+                    found.push(format!("{}:{}: {}", file.display(), n + 1, code));
+                }
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "a runtime imports another:\n{}",
+        found.join("\n")
+    );
+}
+
 #[test]
 fn the_check_sees_a_violation() {
     // The same scan over a layer that does import from above it.
     assert!(!offenders("src/tools", &["collect"]).is_empty());
+    assert!(!offenders("src/tools", &["runtime"]).is_empty());
 }
 
 /// Library code hands lines for the user to `flare::notes`; only the

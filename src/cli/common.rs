@@ -166,11 +166,11 @@ pub struct UnwindArgs {
 
 impl UnwindArgs {
     /// The runtimes whose frames are read.
-    pub fn runtimes(&self) -> flare::unwind::Runtimes {
-        flare::unwind::Runtimes {
-            python: self.python,
-            java: self.java,
-        }
+    pub fn runtimes(&self) -> flare::collect::Runtimes {
+        use flare::collect::Runtime;
+        flare::collect::Runtimes::default()
+            .with(Runtime::Python, self.python)
+            .with(Runtime::Java, self.java)
     }
 
     /// How stacks are recorded: `stacks` walked as these options say,

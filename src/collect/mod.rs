@@ -15,9 +15,11 @@ use crate::profile::{Frame, Lost, Meta, Sample};
 mod raw;
 pub mod stacks;
 pub mod timed;
+mod walking;
 
 pub use raw::{RawFrame, RawSample, RawTask, RawTrace, Runtime, RuntimeFrame};
 pub use stacks::{Periodic, StackCache, StackReader, STACK_SKIPPED};
+pub use walking::{Runtimes, UnwindMode};
 
 /// Which threads to sample or trace.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -55,10 +57,10 @@ impl Default for Stacks {
 pub struct Recording {
     pub stacks: Stacks,
     /// How user stacks are walked.
-    pub unwind: crate::unwind::Mode,
+    pub unwind: UnwindMode,
     /// Runtime frames (--python, --java) in the user stacks of processes
     /// running them.
-    pub runtimes: crate::unwind::Runtimes,
+    pub runtimes: Runtimes,
     /// Record flare's own process too (`--include-self`).
     pub include_self: bool,
     /// Keep each sample's time (for outputs that show when), sending
@@ -74,8 +76,8 @@ impl Default for Recording {
     fn default() -> Self {
         Recording {
             stacks: Stacks::default(),
-            unwind: crate::unwind::Mode::default(),
-            runtimes: crate::unwind::Runtimes::default(),
+            unwind: UnwindMode::default(),
+            runtimes: Runtimes::default(),
             include_self: false,
             timed: false,
             hash_storage_size: crate::defaults::HASH_STORAGE_SIZE,
@@ -137,6 +139,16 @@ pub trait Namer: Send {
 
 /// Namers, each with the runtime whose frames it names.
 pub type Namers = Vec<(Runtime, Box<dyn Namer>)>;
+
+/// The processes a runtime found in a run, as they are found (the
+/// runtimes fill them, [`crate::runtime`]): what names their frames.
+pub trait RuntimeFinds: Send + Sync {
+    /// The namers of the frames of the processes found.
+    fn namers(&self) -> Namers;
+
+    /// True once a process of the runtime was found.
+    fn any_process(&self) -> bool;
+}
 
 /// A started tool: attached, counting in the kernel until dropped.
 pub trait Collector {

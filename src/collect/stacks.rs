@@ -76,12 +76,12 @@ pub fn size_storage(
     tails: &mut OpenMapMut<'_>,
     scratch: &mut OpenMapMut<'_>,
     size: u32,
-    mode: crate::unwind::Mode,
+    mode: super::UnwindMode,
 ) -> libbpf_rs::Result<()> {
     stacks.set_max_entries(size)?;
     let cpus = libbpf_rs::num_possible_cpus().map_or(1, |n| n.max(1));
     scratch.set_max_entries(u32::try_from(cpus).unwrap_or(u32::MAX))?;
-    let deep = mode != crate::unwind::Mode::Fp || kernel_max_frames() as usize > CHUNK_WORDS;
+    let deep = mode != super::UnwindMode::Fp || kernel_max_frames() as usize > CHUNK_WORDS;
     let chunks = match (deep, crate::system::kernel_version() >= (6, 12)) {
         (false, _) => 1,
         (true, true) => {

@@ -19,7 +19,7 @@ use std::mem::MaybeUninit;
 use std::path::Path;
 
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
-use libbpf_rs::{Link, MapMut, OpenObject, ProgramMut};
+use libbpf_rs::{Link, MapCore, MapMut, OpenObject, ProgramMut};
 
 use crate::bpf::loader::{self, CommonKnobs, Targets};
 use crate::bpf::perf::{self, Sampling, Scope};
@@ -28,7 +28,7 @@ use crate::collect::{Recording, Target, WarmUp};
 use crate::error::{Error, Result};
 use crate::procmaps::Mappings;
 use crate::system;
-use crate::unwind::{self, Mode, Unwinder};
+use crate::unwind::{self, Mode, ModeExt, Unwinder};
 
 /// The threads a tool watches.
 #[derive(Clone, Copy, Debug)]
@@ -116,6 +116,14 @@ impl Plan<'_> {
             .timed(self.recording.timed.then(crate::collect::timed::ring_size));
         S::set_knobs(ro, knobs, mode);
         S::size_maps(&mut open, self, mode).map_err(load_err)?;
+        if mode == Mode::Fp {
+            // No runtime walk: its maps cost nothing.
+            for mut map in open.open_object_mut().maps_mut() {
+                if crate::runtime::bpf_maps().any(|n| map.name() == std::ffi::OsStr::new(n)) {
+                    map.set_max_entries(1).map_err(load_err)?;
+                }
+            }
+        }
         Ok((open, mode))
     }
 
@@ -141,14 +149,17 @@ impl Plan<'_> {
             (Watch::All, Some(binary)) => (unwind::procs::pids_mapping(binary), false),
             (Watch::All, None) => (Vec::new(), !self.filtered),
         };
-        unwind::start(
-            mode,
-            skel.unwind_maps(),
-            S::NAME,
-            &pids,
-            all,
-            self.recording.runtimes,
-        )
+        let mut hooks = unwind::RuntimeHooks::default();
+        if mode != Mode::Fp {
+            let object = skel.object();
+            hooks = crate::runtime::bpf_sides(self.recording.runtimes, |name| {
+                let map = object
+                    .maps()
+                    .find(|m| m.name() == std::ffi::OsStr::new(name))?;
+                libbpf_rs::MapHandle::try_from(&map).ok()
+            });
+        }
+        unwind::start(mode, skel.unwind_maps(), S::NAME, &pids, all, hooks)
     }
 
     /// What symbolization may load while collecting: the kernel's symbols

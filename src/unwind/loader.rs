@@ -25,8 +25,7 @@ use super::cache::DiskCache;
 use super::elf::vaddr_of_offset;
 use super::objects::{Object, Objects, Stats};
 use super::procs::{exec_mappings, tracked_mappings, Backing, ExecMapping};
-use super::runtimes::Tracker;
-use super::Runtimes;
+use crate::collect::RuntimeFinds;
 use crate::procmaps::Mappings;
 
 /// Mirrors unwind_types.h.
@@ -42,10 +41,6 @@ pub struct Maps {
     events: MapHandle,
     /// When BPF last reported each process (unwind.h's rate limit).
     reported: MapHandle,
-    /// The Python processes BPF walks (python.h).
-    python: MapHandle,
-    /// The JVMs BPF walks (java.h).
-    java: MapHandle,
 }
 
 impl Maps {
@@ -55,8 +50,6 @@ impl Maps {
         tables: &Map,
         events: &Map,
         reported: &Map,
-        python: &Map,
-        java: &Map,
     ) -> libbpf_rs::Result<Maps> {
         Ok(Maps {
             procs: MapHandle::try_from(procs)?,
@@ -64,8 +57,6 @@ impl Maps {
             tables: MapHandle::try_from(tables)?,
             events: MapHandle::try_from(events)?,
             reported: MapHandle::try_from(reported)?,
-            python: MapHandle::try_from(python)?,
-            java: MapHandle::try_from(java)?,
         })
     }
 }
@@ -184,10 +175,22 @@ pub struct Loader {
     /// instead of `/proc/PID/maps`, which costs the kernel 50-200 us a
     /// process (a fork storm's worth of it showed in its wall time).
     tracked: Arc<OnceLock<Mappings>>,
-    /// Finds the Python processes and JVMs among those loaded (each
-    /// unless off).
-    python: Option<Tracker<crate::python::detect::Detector>>,
-    java: Option<Tracker<crate::java::detect::Detector>>,
+    /// Told of each process loaded and gone: the runtimes' trackers,
+    /// which find the processes running them.
+    watchers: Vec<Box<dyn Watcher>>,
+}
+
+/// What follows the processes the loader loads besides the loader: each
+/// runtime's tracker ([`crate::runtime::tracker`]), told of each process
+/// loaded with its executable mappings and of each gone, and given the
+/// loader's idle moments between BPF's reports.
+pub trait Watcher: Send {
+    /// Process `pid` was loaded (again), mapping `maps`.
+    fn loaded(&mut self, pid: u32, maps: &[ExecMapping]);
+    /// Process `pid` exited.
+    fn gone(&mut self, pid: u32);
+    /// Between reports, at least every 50 ms.
+    fn idle(&mut self);
 }
 
 fn exe_id(pid: u32) -> (u64, u64) {
@@ -195,33 +198,17 @@ fn exe_id(pid: u32) -> (u64, u64) {
 }
 
 impl Loader {
-    /// A loader of `maps`; with a runtime's registry, it also finds the
-    /// processes running that runtime among those it loads and lists
-    /// them there.
-    pub fn new(maps: Maps, cache: DiskCache, registries: &Registries) -> std::io::Result<Loader> {
+    /// A loader of `maps`, telling `watchers` of the processes it loads.
+    pub fn new(
+        maps: Maps,
+        cache: DiskCache,
+        watchers: Vec<Box<dyn Watcher>>,
+    ) -> std::io::Result<Loader> {
         let cap = maps.mappings.max_entries();
         let tables = MapHandle::try_from(&maps.tables).map_err(std::io::Error::other)?;
         let objects = Objects::new(tables, cache);
-        let handle = |m: &MapHandle| MapHandle::try_from(m).map_err(std::io::Error::other);
-        let python = match &registries.python {
-            Some(r) => Some(Tracker::new(
-                handle(&maps.python)?,
-                r.clone(),
-                Default::default(),
-            )),
-            None => None,
-        };
-        let java = match &registries.java {
-            Some(r) => Some(Tracker::new(
-                handle(&maps.java)?,
-                r.clone(),
-                Default::default(),
-            )),
-            None => None,
-        };
         Ok(Loader {
-            python,
-            java,
+            watchers,
             maps,
             objects,
             slices: Slices::new(cap),
@@ -299,11 +286,8 @@ impl Loader {
             self.slices.release(slice);
             return false;
         }
-        if let Some(python) = &mut self.python {
-            python.load(pid, &maps);
-        }
-        if let Some(java) = &mut self.java {
-            java.load(pid, &maps);
+        for w in &mut self.watchers {
+            w.loaded(pid, &maps);
         }
         let loaded = Loaded {
             slice,
@@ -373,11 +357,8 @@ impl Loader {
             let exe = exe_id(pid);
             if exe == (0, 0) {
                 let _ = self.maps.procs.delete(&pid.to_ne_bytes());
-                if let Some(python) = &mut self.python {
-                    python.forget(pid);
-                }
-                if let Some(java) = &mut self.java {
-                    java.forget(pid);
+                for w in &mut self.watchers {
+                    w.gone(pid);
                 }
                 if let Some(l) = self.procs.remove(&pid) {
                     self.retired.push(l.slice);
@@ -393,46 +374,11 @@ impl Loader {
 /// at most this often (as unwind.h reports it at most every 20 ms).
 const RELOAD_GAP: Duration = Duration::from_millis(20);
 
-/// The registries of the runtimes whose frames are read (each `None`
-/// when off).
-#[derive(Clone, Default)]
-pub struct Registries {
-    pub python: Option<crate::python::Registry>,
-    pub java: Option<crate::java::Registry>,
-}
-
-impl Registries {
-    pub fn new(runtimes: Runtimes) -> Registries {
-        Registries {
-            python: runtimes.python.then(Default::default),
-            java: runtimes.java.then(Default::default),
-        }
-    }
-
-    /// The namers of the runtime frames these registries' processes have.
-    pub fn namers(&self) -> crate::collect::Namers {
-        let mut namers = self
-            .python
-            .as_ref()
-            .map(crate::python::namers)
-            .unwrap_or_default();
-        if let Some(java) = &self.java {
-            namers.extend(crate::java::namer::namers(java));
-        }
-        namers
-    }
-
-    /// True once a process with runtime frames was found.
-    pub fn any_process(&self) -> bool {
-        use super::runtimes::any_process;
-        self.python.as_ref().is_some_and(any_process) || self.java.as_ref().is_some_and(any_process)
-    }
-}
-
 /// The loader at work on a thread of its own, until dropped.
 pub struct Unwinder {
     stop: Arc<AtomicBool>,
-    registries: Registries,
+    /// What names the runtime frames of the processes loaded.
+    finds: Vec<Arc<dyn RuntimeFinds>>,
     tracked: Arc<OnceLock<Mappings>>,
     thread: Option<JoinHandle<Stats>>,
 }
@@ -441,16 +387,16 @@ impl Unwinder {
     /// Loads `preload` (the targets) now, then serves BPF's reports on a
     /// thread; with `scan_all`, that thread first loads every process
     /// running (between reports), so that short-lived bursts of known
-    /// processes do not wait for a report. Processes running the
-    /// `runtimes` get their frames (bpf/python.h, bpf/java.h).
+    /// processes do not wait for a report. `watchers` are told of each
+    /// process loaded; `finds` name the runtime frames they find.
     pub fn start(
         maps: Maps,
         preload: &[u32],
         scan_all: bool,
-        runtimes: Runtimes,
+        watchers: Vec<Box<dyn Watcher>>,
+        finds: Vec<Arc<dyn RuntimeFinds>>,
     ) -> std::io::Result<Unwinder> {
-        let registries = Registries::new(runtimes);
-        let mut loader = Loader::new(maps, DiskCache::from_env(), &registries)?;
+        let mut loader = Loader::new(maps, DiskCache::from_env(), watchers)?;
         for &pid in preload {
             loader.load(pid);
         }
@@ -463,7 +409,7 @@ impl Unwinder {
             .spawn(move || serve(loader, flag, scan_all))?;
         Ok(Unwinder {
             stop,
-            registries,
+            finds,
             tracked,
             thread: Some(thread),
         })
@@ -477,12 +423,12 @@ impl Unwinder {
 
     /// The namers of the runtime frames this unwinder's stacks hold.
     pub fn namers(&self) -> crate::collect::Namers {
-        self.registries.namers()
+        self.finds.iter().flat_map(|f| f.namers()).collect()
     }
 
     /// True once a process with runtime frames (Python, Java) was found.
     pub fn has_runtime_frames(&self) -> bool {
-        self.registries.any_process()
+        self.finds.iter().any(|f| f.any_process())
     }
 
     /// Stops the thread; returns what it built.
@@ -555,11 +501,8 @@ fn serve(mut loader: Loader, stop: Arc<AtomicBool>, scan_all: bool) -> Stats {
     while !stop.load(Ordering::Relaxed) {
         let _ = ring.poll(Duration::from_millis(50));
         handle(&mut loader);
-        if let Some(python) = &mut loader.python {
-            python.retry();
-        }
-        if let Some(java) = &mut loader.java {
-            java.retry();
+        for w in &mut loader.watchers {
+            w.idle();
         }
         if last_tick.elapsed() > Duration::from_secs(1) {
             loader.tick();

@@ -14,65 +14,40 @@ pub mod elf;
 pub mod loader;
 pub mod objects;
 pub mod procs;
-pub mod runtimes;
 mod spares;
 pub mod table;
 
-use std::str::FromStr;
 use std::sync::Once;
 
 use libbpf_rs::libbpf_sys as sys;
 use libbpf_rs::OpenMapMut;
 
-pub use loader::{Maps, Unwinder};
+pub use loader::{Maps, Unwinder, Watcher};
 
-/// How user stacks are walked.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Mode {
-    /// Unwind tables where an object has them, frame pointers elsewhere.
-    #[default]
-    Auto,
-    /// Frame pointers only (the kernel's own walk, as bcc does).
-    Fp,
-    /// Unwind tables only: code without them ends the stack.
-    Dwarf,
-}
+/// How user stacks are walked (the option lives with the collector
+/// contract, [`crate::collect::UnwindMode`]).
+pub use crate::collect::UnwindMode as Mode;
 
-impl FromStr for Mode {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Mode, String> {
-        match s {
-            "auto" => Ok(Mode::Auto),
-            "fp" => Ok(Mode::Fp),
-            "dwarf" => Ok(Mode::Dwarf),
-            _ => Err(format!("unknown unwind mode {s:?} (auto, fp or dwarf)")),
-        }
-    }
-}
-
-impl Mode {
-    /// The value of the BPF rodata `unwind_mode` (unwind_types.h).
-    pub fn bpf_value(self) -> u32 {
-        match self {
-            Mode::Fp => 0,
-            Mode::Auto => 1,
-            Mode::Dwarf => 2,
-        }
-    }
-
+/// What the unwinder makes of a [`Mode`]: the BPF build it needs, and the
+/// mode this machine can do.
+pub trait ModeExt {
     /// The BPF object build this mode needs.
-    pub fn build(self) -> crate::bpf::variant::Build {
+    fn build(self) -> crate::bpf::variant::Build;
+    /// The mode this machine can do: frame pointers where the kernel
+    /// lacks what the unwinder needs (said once on stderr), or when user
+    /// stacks are not collected at all.
+    fn effective(self, user_stacks: bool) -> Mode;
+}
+
+impl ModeExt for Mode {
+    fn build(self) -> crate::bpf::variant::Build {
         match self {
             Mode::Fp => crate::bpf::variant::Build::FramePointers,
             Mode::Auto | Mode::Dwarf => crate::bpf::variant::Build::Full,
         }
     }
 
-    /// The mode this machine can do: frame pointers where the kernel
-    /// lacks what the unwinder needs (said once on stderr), or when user
-    /// stacks are not collected at all.
-    pub fn effective(self, user_stacks: bool) -> Mode {
+    fn effective(self, user_stacks: bool) -> Mode {
         if self == Mode::Fp || !user_stacks {
             return Mode::Fp;
         }
@@ -88,14 +63,6 @@ impl Mode {
                 });
                 Mode::Fp
             }
-        }
-    }
-
-    fn name(self) -> &'static str {
-        match self {
-            Mode::Auto => "auto",
-            Mode::Fp => "fp",
-            Mode::Dwarf => "dwarf",
         }
     }
 }
@@ -121,6 +88,15 @@ fn missing_support() -> Option<&'static str> {
     None
 }
 
+/// What the runtimes bring to a tool's unwinder: a watcher of the
+/// processes it loads for each runtime on (which fills that runtime's BPF
+/// map), and what names their frames.
+#[derive(Default)]
+pub struct RuntimeHooks {
+    pub watchers: Vec<Box<dyn Watcher>>,
+    pub finds: Vec<std::sync::Arc<dyn crate::collect::RuntimeFinds>>,
+}
+
 /// Starts feeding the unwinder of a loaded tool (`prog`), unless `mode`
 /// walks frame pointers: `pids` are loaded before this returns, and with
 /// `all` every other process soon after.
@@ -130,34 +106,18 @@ pub fn start(
     prog: &'static str,
     pids: &[u32],
     all: bool,
-    runtimes: Runtimes,
+    runtimes: RuntimeHooks,
 ) -> crate::Result<Option<Unwinder>> {
     if mode == Mode::Fp {
         return Ok(None);
     }
     let maps = maps.map_err(|source| crate::Error::Load { prog, source })?;
-    Unwinder::start(maps, pids, all, runtimes)
+    Unwinder::start(maps, pids, all, runtimes.watchers, runtimes.finds)
         .map(Some)
         .map_err(|source| crate::Error::Io {
             what: "starting the unwinder thread".into(),
             source,
         })
-}
-
-/// The runtimes whose frames the walk reads (--python, --java).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Runtimes {
-    pub python: bool,
-    pub java: bool,
-}
-
-impl Default for Runtimes {
-    fn default() -> Self {
-        Runtimes {
-            python: true,
-            java: true,
-        }
-    }
 }
 
 /// The unwinder's maps of a tool's object, before load.
@@ -167,8 +127,6 @@ pub struct OpenMaps<'a, 'obj> {
     pub tables: &'a mut OpenMapMut<'obj>,
     pub reported: &'a mut OpenMapMut<'obj>,
     pub events: &'a mut OpenMapMut<'obj>,
-    pub python: &'a mut OpenMapMut<'obj>,
-    pub java: &'a mut OpenMapMut<'obj>,
 }
 
 /// Sizes the unwinder's maps for `mode`: with frame pointers, one entry
@@ -181,8 +139,6 @@ pub fn size_maps(mode: Mode, m: OpenMaps<'_, '_>) -> libbpf_rs::Result<()> {
     m.mappings.set_max_entries(1)?;
     m.tables.set_max_entries(1)?;
     m.reported.set_max_entries(1)?;
-    m.python.set_max_entries(1)?;
-    m.java.set_max_entries(1)?;
     // SAFETY: sysconf has no preconditions.
     let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as u32;
     m.events.set_max_entries(page)
@@ -200,8 +156,6 @@ macro_rules! unwind_size_maps {
                 tables: &mut $maps.unwind_tables,
                 reported: &mut $maps.unwind_reported,
                 events: &mut $maps.unwind_events,
-                python: &mut $maps.py_procs,
-                java: &mut $maps.java_procs,
             },
         )
     };
@@ -217,8 +171,6 @@ macro_rules! unwind_maps {
             &$maps.unwind_tables,
             &$maps.unwind_events,
             &$maps.unwind_reported,
-            &$maps.py_procs,
-            &$maps.java_procs,
         )
     };
 }
@@ -228,12 +180,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn modes_parse() {
-        assert_eq!("auto".parse(), Ok(Mode::Auto));
-        assert_eq!("fp".parse(), Ok(Mode::Fp));
-        assert_eq!("dwarf".parse(), Ok(Mode::Dwarf));
-        assert!("lbr".parse::<Mode>().is_err());
-        assert_eq!(Mode::default(), Mode::Auto);
+    fn without_user_stacks_frame_pointers_do() {
         assert_eq!(Mode::Auto.effective(false), Mode::Fp);
+        assert_eq!(Mode::Dwarf.build(), crate::bpf::variant::Build::Full);
+        assert_eq!(Mode::Fp.build(), crate::bpf::variant::Build::FramePointers);
     }
 }

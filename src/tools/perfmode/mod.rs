@@ -17,8 +17,6 @@
 //! buffers as they fill, another walks what it read ([`reader`]).
 
 mod events;
-mod java;
-mod python;
 mod reader;
 mod sample;
 mod tables;
@@ -29,19 +27,18 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use libbpf_rs::libbpf_sys as sys;
 
-use self::java::PerfJava;
-use self::python::PerfPython;
 use self::reader::{Reader, Threads};
 use self::sample::{Layout, Sample};
 use self::tables::Tables;
 use crate::collect::Target;
-use crate::collect::{Collection, Collector, RawFrame, RawSample, RawTask, RawTrace, WarmUp};
+use crate::collect::{
+    Collection, Collector, RawFrame, RawSample, RawTask, RawTrace, RuntimeFinds, WarmUp,
+};
 use crate::error::{Error, Result};
-use crate::java::walk::Leaf;
 use crate::procmaps::perf::Ring;
 use crate::procmaps::{procfs, Mappings};
 use crate::profile::{Event, Lost, Meta, UNKNOWN_CPU};
-use crate::python::Registry;
+use crate::runtime::perf::{Leaf, PerfRuntime};
 use crate::system;
 use crate::tools::profile::Config;
 use crate::unwind::cache::DiskCache;
@@ -72,10 +69,8 @@ pub fn paranoid() -> i32 {
 /// A running perf-event-mode profiler.
 pub struct Session {
     config: Config,
-    /// The Python processes found (`--python on`), for the namer.
-    python: Option<Registry>,
-    /// The JVMs found (`--java on`), for the namer.
-    java: Option<crate::java::Registry>,
+    /// The processes each runtime on found, for the namers.
+    finds: Vec<Arc<dyn RuntimeFinds>>,
     reader: Arc<Reader>,
     /// The reading threads, stopped when dropped.
     _threads: Threads,
@@ -116,10 +111,9 @@ struct State {
     comms: HashMap<u32, Arc<str>>,
     tables: Tables,
     lost: Lost,
-    /// Python frames (`--python on`, user stacks).
-    python: Option<PerfPython>,
-    /// Java frames (`--java on`, walked stacks).
-    java: Option<PerfJava>,
+    /// The runtimes whose frames are read (`--python on`, ...), with
+    /// user stacks.
+    runtimes: Vec<Box<dyn PerfRuntime>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -193,7 +187,6 @@ impl State {
                 let regs = walk::Regs { pc, sp, bp };
                 let tables = &mut self.tables;
                 let mut row = |addr| tables.row(space.as_ref()?, addr);
-                let mut java = self.java.as_mut();
                 let first = walk::Start {
                     machine: Machine::HOST,
                     regs,
@@ -203,16 +196,18 @@ impl State {
                     bcp: s.bcp,
                     lr: s.lr,
                 };
+                let runtimes = &mut self.runtimes;
                 let mut walk_over = |data: &[u8]| {
                     let stack = walk::StackCopy::new(sp, data);
-                    let stepper = java
-                        .as_deref_mut()
-                        .and_then(|j| j.stepper(s.pid, start, leaf, mappings));
+                    // The first runtime that steps this process's frames.
+                    let stepper = runtimes
+                        .iter_mut()
+                        .find_map(|r| r.stepper(s.pid, start, leaf, mappings));
                     match stepper {
-                        Some(mut java) => {
+                        Some(mut stepper) => {
                             let words = |a| stack.read(a);
                             walk::walk_with(mode, first, &stack, MAX_DEPTH, &mut row, |r, ra| {
-                                java.step(&words, r, ra)
+                                stepper.step(&words, r, ra)
                             })
                         }
                         None => {
@@ -226,9 +221,16 @@ impl State {
             }
         };
         // A walked stack may hold runtime frames among its addresses.
-        let user = user.map(|pcs| match &mut self.python {
-            Some(py) if !pcs.is_empty() => py.frames(s.pid, start, s.tid, s.time, pcs, mappings),
-            _ => crate::collect::stacks::decode(&pcs),
+        let runtimes = &mut self.runtimes;
+        let user = user.map(|pcs| {
+            let spliced = (!pcs.is_empty())
+                .then(|| {
+                    runtimes
+                        .iter_mut()
+                        .find_map(|r| r.splice(s.pid, start, s.tid, s.time, &pcs, mappings))
+                })
+                .flatten();
+            spliced.unwrap_or_else(|| crate::collect::stacks::decode(&pcs))
         });
         let user = user.map(|mut frames| {
             if cut {
@@ -275,79 +277,6 @@ impl State {
 
 fn addrs(pcs: Vec<u64>) -> Vec<RawFrame> {
     pcs.into_iter().map(RawFrame::Addr).collect()
-}
-
-/// What a process is to a runtime's reader (Python's, Java's), by its
-/// (process id, start).
-pub(super) enum Entry<T> {
-    /// The runtime, found, and what reading it needs.
-    Found(T),
-    /// Not ready yet (a runtime starting): tried again after
-    /// [`RETRY_GAP`](crate::unwind::runtimes::RETRY_GAP), until `until`
-    /// if there is one.
-    Retry {
-        at: std::time::Instant,
-        until: Option<std::time::Instant>,
-    },
-    /// Native frames only.
-    Native,
-    /// No runtime found yet (looked at again when it maps more).
-    NotYet(NoRuntime),
-}
-
-/// A runtime reader's processes, by (process id, start).
-pub(super) type Procs<T> = HashMap<(u32, u64), Entry<T>>;
-
-impl<T> Entry<T> {
-    /// Not ready: tried again after a while, for as long as it takes.
-    pub(super) fn retry() -> Self {
-        Entry::Retry {
-            at: std::time::Instant::now(),
-            until: None,
-        }
-    }
-
-    /// Whether to look at process `pid`, whose entry is `entry` (`None`:
-    /// not seen yet), again.
-    pub(super) fn due(entry: Option<&mut Self>, pid: u32, mappings: &Mappings) -> bool {
-        match entry {
-            None => true,
-            Some(Entry::Retry { at, .. }) => at.elapsed() >= crate::unwind::runtimes::RETRY_GAP,
-            Some(Entry::NotYet(no)) => no.due(pid, mappings),
-            Some(_) => false,
-        }
-    }
-}
-
-/// A process in which no runtime was found, as it was mapped then: the
-/// samples that come first may precede the runtime's library (a `java`
-/// launcher before it loads libjvm, a program that loads libpython
-/// later), so the process is looked at again, at most every
-/// [`RETRY_GAP`](crate::unwind::runtimes::RETRY_GAP), once it maps
-/// something else.
-pub(super) struct NoRuntime {
-    at: std::time::Instant,
-    /// How many mappings the process had when looked at.
-    objects: usize,
-}
-
-impl NoRuntime {
-    /// Found none in a process of `objects` mappings.
-    pub(super) fn new(objects: usize) -> NoRuntime {
-        NoRuntime {
-            at: std::time::Instant::now(),
-            objects,
-        }
-    }
-
-    /// Whether to look at process `pid` again.
-    pub(super) fn due(&mut self, pid: u32, mappings: &Mappings) -> bool {
-        if self.at.elapsed() < crate::unwind::runtimes::RETRY_GAP {
-            return false;
-        }
-        self.at = std::time::Instant::now();
-        mappings.space(pid, None).map(|s| s.mappings.len()) != Some(self.objects)
-    }
 }
 
 /// The error for an event the kernel refused on thread `tid` of `pid`.
@@ -445,11 +374,12 @@ impl Session {
             callchain: kernel || (user && mode == Mode::Fp),
             user_stack: user && mode != Mode::Fp,
         };
-        // Python frames are read when the sample arrives: every sample
-        // wakes the reader.
-        let python = user && config.recording.runtimes.python;
-        // Java frames are walked from the copied stack.
-        let java = user && mode != Mode::Fp && config.recording.runtimes.java;
+        // Each runtime on, as perf-event mode reads it.
+        let runtimes: Vec<Box<dyn PerfRuntime>> = crate::runtime::ALL
+            .iter()
+            .filter(|r| user && config.recording.runtimes.on(r.kind))
+            .filter_map(|r| (r.perf)(mode != Mode::Fp))
+            .collect();
         let mappings = Mappings::fed();
         // A JVM's Java frames are large: its samples copy all the stack
         // perf events allow. (A launched command is not yet one when the
@@ -459,7 +389,8 @@ impl Session {
             let mut pids: Vec<u32> = threads.iter().map(|&(p, _)| p).collect();
             pids.dedup();
             mappings.snapshot(&pids);
-            if java && pids.iter().any(|&p| maps_jvm(&mappings, p)) {
+            let whole = |&p: &u32| runtimes.iter().any(|r| r.wants_whole_stack(&mappings, p));
+            if pids.iter().any(whole) {
                 stack_bytes = events::JVM_STACK_BYTES;
             }
         }
@@ -474,7 +405,8 @@ impl Session {
             inherit,
             cpus: &cpus,
             on_exec: launched,
-            wake_each: python || java,
+            // Runtime frames are read as samples arrive.
+            wake_each: !runtimes.is_empty(),
             stack_bytes,
         };
         let refused = |tid, _| refused(pid_of.get(&tid).copied().unwrap_or(tid), paranoid);
@@ -484,10 +416,7 @@ impl Session {
             events::cover_late_threads(&mut events, &plan, pids, &mut opened, &refused)?;
         }
         let fds: Vec<i32> = events.rings.iter().map(Ring::fd).collect();
-        let python = python.then(PerfPython::new);
-        let registry = python.as_ref().map(PerfPython::registry);
-        let java = java.then(PerfJava::new);
-        let java_registry = java.as_ref().map(PerfJava::registry);
+        let finds = runtimes.iter().map(|r| r.finds()).collect();
         let reader = Arc::new(Reader::new(
             events.rings,
             events.redirected,
@@ -506,8 +435,7 @@ impl Session {
                 comms: HashMap::new(),
                 tables: Tables::new(DiskCache::from_env()),
                 lost: Lost::default(),
-                python,
-                java,
+                runtimes,
             },
             mappings,
         ));
@@ -520,8 +448,7 @@ impl Session {
         };
         Ok(Session {
             config,
-            python: registry,
-            java: java_registry,
+            finds,
             reader,
             _threads: threads,
             note: format!("{NOT_ROOT} ({what})"),
@@ -557,29 +484,11 @@ impl Collector for Session {
     }
 
     fn namers(&self) -> crate::collect::Namers {
-        let mut namers = self
-            .python
-            .as_ref()
-            .map(crate::python::namers)
-            .unwrap_or_default();
-        namers.extend(
-            self.java
-                .as_ref()
-                .map(crate::java::namer::namers)
-                .into_iter()
-                .flatten(),
-        );
-        namers
+        self.finds.iter().flat_map(|f| f.namers()).collect()
     }
 
     fn has_runtime_frames(&self) -> bool {
-        self.python
-            .as_ref()
-            .is_some_and(crate::unwind::runtimes::any_process)
-            || self
-                .java
-                .as_ref()
-                .is_some_and(crate::unwind::runtimes::any_process)
+        self.finds.iter().any(|f| f.any_process())
     }
 
     fn collect(&mut self, clear: bool) -> Result<Collection> {
@@ -621,8 +530,6 @@ impl Collector for Session {
     }
 }
 
-/// Whether process `pid` maps HotSpot (`libjvm.so`) in `mappings`' view
-/// (the snapshot taken at the start; none for a launched command).
 /// Tests only: with `FLARE_TEST_HOLD_AFTER_LISTING=FILE`, creates FILE
 /// once the target's threads are listed and waits (a minute at most)
 /// until it is removed, so that a test can start threads between the
@@ -639,13 +546,4 @@ fn hold_after_listing() {
     while file.exists() && std::time::Instant::now() < until {
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
-}
-
-fn maps_jvm(mappings: &Mappings, pid: u32) -> bool {
-    mappings.space(pid, None).is_some_and(|space| {
-        space.mappings.iter().any(|m| match &m.backing {
-            crate::procmaps::Backing::File(o) => crate::java::detect::is_libjvm(o.path()),
-            _ => false,
-        })
-    })
 }

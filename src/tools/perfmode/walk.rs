@@ -20,7 +20,7 @@ use crate::unwind::table::{
 use crate::unwind::Mode;
 
 /// The user registers the walk starts from (the Java step's own).
-pub use crate::java::walk::Regs;
+pub use crate::runtime::perf::Regs;
 
 /// The bytes of the user stack the kernel copied at the sample, from the
 /// sampled `sp` up.

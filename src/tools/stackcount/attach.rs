@@ -12,6 +12,7 @@ use super::{KernelAttach, Pattern, Session, Targets};
 use crate::bpf::skel::stackcount::OpenStackcountProgs;
 use crate::bpf::{probe, tracefs, variant};
 use crate::error::{Error, Result};
+use crate::unwind::ModeExt;
 
 /// The compiled program, for the extra objects fentry needs (one per
 /// function: an fentry program is bound to its function at load time), in

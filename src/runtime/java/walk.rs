@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use super::arm64;
 use super::method::{half, int, word};
 use super::{FrameId, Kind, Process, BLOB_HEADER, NO_BCI};
-use crate::python::memory::Memory;
+use crate::runtime::memory::Memory;
 use crate::unwind::elf::Machine;
 
 /// How long a code blob read is trusted.
@@ -39,22 +39,7 @@ const NAME_NATIVE: u32 = u32::from_le_bytes(*b"nati");
 const NAME_INTERPRETER: u32 = u32::from_le_bytes(*b"Inte");
 const NAME_VTABLE: u32 = u32::from_le_bytes(*b"vtab");
 
-/// The registers a step starts from and gives the caller.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Regs {
-    pub pc: u64,
-    pub sp: u64,
-    pub bp: u64,
-}
-
-/// What is known of the interrupted (leaf) frame's registers besides pc,
-/// sp and the frame pointer: the interpreter's bytecode pointer register
-/// (r13 on x86-64, x22 on arm64) and arm64's link register, x30.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Leaf {
-    pub bcp: u64,
-    pub lr: u64,
-}
+pub use crate::runtime::perf::{Leaf, Regs};
 
 /// Where the caller of a leaf frame is: what its prologue or epilogue
 /// has built of its frame (bpf/java.h JAVA_LEAF_*).

@@ -211,7 +211,7 @@ mod tests {
     #[test]
     fn the_bpf_walker_has_the_same_encodings() {
         // bpf/java.h spells the masks out; they must be these.
-        let h = include_str!("../../bpf/java.h");
+        let h = include_str!("../../../bpf/java.h");
         for s in [
             "0xffc07fff) == 0xa9007bfd",
             "0xffc07fff) == 0xa9807bfd",

@@ -418,7 +418,7 @@ pub fn from_debug_offsets(base: Layout, table: &[u8]) -> Result<Layout, String> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::python::layout::for_version;
+    use crate::runtime::python::layout::for_version;
 
     /// 3.13.0's table, as gdb prints `_PyRuntime.debug_offsets` of
     /// libpython3.13.so.1.0 (pyenv, x86-64).

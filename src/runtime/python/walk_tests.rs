@@ -8,9 +8,9 @@ use std::sync::Arc;
 
 use super::{eval_calls, over_root, splice, EvalCall, Threads};
 use crate::collect::{RawFrame, Runtime, RuntimeFrame};
-use crate::python::layout::{for_version, Layout};
-use crate::python::memory::Buffer;
-use crate::python::{cookie, FrameModel, Process};
+use crate::runtime::memory::Buffer;
+use crate::runtime::python::layout::{for_version, Layout};
+use crate::runtime::python::{cookie, FrameModel, Process};
 
 const BASE: u64 = 0x10_0000;
 const RUNTIME: u64 = BASE;

@@ -15,35 +15,24 @@
 //! symbols once.
 
 use std::collections::HashMap;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io;
 use std::ops::Range;
-use std::os::unix::fs::OpenOptionsExt;
-use std::path::Path;
 use std::sync::Arc;
 
 use super::debug_offsets;
 use super::layout::{self, Layout};
 use super::machine_code::{self, ThreadLocal};
-use super::memory::Memory;
 use super::Process;
+use crate::runtime::memory::Memory;
+use crate::runtime::tracker::Found;
 use crate::unwind::elf::{vaddr_of_offset, Machine, Segment};
 use crate::unwind::procs::{Backing, ExecMapping};
 
-/// What a process runs, as far as Python goes.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Detected {
-    /// No CPython mapped.
-    NotPython,
-    /// Ready to walk.
-    Python(Process),
-    /// CPython, but its interpreter or thread states are not set up yet
-    /// (or its library is not mapped yet): try later.
-    NotReady,
-    /// CPython flare cannot walk, and why (the same text for every
-    /// process of one interpreter, so that it can be said once).
-    Unsupported(String),
-}
+/// What a process runs, as far as Python goes: [`Found::Unsupported`]
+/// says the same text for every process of one interpreter, so that it
+/// can be said once.
+pub type Detected = Found<Process>;
 
 /// The minor versions of CPython 3 flare walks.
 const MINORS: std::ops::RangeInclusive<u8> = 6..=15;
@@ -251,24 +240,24 @@ impl Detector {
             let below = match self.thread_pointer_offset(Machine::HOST, pid, maps) {
                 Ok(Some(b)) => b,
                 // Still starting: glibc's loader has not mapped libc yet.
-                Ok(None) => return Detected::NotReady,
+                Ok(None) => return Found::NotReady,
                 Err(why) => {
                     refused.get_or_insert(why);
                     continue;
                 }
             };
             match build(m, &object, &version, base, maps, mem, below) {
-                Detected::Unsupported(why) => {
+                Found::Unsupported(why) => {
                     refused.get_or_insert(why);
                 }
                 found => return found,
             }
         }
         match (refused, shim) {
-            (Some(why), _) => Detected::Unsupported(why),
+            (Some(why), _) => Found::Unsupported(why),
             // A `python3.N` whose libpython is not mapped yet.
-            (None, true) => Detected::NotReady,
-            (None, false) => Detected::NotPython,
+            (None, true) => Found::NotReady,
+            (None, false) => Found::No,
         }
     }
 
@@ -318,7 +307,7 @@ impl Detector {
                 return Some(o.clone());
             }
         }
-        let file = open_mapped(pid, m)?;
+        let file = crate::runtime::open_mapped(pid, m)?;
         let object = Arc::new(read_object(&file, full).unwrap_or(Object {
             full: true,
             ..Object::default()
@@ -376,10 +365,10 @@ fn build(
 ) -> Detected {
     let Version { major, minor, .. } = *version;
     if let Some(why) = refusal(major, minor, &version.abiflags) {
-        return Detected::Unsupported(why);
+        return Found::Unsupported(why);
     }
     let unsupported = |why: &str| {
-        Detected::Unsupported(format!(
+        Found::Unsupported(format!(
             "CPython {major}.{minor} in {base} is not supported: {why}"
         ))
     };
@@ -415,7 +404,7 @@ fn build(
         let table = &mut table[..size];
         if let Err(e) = mem.read(runtime_at, table) {
             return match unreadable(&e) {
-                Detected::Unsupported(why) => unsupported(&why),
+                Found::Unsupported(why) => unsupported(&why),
                 other => other,
             };
         }
@@ -452,13 +441,13 @@ fn build(
     };
     let (tstate_slot, layout) = match found {
         Ok((slot, layout)) => (slot.wrapping_sub(below_tp), layout),
-        Err(Detected::Unsupported(why)) => return unsupported(&why),
+        Err(Found::Unsupported(why)) => return unsupported(&why),
         Err(other) => return other,
     };
     let range =
         |s: Sym| s.value.wrapping_add(bias)..s.value.wrapping_add(bias).wrapping_add(s.size);
     let cold = cold_part(&s.eval_parts).map_or(0..0, range);
-    Detected::Python(Process {
+    Found::Yes(Process {
         layout: Arc::new(layout),
         runtime: runtime_at,
         code_type: code_type.value.wrapping_add(bias),
@@ -502,7 +491,7 @@ fn autotss_and_slot(
             }
         }
     }
-    Err(first.unwrap_or(Detected::NotReady))
+    Err(first.unwrap_or(Found::NotReady))
 }
 
 /// The thread-state slot (from `pthread_self()`) of a CPython that keeps
@@ -522,12 +511,12 @@ fn thread_local_slot(
         Some(ThreadLocal::Offset(off)) => off,
         Some(ThreadLocal::Got(at)) => match mem.read_u64(at.wrapping_add(bias)) {
             // The loader has yet to fill it.
-            Ok(0) => return Err(Detected::NotReady),
+            Ok(0) => return Err(Found::NotReady),
             Ok(v) => v as i64,
             Err(e) => return Err(unreadable(&e)),
         },
         None => {
-            return Err(Detected::Unsupported(
+            return Err(Found::Unsupported(
                 "the code of its PyGILState_GetThisThreadState is not one flare reads a thread-local variable from".into(),
             ))
         }
@@ -536,7 +525,7 @@ fn thread_local_slot(
     let threads = started_threads(&layout, runtime, mem)?;
     if !slot_holds(&layout, &threads, slot, mem) {
         // Threads starting: try later.
-        return Err(Detected::NotReady);
+        return Err(Found::NotReady);
     }
     Ok((slot, layout))
 }
@@ -551,7 +540,7 @@ fn started_threads(
 ) -> Result<Vec<Thread>, Detected> {
     match thread_states(layout, runtime, mem) {
         Ok(Some(t)) if t.iter().any(|t| t.id != 0) => Ok(t),
-        Ok(_) => Err(Detected::NotReady),
+        Ok(_) => Err(Found::NotReady),
         Err(e) => Err(unreadable(&e)),
     }
 }
@@ -560,9 +549,9 @@ fn started_threads(
 /// not set up yet (try later), unless flare may not read it at all.
 fn unreadable(e: &io::Error) -> Detected {
     if e.kind() == io::ErrorKind::PermissionDenied {
-        Detected::Unsupported(format!("its memory cannot be read ({e})"))
+        Found::Unsupported(format!("its memory cannot be read ({e})"))
     } else {
-        Detected::NotReady
+        Found::NotReady
     }
 }
 
@@ -633,11 +622,11 @@ fn tstate_slot(
     let read_u32 = |a: u64| mem.read_u32(a).map_err(|e| unreadable(&e));
     let field = |at: u64, off: u16| at.wrapping_add(u64::from(off));
     let Some(autotss) = layout.runtime_autotss else {
-        return Err(Detected::Unsupported("it has no autoTSSkey".into()));
+        return Err(Found::Unsupported("it has no autoTSSkey".into()));
     };
     let tss = field(runtime, autotss);
     if read_u32(tss)? != 1 {
-        return Err(Detected::NotReady);
+        return Err(Found::NotReady);
     }
     let key = read_u32(tss.wrapping_add(4))?;
     slot_of_key(key, layout, runtime, maps, mem)
@@ -654,10 +643,10 @@ fn slot_of_key(
     mem: &dyn Memory,
 ) -> Result<u64, Detected> {
     if key == u32::MAX {
-        return Err(Detected::NotReady);
+        return Err(Found::NotReady);
     }
     if key >= FIRST_BLOCK_KEYS {
-        return Err(Detected::Unsupported(format!(
+        return Err(Found::Unsupported(format!(
             "its thread-state key {key} is past glibc's first {FIRST_BLOCK_KEYS} thread-specific slots"
         )));
     }
@@ -691,12 +680,12 @@ fn slot_of_key(
         _ => false,
     });
     if musl {
-        return Err(Detected::Unsupported(
+        return Err(Found::Unsupported(
             "musl libc (flare finds thread states in glibc's thread-specific data)".into(),
         ));
     }
     // Threads starting or ending while they were read: try later.
-    Err(Detected::NotReady)
+    Err(Found::NotReady)
 }
 
 /// Whether `slot` from each thread's pointer holds its thread state: at
@@ -756,32 +745,6 @@ fn read_words(mem: &dyn Memory, addr: u64, n: u64) -> Vec<Option<u64>> {
             <[u8; 8]>::try_from(&bytes[r]).ok().map(u64::from_ne_bytes)
         })
         .collect()
-}
-
-/// Opens the file mapped at `m` in process `pid` as the unwinder's loader
-/// finds it (the run's descriptor, `map_files`, the process's root), but
-/// never leaving the process's root for the host's and only a regular
-/// file, without blocking.
-pub(crate) fn open_mapped(pid: u32, m: &ExecMapping) -> Option<File> {
-    let root = format!("/proc/{pid}/root");
-    m.open_paths(pid).into_iter().find_map(|p| {
-        let file = match p.strip_prefix(&root) {
-            // The path as the process sees it, resolved in its root.
-            Ok(inside) => {
-                let inside = Path::new("/").join(inside);
-                crate::untrusted::open(&inside, crate::untrusted::Resolve::InRoot(Path::new(&root)))
-                    .ok()?
-                    .0
-            }
-            // A descriptor's or a mapping's magic link: the very file.
-            Err(_) => OpenOptions::new()
-                .read(true)
-                .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
-                .open(&p)
-                .ok()?,
-        };
-        file.metadata().ok()?.is_file().then_some(file)
-    })
 }
 
 /// Symbol and string tables read of a file at most.

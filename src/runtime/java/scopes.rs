@@ -15,7 +15,7 @@ use std::ops::Range;
 use super::layout::{Layout, MetadataAt, NmethodData};
 use super::method::{half, int, word, Stream};
 use super::BLOB_HEADER;
-use crate::python::memory::Memory;
+use crate::runtime::memory::Memory;
 
 /// `PcDesc`s read of an nmethod at most (a large C2 method has a few
 /// thousand).
@@ -53,7 +53,7 @@ pub struct Nmethod {
     metadata_len: u64,
 }
 
-impl crate::unwind::runtimes::Weight for Nmethod {
+impl crate::runtime::tracker::Weight for Nmethod {
     fn weight(&self) -> usize {
         self.pcs.len() * std::mem::size_of::<(i32, i32)>() + std::mem::size_of::<Self>()
     }

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
 use super::*;
-use crate::python::memory::{Buffer, ProcessMemory};
+use crate::runtime::memory::{Buffer, ProcessMemory};
 use crate::unwind::procs::exec_mappings;
 
 /// Starts two threads, prints what the test checks, waits on stdin.
@@ -170,7 +170,7 @@ fn check_live(exe: &Path, object: &Path, minor: u8) {
     let r = python(exe, SCRIPT);
     let pid = r.pid();
     let p = match detect(pid) {
-        Detected::Python(p) => p,
+        Found::Yes(p) => p,
         other => panic!("{}: {other:?}", exe.display()),
     };
     eprintln!(
@@ -224,7 +224,9 @@ fn check_live(exe: &Path, object: &Path, minor: u8) {
     let threads = r.values("thread");
     assert_eq!(threads.len(), 3, "{:?}", r.lines);
     for ident in threads {
-        let tstate = mem.read_u64(ident + p.tstate_slot).expect("slot");
+        let tstate = mem
+            .read_u64(ident.wrapping_add(p.tstate_slot))
+            .expect("slot");
         assert_ne!(tstate, 0, "thread {ident:#x}");
         let id = mem
             .read_u64(tstate + u64::from(p.layout.tstate_thread_id))
@@ -330,7 +332,7 @@ fn old_and_new_pythons_are_unsupported() {
         }
         let r = python(&exe, IDLE);
         match detect(r.pid()) {
-            Detected::Unsupported(why) => assert!(why.starts_with(want), "{why}"),
+            Found::Unsupported(why) => assert!(why.starts_with(want), "{why}"),
             other => panic!("{}: {other:?}", exe.display()),
         }
     }
@@ -347,9 +349,9 @@ fn a_program_that_is_not_python() {
         }
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
-    assert_eq!(detect(r.pid()), Detected::NotPython);
+    assert_eq!(detect(r.pid()), Found::No);
     // And this test program, which maps no CPython either.
-    assert_eq!(detect(std::process::id()), Detected::NotPython);
+    assert_eq!(detect(std::process::id()), Found::No);
 }
 
 #[test]
@@ -383,7 +385,7 @@ fn one_interpreter_is_read_once_for_all_its_processes() {
         Arc::ptr_eq(&read, &d.objects[&key]),
         "the second process's libpython was not read again"
     );
-    let (Detected::Python(p), Detected::Python(q)) = (first, second) else {
+    let (Found::Yes(p), Found::Yes(q)) = (first, second) else {
         panic!("not both Python");
     };
     assert_eq!(p.layout, q.layout);
@@ -600,10 +602,7 @@ fn maps_of_files_that_are_not_there() {
         opened: None,
     };
     let mem = Buffer::default();
-    assert_eq!(
-        Detector::new().detect(u32::MAX, &[m], &mem),
-        Detected::NotPython
-    );
+    assert_eq!(Detector::new().detect(u32::MAX, &[m], &mem), Found::No);
 }
 
 /// A made-up 3.12 process in one buffer: `_PyRuntime`, an interpreter,
@@ -688,7 +687,7 @@ fn the_slot_must_agree_for_every_thread() {
     // P2's slot holds a thread state of another thread.
     let mut f = Fake::new(0x2c0);
     f.put(BASE + 0x6000 + 0x2c0 + 16 * KEY + 8, BASE + 0x2000);
-    assert_eq!(f.slot(&[]), Err(Detected::NotReady));
+    assert_eq!(f.slot(&[]), Err(Found::NotReady));
     // Nowhere at all (not glibc): musl says so, else try later.
     let mut f = Fake::new(0x2c0);
     for p in [BASE + 0x4000, BASE + 0x6000] {
@@ -696,7 +695,7 @@ fn the_slot_must_agree_for_every_thread() {
             f.put(p + off + 16 * KEY + 8, 0);
         }
     }
-    assert_eq!(f.slot(&[]), Err(Detected::NotReady));
+    assert_eq!(f.slot(&[]), Err(Found::NotReady));
     let musl = ExecMapping {
         start: 0x1000,
         end: 0x2000,
@@ -705,7 +704,7 @@ fn the_slot_must_agree_for_every_thread() {
         dev_ino: (1, 2),
         opened: None,
     };
-    assert!(matches!(f.slot(&[musl]), Err(Detected::Unsupported(w)) if w.contains("musl")));
+    assert!(matches!(f.slot(&[musl]), Err(Found::Unsupported(w)) if w.contains("musl")));
 }
 
 #[test]
@@ -714,22 +713,22 @@ fn a_runtime_not_set_up_is_not_ready() {
     let tss = BASE + u64::from(l.runtime_autotss.expect("autoTSSkey"));
     let mut f = Fake::new(GLIBC_SPECIFIC);
     f.put_u32(tss, 0);
-    assert_eq!(f.slot(&[]), Err(Detected::NotReady));
+    assert_eq!(f.slot(&[]), Err(Found::NotReady));
     let mut f = Fake::new(GLIBC_SPECIFIC);
     f.put_u32(tss + 4, 40);
-    assert!(matches!(f.slot(&[]), Err(Detected::Unsupported(w)) if w.contains("key 40")));
+    assert!(matches!(f.slot(&[]), Err(Found::Unsupported(w)) if w.contains("key 40")));
     let mut f = Fake::new(GLIBC_SPECIFIC);
     f.put(BASE + u64::from(l.runtime_interpreters_head), 0);
-    assert_eq!(f.slot(&[]), Err(Detected::NotReady));
+    assert_eq!(f.slot(&[]), Err(Found::NotReady));
     let mut f = Fake::new(GLIBC_SPECIFIC);
     f.put(BASE + 0x1000 + u64::from(l.interp_threads_head), 0);
-    assert_eq!(f.slot(&[]), Err(Detected::NotReady));
+    assert_eq!(f.slot(&[]), Err(Found::NotReady));
     // Thread states bound to no thread yet.
     let mut f = Fake::new(GLIBC_SPECIFIC);
     for t in [0x2000, 0x2400, 0x2800, 0x2c00] {
         f.put(BASE + t + u64::from(l.tstate_thread_id), 0);
     }
-    assert_eq!(f.slot(&[]), Err(Detected::NotReady));
+    assert_eq!(f.slot(&[]), Err(Found::NotReady));
     // A cycle of thread states ends the walk.
     let mut f = Fake::new(GLIBC_SPECIFIC);
     f.put(BASE + 0x2c00 + u64::from(l.tstate_next), BASE + 0x2000);
@@ -739,7 +738,7 @@ fn a_runtime_not_set_up_is_not_ready() {
         mem: Buffer::default(),
         ..Fake::new(GLIBC_SPECIFIC)
     };
-    assert_eq!(f.slot(&[]), Err(Detected::NotReady));
+    assert_eq!(f.slot(&[]), Err(Found::NotReady));
 }
 
 #[test]

@@ -17,11 +17,11 @@ use serde_json::Value;
 
 use super::code::read_code;
 use super::layout::{self, Layout};
-use super::memory::{Buffer, Memory, ProcessMemory};
 use super::namer::PythonNamer;
 use super::{cookie, FrameModel, Process};
 use crate::collect::{Namer, Runtime, RuntimeFrame};
 use crate::profile::FrameKind;
+use crate::runtime::memory::{Buffer, Memory, ProcessMemory};
 
 /// The script: functions of every kind of name and line table the
 /// decoder meets (a method and a closure for qualified names; latin-1,

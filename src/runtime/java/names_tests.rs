@@ -9,17 +9,17 @@ use std::sync::{Arc, Mutex};
 
 use super::JavaNamer;
 use crate::collect::{Namer, Runtime, RuntimeFrame};
-use crate::java::layout::{
+use crate::profile::{Frame, FrameKind, SourceLine};
+use crate::runtime::java::layout::{
     from_vmstructs, CodeCacheAt, Layout, MetadataAt, NmethodData, SourceFileAt,
 };
-use crate::java::method::{
+use crate::runtime::java::method::{
     class_name, parameters, read_const_method, read_method, read_symbol, Stream,
 };
-use crate::java::scopes::{read_nmethod, Scope};
-use crate::java::vmstructs::{Field, VmStructs};
-use crate::java::{FrameId, Kind, Process, Registry, NO_BCI};
-use crate::profile::{Frame, FrameKind, SourceLine};
-use crate::python::memory::Buffer;
+use crate::runtime::java::scopes::{read_nmethod, Scope};
+use crate::runtime::java::vmstructs::{Field, VmStructs};
+use crate::runtime::java::{FrameId, Kind, Process, Registry, NO_BCI};
+use crate::runtime::memory::Buffer;
 
 /// A JDK's tables as `/tmp/j/dump.py` printed them:
 /// `F type field type-string offset`, `S type field type-string address`,

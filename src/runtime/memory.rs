@@ -1,4 +1,4 @@
-//! Reading another process's memory, for Python's structures and names.
+//! Reading another process's memory, for the runtimes' structures and names.
 //!
 //! `process_vm_readv` reads what the process has mapped, without stopping
 //! it; a read of unmapped memory is an error, never a fault in flare.

@@ -12,7 +12,7 @@
 use std::collections::HashMap;
 use std::io;
 
-use crate::python::memory::Memory;
+use crate::runtime::memory::Memory;
 
 /// Entries read of one table at most (JDK 17 has about 1,100 fields).
 const MAX_ENTRIES: u64 = 20_000;

@@ -152,7 +152,7 @@ pub fn for_version(minor: u8) -> Option<Layout> {
         7 => l37.clone(),
         // 3.6: no `_PyRuntime`; the "runtime" read is `interp_head`
         // itself, and the thread-state key the int `autoTLSkey`
-        // (src/python/detect.rs).
+        // (src/runtime/python/detect.rs).
         6 => Layout {
             runtime_autotss: None,
             runtime_interpreters_head: 0,

@@ -9,7 +9,7 @@
 //! writes gives `None` rather than a guess.
 
 use super::layout::Layout;
-use super::memory::Memory;
+use crate::runtime::memory::Memory;
 
 /// The most read of a string, in bytes of its characters (a function's
 /// name, a file's path): a longer one is read this far and ends in `…`
@@ -46,7 +46,7 @@ pub struct CodeInfo {
     adaptive: Option<u16>,
 }
 
-impl crate::unwind::runtimes::Weight for CodeInfo {
+impl crate::runtime::tracker::Weight for CodeInfo {
     fn weight(&self) -> usize {
         self.name.len() + self.filename.len() + self.line_table.len() + std::mem::size_of::<Self>()
     }
@@ -366,8 +366,8 @@ fn signed_varint(bytes: &[u8]) -> Option<i64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::python::layout;
-    use crate::python::memory::Buffer;
+    use crate::runtime::memory::Buffer;
+    use crate::runtime::python::layout;
 
     /// A code object and its strings laid out in a buffer as `layout`
     /// says, as a live process would hold them.
@@ -454,7 +454,7 @@ mod tests {
             let c = f.read().unwrap();
             assert_eq!((c.name.as_str(), c.filename.as_str()), ("f", "a.py"));
             assert_eq!(c.firstlineno, 10);
-            assert_eq!(c.cookie, crate::python::cookie(2, 0x13, 10));
+            assert_eq!(c.cookie, crate::runtime::python::cookie(2, 0x13, 10));
             assert!(read_code(&f.buf, &f.layout, TYPE + 8, CODE).is_none());
             assert!(read_code(&f.buf, &f.layout, TYPE, CODE + 8).is_none());
             assert!(read_code(&f.buf, &f.layout, TYPE, 0).is_none());

@@ -12,7 +12,7 @@
 //! look like what HotSpot writes gives `None` rather than a guess.
 
 use super::layout::{Layout, SourceFileAt};
-use crate::python::memory::Memory;
+use crate::runtime::memory::Memory;
 
 /// The longest line table decoded, in bytes (a real one takes a few bytes
 /// a line).
@@ -45,7 +45,7 @@ pub struct MethodInfo {
     lines: Vec<(i32, i32)>,
 }
 
-impl crate::unwind::runtimes::Weight for MethodInfo {
+impl crate::runtime::tracker::Weight for MethodInfo {
     fn weight(&self) -> usize {
         let strings = self.class.len() + self.name.len() + self.signature.len();
         strings

@@ -14,8 +14,8 @@ use super::vmstructs::string_at;
 use super::{FrameId, Kind, Layout, Process, Registry, NO_BCI};
 use crate::collect::{Namer, Namers, Runtime, RuntimeFrame};
 use crate::profile::{clean_name_within, Frame, FrameKind, SourceLine, MAX_RUNTIME_NAME};
-use crate::python::memory::{Memory, ProcessMemory};
-use crate::unwind::runtimes::{lookup, ReadCache};
+use crate::runtime::memory::{Memory, ProcessMemory};
+use crate::runtime::tracker::{lookup, ReadCache};
 
 /// Names [`Runtime::Java`] frames of the processes in a [`Registry`].
 pub struct JavaNamer {

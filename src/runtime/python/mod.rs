@@ -17,8 +17,8 @@ pub mod debug_offsets;
 pub mod detect;
 pub mod layout;
 pub mod machine_code;
-pub mod memory;
 pub mod namer;
+pub mod perf;
 #[cfg(test)]
 mod tests;
 pub mod walk;
@@ -46,7 +46,7 @@ pub struct Process {
 
 /// The Python processes known, by process id: filled by the unwinder's
 /// loader, read by the namer.
-pub type Registry = crate::unwind::runtimes::Registry<Process>;
+pub type Registry = crate::runtime::tracker::Registry<Process>;
 
 /// The namers of a run whose Python processes are in `registry`.
 pub fn namers(registry: &Registry) -> crate::collect::Namers {
@@ -56,13 +56,38 @@ pub fn namers(registry: &Registry) -> crate::collect::Namers {
     )]
 }
 
-/// Says once per run and reason (`said`) that a CPython is walked
-/// natively, and why.
-pub fn note_unsupported(said: &mut std::collections::HashSet<String>, why: String) {
-    if said.insert(why.clone()) {
-        crate::notes::note(format!(
-            "WARNING: {why}; its processes' stacks show the interpreter's native frames."
-        ));
+/// CPython, as [`crate::runtime::ALL`] lists it.
+pub struct Python;
+
+impl crate::runtime::Runtime for Python {
+    const KIND: crate::collect::Runtime = crate::collect::Runtime::Python;
+    const NAME: &'static str = "CPython";
+    const BPF_MAP: &'static str = "py_procs";
+    const NATIVE: &'static str = "the interpreter's native frames";
+    type Process = Process;
+    type Detector = detect::Detector;
+
+    fn detect(
+        detector: &mut detect::Detector,
+        pid: u32,
+        maps: &[crate::unwind::procs::ExecMapping],
+        mem: &crate::runtime::memory::ProcessMemory,
+    ) -> detect::Detected {
+        detector.detect(pid, maps, mem)
+    }
+
+    fn bpf_bytes(p: &Process) -> Vec<u8> {
+        p.bpf_bytes().to_vec()
+    }
+
+    fn namers(registry: &Registry) -> crate::collect::Namers {
+        namers(registry)
+    }
+
+    /// Python frames are read when each sample arrives, whatever walks
+    /// the native stack.
+    fn perf(_walked: bool) -> Option<Box<dyn crate::runtime::perf::PerfRuntime>> {
+        Some(Box::<perf::PerfPython>::default())
     }
 }
 

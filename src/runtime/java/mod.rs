@@ -18,6 +18,7 @@ pub mod detect;
 pub mod layout;
 pub mod method;
 pub mod namer;
+pub mod perf;
 pub mod scopes;
 pub mod vmstructs;
 pub mod walk;
@@ -54,15 +55,41 @@ pub struct Process {
 
 /// The JVM processes known, by process id: filled by the unwinder's
 /// loader, read by the namer.
-pub type Registry = crate::unwind::runtimes::Registry<Process>;
+pub type Registry = crate::runtime::tracker::Registry<Process>;
 
-/// Says once per run and reason (`said`) that a JVM is walked natively,
-/// and why.
-pub fn note_unsupported(said: &mut std::collections::HashSet<String>, why: String) {
-    if said.insert(why.clone()) {
-        crate::notes::note(format!(
-            "WARNING: {why}; its processes' stacks show Java code as unnamed JIT frames."
-        ));
+/// HotSpot, as [`crate::runtime::ALL`] lists it.
+pub struct Java;
+
+impl crate::runtime::Runtime for Java {
+    const KIND: crate::collect::Runtime = crate::collect::Runtime::Java;
+    const NAME: &'static str = "HotSpot";
+    const BPF_MAP: &'static str = "java_procs";
+    const NATIVE: &'static str = "Java code as unnamed JIT frames";
+    type Process = Process;
+    type Detector = detect::Detector;
+
+    fn detect(
+        detector: &mut detect::Detector,
+        pid: u32,
+        maps: &[crate::unwind::procs::ExecMapping],
+        mem: &crate::runtime::memory::ProcessMemory,
+    ) -> detect::Detected {
+        detector.detect(pid, maps, mem)
+    }
+
+    fn bpf_bytes(p: &Process) -> Vec<u8> {
+        p.bpf_bytes().to_vec()
+    }
+
+    fn namers(registry: &Registry) -> crate::collect::Namers {
+        namer::namers(registry)
+    }
+
+    /// Java frames are stepped in the walk of the copied stack, which
+    /// frame pointers alone do not do.
+    fn perf(walked: bool) -> Option<Box<dyn crate::runtime::perf::PerfRuntime>> {
+        walked
+            .then(|| Box::<perf::PerfJava>::default() as Box<dyn crate::runtime::perf::PerfRuntime>)
     }
 }
 
@@ -194,7 +221,7 @@ mod tests {
     /// What BPF reads of a blob and the proc flag are the C header's.
     #[test]
     fn the_blob_header_and_flags_match_bpf_java_h() {
-        let c = include_str!("../../bpf/java.h");
+        let c = include_str!("../../../bpf/java.h");
         let define = |name: &str| -> usize {
             c.lines()
                 .find_map(|l| l.strip_prefix(&format!("#define {name}")))

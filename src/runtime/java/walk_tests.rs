@@ -5,9 +5,9 @@
 use std::sync::Arc;
 
 use super::*;
-use crate::java::namer::tests::{layout, Jdk};
-use crate::java::{Heap, Layout};
-use crate::python::memory::Buffer;
+use crate::runtime::java::namer::tests::{layout, Jdk};
+use crate::runtime::java::{Heap, Layout};
+use crate::runtime::memory::Buffer;
 use crate::unwind::elf::Machine;
 
 const BASE: u64 = 0x10_0000;

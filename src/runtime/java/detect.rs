@@ -2,7 +2,7 @@
 //! the Serviceability Agent tables, its [`Layout`] read from them, and the
 //! code heaps BPF looks code blobs up in.
 //!
-//! As for Python (src/python/detect.rs), the file is another user's: it is
+//! As for Python (src/runtime/python/detect.rs), the file is another user's: it is
 //! opened through the paths the process maps it by and read in bounded
 //! pieces; and the memory is the process's: the heaps read from it are
 //! checked to lie in the code cache, their segment sizes to be sane.
@@ -20,11 +20,11 @@ use super::layout::{self, CodeCacheAt, Layout};
 use super::vmstructs::VmStructs;
 use super::{Heap, Process, MAX_HEAPS};
 use crate::elf::{each_symbol, Elf, FileSource, SHT_DYNSYM};
-use crate::python::detect::open_mapped;
-use crate::python::memory::Memory;
+use crate::runtime::memory::Memory;
+use crate::runtime::open_mapped;
+use crate::runtime::tracker::Found;
 use crate::unwind::elf::vaddr_of_offset;
 use crate::unwind::procs::{Backing, ExecMapping};
-use crate::unwind::runtimes::Found;
 
 /// What a process runs, as far as Java goes: `NotReady` for a JVM not
 /// started far enough yet (no tables, no code cache); `Unsupported` says
@@ -272,10 +272,10 @@ fn read_heap(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::java::layout::{MetadataAt, NmethodData};
-    use crate::java::vmstructs::Field;
+    use crate::runtime::java::layout::{MetadataAt, NmethodData};
+    use crate::runtime::java::vmstructs::Field;
 
-    /// The tables of a real JDK, as src/java/*-vmstructs.txt keep them
+    /// The tables of a real JDK, as src/runtime/java/*-vmstructs.txt keep them
     /// (`F type field typestring offset`, `S type field type address`,
     /// `T type super size`, `C name value`).
     pub(crate) fn parse_dump(text: &str) -> VmStructs {
@@ -406,7 +406,7 @@ mod tests {
     fn code_cache(
         len: u32,
         last: Option<std::ops::Range<u64>>,
-    ) -> (Layout, crate::python::memory::Buffer) {
+    ) -> (Layout, crate::runtime::memory::Buffer) {
         let vm = parse_dump(include_str!("jdk17-vmstructs.txt"));
         let mut l = layout::from_vmstructs(&vm, 17).expect("JDK 17");
         let base = 0x1000u64;
@@ -454,7 +454,7 @@ mod tests {
             );
             put(heap + u64::from(l.heap_log2_segment), 7, false);
         }
-        (l, crate::python::memory::Buffer { base, bytes })
+        (l, crate::runtime::memory::Buffer { base, bytes })
     }
 
     #[test]
@@ -491,7 +491,7 @@ mod tests {
             0x9000,
         );
         put(heap + u64::from(l.heap_log2_segment), 6);
-        let mut mem = crate::python::memory::Buffer { base, bytes };
+        let mut mem = crate::runtime::memory::Buffer { base, bytes };
         let (got, cache) = heaps(&l, &mem).expect("read").expect("ready");
         assert_eq!(cache, 0x10_0000..0x20_0000);
         assert_eq!(

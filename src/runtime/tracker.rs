@@ -3,7 +3,7 @@
 //! reads.
 //!
 //! The unwinder's loader hands over each process it loads (its executable
-//! mappings); [`Tracker::load`] asks the runtime's [`Detect`] whether the
+//! mappings); [`Tracker::load`] asks the [`Runtime`] whether the
 //! process runs it. A runtime not set up yet (a process just started) is
 //! tried again every [`RETRY_GAP`] for as long as it lives, so that `flare
 //! -- python3 app.py` gets Python frames from the first samples after
@@ -16,7 +16,10 @@ use std::time::{Duration, Instant};
 
 use libbpf_rs::{MapCore, MapFlags, MapHandle};
 
+use super::memory::ProcessMemory;
+use super::{note_unsupported, Runtime};
 use crate::unwind::procs::ExecMapping;
+use crate::unwind::Watcher;
 
 /// How often a runtime not set up yet is looked at again.
 pub const RETRY_GAP: Duration = Duration::from_millis(100);
@@ -67,6 +70,7 @@ impl Spent {
 }
 
 /// What a process runs, as far as one runtime goes.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Found<P> {
     /// The runtime's process, ready to walk.
     Yes(P),
@@ -76,22 +80,6 @@ pub enum Found<P> {
     NotReady,
     /// This runtime, in a version flare cannot walk, and why.
     Unsupported(String),
-}
-
-/// A runtime's detection, as the tracker uses it.
-pub trait Detect: Send {
-    type Process: Send + Sync;
-
-    fn detect(&mut self, pid: u32, maps: &[ExecMapping]) -> Found<Self::Process>;
-
-    /// The process as the runtime's BPF map holds it.
-    fn bpf_bytes(p: &Self::Process) -> Vec<u8>;
-
-    /// Says (once per reason) that a process's runtime is walked natively.
-    fn note_unsupported(said: &mut HashSet<String>, why: String);
-
-    /// The runtime's name, for notes.
-    const NAME: &'static str;
 }
 
 /// A runtime's processes by process id: filled by the tracker, read by
@@ -198,21 +186,21 @@ struct Pending {
 }
 
 /// The loader's side of one runtime.
-pub struct Tracker<D: Detect> {
+pub struct Tracker<R: Runtime> {
     map: MapHandle,
-    registry: Registry<D::Process>,
-    detector: D,
+    registry: Registry<R::Process>,
+    detector: R::Detector,
     pending: HashMap<u32, Pending>,
     spent: Spent,
     said: HashSet<String>,
 }
 
-impl<D: Detect> Tracker<D> {
-    pub fn new(map: MapHandle, registry: Registry<D::Process>, detector: D) -> Tracker<D> {
+impl<R: Runtime> Tracker<R> {
+    pub fn new(map: MapHandle, registry: Registry<R::Process>) -> Tracker<R> {
         Tracker {
             map,
             registry,
-            detector,
+            detector: R::Detector::default(),
             pending: HashMap::new(),
             spent: Spent::default(),
             said: HashSet::new(),
@@ -222,9 +210,10 @@ impl<D: Detect> Tracker<D> {
     /// Looks for the runtime in process `pid`, mapping `maps`.
     pub fn load(&mut self, pid: u32, maps: &[ExecMapping]) {
         let started = Instant::now();
-        let mut found = self.detector.detect(pid, maps);
+        let mem = ProcessMemory { pid };
+        let mut found = R::detect(&mut self.detector, pid, maps, &mem);
         if matches!(found, Found::NotReady) {
-            if let Some(why) = self.spent.over_budget(pid, started.elapsed(), D::NAME) {
+            if let Some(why) = self.spent.over_budget(pid, started.elapsed(), R::NAME) {
                 found = Found::Unsupported(why);
             }
         }
@@ -234,7 +223,7 @@ impl<D: Detect> Tracker<D> {
                 self.spent.forget(pid);
                 let ok = self
                     .map
-                    .update(&pid.to_ne_bytes(), &D::bpf_bytes(&p), MapFlags::ANY)
+                    .update(&pid.to_ne_bytes(), &R::bpf_bytes(&p), MapFlags::ANY)
                     .is_ok();
                 if ok {
                     if let Ok(mut r) = self.registry.lock() {
@@ -252,7 +241,7 @@ impl<D: Detect> Tracker<D> {
                 );
             }
             Found::Unsupported(why) => {
-                D::note_unsupported(&mut self.said, why);
+                note_unsupported::<R>(&mut self.said, why);
                 self.forget(pid);
             }
             Found::No => self.forget(pid),
@@ -283,48 +272,18 @@ impl<D: Detect> Tracker<D> {
     }
 }
 
-impl Detect for crate::python::detect::Detector {
-    type Process = crate::python::Process;
-
-    fn detect(&mut self, pid: u32, maps: &[ExecMapping]) -> Found<Self::Process> {
-        use crate::python::detect::Detected;
-        let mem = crate::python::memory::ProcessMemory { pid };
-        match crate::python::detect::Detector::detect(self, pid, maps, &mem) {
-            Detected::Python(p) => Found::Yes(p),
-            Detected::NotPython => Found::No,
-            Detected::NotReady => Found::NotReady,
-            Detected::Unsupported(why) => Found::Unsupported(why),
-        }
+impl<R: Runtime> Watcher for Tracker<R> {
+    fn loaded(&mut self, pid: u32, maps: &[ExecMapping]) {
+        self.load(pid, maps);
     }
 
-    fn bpf_bytes(p: &Self::Process) -> Vec<u8> {
-        p.bpf_bytes().to_vec()
+    fn gone(&mut self, pid: u32) {
+        self.forget(pid);
     }
 
-    fn note_unsupported(said: &mut HashSet<String>, why: String) {
-        crate::python::note_unsupported(said, why);
+    fn idle(&mut self) {
+        self.retry();
     }
-
-    const NAME: &'static str = "CPython";
-}
-
-impl Detect for crate::java::detect::Detector {
-    type Process = crate::java::Process;
-
-    fn detect(&mut self, pid: u32, maps: &[ExecMapping]) -> Found<Self::Process> {
-        let mem = crate::python::memory::ProcessMemory { pid };
-        crate::java::detect::Detector::detect(self, pid, maps, &mem)
-    }
-
-    fn bpf_bytes(p: &Self::Process) -> Vec<u8> {
-        p.bpf_bytes().to_vec()
-    }
-
-    fn note_unsupported(said: &mut HashSet<String>, why: String) {
-        crate::java::note_unsupported(said, why);
-    }
-
-    const NAME: &'static str = "HotSpot";
 }
 
 #[cfg(test)]

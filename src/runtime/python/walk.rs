@@ -20,9 +20,9 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use super::detect::{thread_states, Thread};
-use super::memory::Memory;
 use super::{FrameModel, Process};
 use crate::collect::{RawFrame, Runtime, RuntimeFrame};
+use crate::runtime::memory::Memory;
 
 /// Where glibc 2.36 (and the versions around it) keeps `struct pthread`'s
 /// `tid`, as its `_thread_db_pthread_tid` tells libthread_db: tried before

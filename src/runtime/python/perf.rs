@@ -2,21 +2,25 @@
 //! the sample's moment: each sample's thread has its Python frames read
 //! from user space as soon as the sample arrives (every sample of a run
 //! with Python frames wakes the reader), and put in place of the native
-//! stack's eval-loop frames when both agree ([`crate::python::walk`]).
+//! stack's eval-loop frames when both agree ([`crate::runtime::python::walk`]).
 //! The processes found feed the same [`Registry`] the namer reads, so
 //! naming, caching and writers are as with BPF.
 
-use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::collections::HashSet;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::{Entry, NoRuntime, Procs};
 use crate::collect::RawFrame;
+use crate::collect::RuntimeFinds;
 use crate::procmaps::Mappings;
-use crate::python::detect::{Detected, Detector};
-use crate::python::memory::{Pages, ProcessMemory};
-use crate::python::walk::{over_root, splice, Threads};
-use crate::python::Registry;
+use crate::runtime::memory::{Pages, ProcessMemory};
+use crate::runtime::perf::{Entry, NoRuntime, PerfRuntime, Procs};
+use crate::runtime::python::detect::Detector;
+use crate::runtime::python::walk::{over_root, splice, Threads};
+use crate::runtime::python::Python;
+use crate::runtime::python::Registry;
+use crate::runtime::tracker::Found;
+use crate::runtime::{note_unsupported, Finds};
 
 /// Samples older than this when read keep their native frames: the
 /// thread's frames now say little of what it ran then, and a backlog of
@@ -27,6 +31,7 @@ const MAX_LAG_NS: u64 = 5_000_000;
 const GIVE_UP: Duration = Duration::from_secs(5);
 
 /// The perf-event collector's Python side.
+#[derive(Default)]
 pub struct PerfPython {
     registry: Registry,
     detector: Detector,
@@ -34,65 +39,10 @@ pub struct PerfPython {
     procs: Procs<Threads>,
     said: HashSet<String>,
     /// What detection spent on processes not ready yet.
-    spent: crate::unwind::runtimes::Spent,
+    spent: crate::runtime::tracker::Spent,
 }
 
 impl PerfPython {
-    pub fn new() -> Self {
-        PerfPython {
-            registry: Arc::new(Mutex::new(HashMap::new())),
-            detector: Detector::new(),
-            procs: HashMap::new(),
-            said: HashSet::new(),
-            spent: Default::default(),
-        }
-    }
-
-    /// The processes found, for the namer.
-    pub fn registry(&self) -> Registry {
-        self.registry.clone()
-    }
-
-    /// The user stack `pcs` (leaf first) of a sample of thread `tid` of
-    /// process `pid` (started at `start`) taken at `time` (monotonic
-    /// nanoseconds), with Python frames in place when the process runs
-    /// CPython.
-    pub fn frames(
-        &mut self,
-        pid: u32,
-        start: u64,
-        tid: u32,
-        time: u64,
-        pcs: Vec<u64>,
-        mappings: &Mappings,
-    ) -> Vec<RawFrame> {
-        let native = |pcs: Vec<u64>| crate::collect::stacks::decode(&pcs);
-        if Entry::due(self.procs.get_mut(&(pid, start)), pid, mappings) {
-            self.look(pid, start, mappings);
-        }
-        let Some(Entry::Found(threads)) = self.procs.get_mut(&(pid, start)) else {
-            return native(pcs);
-        };
-        // Late: not worth reading.
-        if crate::procmaps::now().saturating_sub(time) > MAX_LAG_NS {
-            return native(pcs);
-        }
-        // Whole pages, each read once: a deep stack's frames in a few
-        // system calls, not thousands (the reader keeps up with samples).
-        let mem = Pages::new(ProcessMemory { pid });
-        // Stacks that disagree (the thread entered or left an eval call
-        // before its frames were read: in call-heavy code such as pylint's
-        // half the samples) get the Python frames read over the sample's
-        // native root.
-        let calls = threads.eval_calls(tid, &mem);
-        let eval = &threads.process.eval;
-        calls
-            .and_then(|calls| {
-                splice(&pcs, eval, &calls, false).or_else(|| over_root(&pcs, eval, &calls))
-            })
-            .unwrap_or_else(|| native(pcs))
-    }
-
     /// Looks for CPython in process `pid`.
     fn look(&mut self, pid: u32, start: u64, mappings: &Mappings) {
         let Some(maps) = crate::unwind::procs::tracked_mappings(mappings, pid) else {
@@ -108,7 +58,7 @@ impl PerfPython {
         let detected = self.detector.detect(pid, &maps, &mem);
         let took = started.elapsed();
         let entry = match detected {
-            Detected::Python(p) => {
+            Found::Yes(p) => {
                 let p = Arc::new(p);
                 let tids = crate::system::threads(pid).unwrap_or_default();
                 match Threads::new(p.clone(), pid, &tids, &mem) {
@@ -133,18 +83,18 @@ impl PerfPython {
                     }
                 }
             }
-            Detected::NotReady => match self.spent.over_budget(pid, took, "CPython") {
+            Found::NotReady => match self.spent.over_budget(pid, took, "CPython") {
                 Some(why) => {
                     self.say(why);
                     Entry::Native
                 }
                 None => Entry::retry(),
             },
-            Detected::Unsupported(why) => {
+            Found::Unsupported(why) => {
                 self.say(why);
                 Entry::Native
             }
-            Detected::NotPython => Entry::NotYet(NoRuntime::new(maps.len())),
+            Found::No => Entry::NotYet(NoRuntime::new(maps.len())),
         };
         if !matches!(entry, Entry::Retry { .. }) {
             self.spent.forget(pid);
@@ -153,6 +103,43 @@ impl PerfPython {
     }
 
     fn say(&mut self, why: String) {
-        crate::python::note_unsupported(&mut self.said, why);
+        note_unsupported::<Python>(&mut self.said, why);
+    }
+}
+
+impl PerfRuntime for PerfPython {
+    fn finds(&self) -> Arc<dyn RuntimeFinds> {
+        Arc::new(Finds::<Python>(self.registry.clone()))
+    }
+
+    fn splice(
+        &mut self,
+        pid: u32,
+        start: u64,
+        tid: u32,
+        time: u64,
+        pcs: &[u64],
+        mappings: &Mappings,
+    ) -> Option<Vec<RawFrame>> {
+        if Entry::due(self.procs.get_mut(&(pid, start)), pid, mappings) {
+            self.look(pid, start, mappings);
+        }
+        let Some(Entry::Found(threads)) = self.procs.get_mut(&(pid, start)) else {
+            return None;
+        };
+        // Late: not worth reading.
+        if crate::procmaps::now().saturating_sub(time) > MAX_LAG_NS {
+            return None;
+        }
+        // Whole pages, each read once: a deep stack's frames in a few
+        // system calls, not thousands (the reader keeps up with samples).
+        let mem = Pages::new(ProcessMemory { pid });
+        // Stacks that disagree (the thread entered or left an eval call
+        // before its frames were read: in call-heavy code such as pylint's
+        // half the samples) get the Python frames read over the sample's
+        // native root.
+        let calls = threads.eval_calls(tid, &mem)?;
+        let eval = &threads.process.eval;
+        splice(pcs, eval, &calls, false).or_else(|| over_root(pcs, eval, &calls))
     }
 }

@@ -7,11 +7,11 @@
 use std::sync::Arc;
 
 use super::code::{read_code, CodeInfo};
-use super::memory::ProcessMemory;
 use super::{Process, Registry};
 use crate::collect::{Namer, Runtime, RuntimeFrame};
 use crate::profile::{clean_name_within, Frame, FrameKind, SourceLine, MAX_RUNTIME_NAME};
-use crate::unwind::runtimes::{lookup, ReadCache};
+use crate::runtime::memory::ProcessMemory;
+use crate::runtime::tracker::{lookup, ReadCache};
 
 /// Names [`Runtime::Python`] frames of the processes in a [`Registry`].
 pub struct PythonNamer {

@@ -1,24 +1,28 @@
 //! Java frames in perf-event mode: no BPF program walks the stack, so a
 //! sample's user stack is walked here with the user-space twin of
-//! bpf/java.h's step ([`crate::java::walk`]) offered each frame, over the
+//! bpf/java.h's step ([`crate::runtime::java::walk`]) offered each frame, over the
 //! stack the kernel copied and the JVM's live code cache. The JVMs found
 //! feed the same [`Registry`] the namer reads, so naming, caching and
 //! writers are as with BPF.
 
-use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::collections::HashSet;
+use std::sync::Arc;
 
-use super::{Entry, NoRuntime, Procs};
+use crate::collect::RuntimeFinds;
+
 use crate::collect::stacks::frame_header;
 use crate::collect::Runtime;
-use crate::java::detect::Detector;
-use crate::java::walk::{Leaf, Regs, Walker};
-use crate::java::{Process, Registry};
 use crate::procmaps::Mappings;
-use crate::python::memory::{Pages, ProcessMemory};
-use crate::unwind::runtimes::Found;
+use crate::runtime::java::detect::Detector;
+use crate::runtime::java::walk::{Leaf, Regs, Walker};
+use crate::runtime::java::{Java, Process, Registry};
+use crate::runtime::memory::{Pages, ProcessMemory};
+use crate::runtime::perf::{Entry, NoRuntime, PerfRuntime, Procs};
+use crate::runtime::tracker::Found;
+use crate::runtime::{note_unsupported, Finds};
 
 /// The perf-event collector's Java side.
+#[derive(Default)]
 pub struct PerfJava {
     registry: Registry,
     detector: Detector,
@@ -26,7 +30,7 @@ pub struct PerfJava {
     procs: Procs<(Arc<Process>, Walker)>,
     said: HashSet<String>,
     /// What detection spent on processes not ready yet.
-    spent: crate::unwind::runtimes::Spent,
+    spent: crate::runtime::tracker::Spent,
 }
 
 /// Steps Java frames of one sample: what [`PerfJava::stepper`] gives.
@@ -38,10 +42,8 @@ pub struct Stepper<'a> {
     leaf: Leaf,
 }
 
-impl Stepper<'_> {
-    /// The runtime frame's words and the caller's registers, for the
-    /// frame at `regs`, when it is a Java frame; `stack` reads the copy.
-    pub fn step(
+impl crate::runtime::perf::Stepper for Stepper<'_> {
+    fn step(
         &mut self,
         stack: &dyn Fn(u64) -> Option<u64>,
         regs: Regs,
@@ -61,45 +63,6 @@ impl Stepper<'_> {
 }
 
 impl PerfJava {
-    pub fn new() -> Self {
-        PerfJava {
-            registry: Arc::new(Mutex::new(HashMap::new())),
-            detector: Detector::new(),
-            procs: HashMap::new(),
-            said: HashSet::new(),
-            spent: Default::default(),
-        }
-    }
-
-    /// The processes found, for the namer.
-    pub fn registry(&self) -> Registry {
-        self.registry.clone()
-    }
-
-    /// The stepper for a sample of process `pid` (started at `start`)
-    /// whose leaf's other registers are `leaf`, when it runs a JVM flare
-    /// can walk.
-    pub fn stepper(
-        &mut self,
-        pid: u32,
-        start: u64,
-        leaf: Leaf,
-        mappings: &Mappings,
-    ) -> Option<Stepper<'_>> {
-        if Entry::due(self.procs.get_mut(&(pid, start)), pid, mappings) {
-            self.look(pid, start, mappings);
-        }
-        match self.procs.get_mut(&(pid, start)) {
-            Some(Entry::Found((process, walker))) => Some(Stepper {
-                process,
-                walker,
-                mem: Pages::new(ProcessMemory { pid }),
-                leaf,
-            }),
-            _ => None,
-        }
-    }
-
     /// Looks for a JVM in process `pid`.
     fn look(&mut self, pid: u32, start: u64, mappings: &Mappings) {
         let Some(maps) = crate::unwind::procs::tracked_mappings(mappings, pid) else {
@@ -120,13 +83,13 @@ impl PerfJava {
             }
             Found::NotReady => match self.spent.over_budget(pid, took, "HotSpot") {
                 Some(why) => {
-                    crate::java::note_unsupported(&mut self.said, why);
+                    note_unsupported::<Java>(&mut self.said, why);
                     Entry::Native
                 }
                 None => Entry::retry(),
             },
             Found::Unsupported(why) => {
-                crate::java::note_unsupported(&mut self.said, why);
+                note_unsupported::<Java>(&mut self.said, why);
                 Entry::Native
             }
             Found::No => Entry::NotYet(NoRuntime::new(maps.len())),
@@ -135,5 +98,43 @@ impl PerfJava {
             self.spent.forget(pid);
         }
         self.procs.insert((pid, start), entry);
+    }
+}
+
+impl PerfRuntime for PerfJava {
+    fn finds(&self) -> Arc<dyn RuntimeFinds> {
+        Arc::new(Finds::<Java>(self.registry.clone()))
+    }
+
+    fn wants_whole_stack(&self, mappings: &Mappings, pid: u32) -> bool {
+        mappings.space(pid, None).is_some_and(|space| {
+            space.mappings.iter().any(|m| match &m.backing {
+                crate::procmaps::Backing::File(o) => {
+                    crate::runtime::java::detect::is_libjvm(o.path())
+                }
+                _ => false,
+            })
+        })
+    }
+
+    fn stepper(
+        &mut self,
+        pid: u32,
+        start: u64,
+        leaf: Leaf,
+        mappings: &Mappings,
+    ) -> Option<Box<dyn crate::runtime::perf::Stepper + '_>> {
+        if Entry::due(self.procs.get_mut(&(pid, start)), pid, mappings) {
+            self.look(pid, start, mappings);
+        }
+        match self.procs.get_mut(&(pid, start)) {
+            Some(Entry::Found((process, walker))) => Some(Box::new(Stepper {
+                process,
+                walker,
+                mem: Pages::new(ProcessMemory { pid }),
+                leaf,
+            })),
+            _ => None,
+        }
     }
 }
