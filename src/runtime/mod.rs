@@ -18,6 +18,7 @@ pub mod memory;
 pub mod perf;
 pub mod python;
 pub mod tracker;
+pub mod v8;
 
 use std::collections::HashSet;
 use std::fs::File;
