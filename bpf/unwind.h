@@ -76,43 +76,6 @@ struct {
  * builds, whose globals must match. */
 __u64 unwind_zeros[32];
 
-#ifdef FLARE_FP_ONLY
-/*
- * The frame-pointer build of every object (build.rs): no walk, so no
- * callback functions, which kernels before 5.13 cannot load (and which
- * need bpf_loop, 5.17). Its maps and globals are the same as the full
- * build's, so one skeleton opens either (src/bpf/variant.rs).
- */
-static __always_inline __s64 flare_unwind_user(__u32 pid)
-{
-	return -FLARE_EFAULT;
-}
-
-/* The full build's walk state, by name (unused). */
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__type(key, __u32);
-	__type(value, __u8);
-	__uint(max_entries, 1);
-} unwind_walks SEC(".maps");
-#else
-
-/*
- * The architecture's registers: `bp` is the frame pointer (rbp; x29 on
- * arm64), `lr` arm64's link register (x30), where a function that has not
- * saved it yet keeps its return address: known for the interrupted frame
- * (and after a signal frame), 0 once the walk has stepped past it.
- */
-#if defined(__TARGET_ARCH_arm64)
-/* User addresses have 48 bits (CONFIG_ARM64_VA_BITS=48, Debian's and the
- * clouds'); the bits above hold a return address's pointer-authentication
- * code (-mbranch-protection) and the top byte's tag. */
-#define UNWIND_ADDR_MASK	0x0000ffffffffffffULL
-/* The frame record (x29, x30) is 16 bytes from where x29 points. */
-#else
-#define UNWIND_ADDR_MASK	(~0ULL)
-#endif
-
 /* The walk's state, carried from one bpf_loop step to the next. */
 struct unwind_walk {
 	__u64 pc, sp, bp, lr;
@@ -130,13 +93,14 @@ struct unwind_walk {
 	struct py_walk py;
 };
 
-/* The walk's state, one per CPU, not on the stack: the verifier does not
- * follow what map memory holds, so the states of the walk's steps (each
- * checked as if bpf_loop called it any number of times) do not multiply
- * with the values the walk's fields take on the way (the depth after a
- * native frame or after a runtime frame's four words...). On the stack,
- * the Python and Java walks took 104 of the 131 ms this program took to
- * verify (Linux 6.18); in map memory, all of it takes some 20. */
+/* The walk's state, one per CPU (in both builds, whose maps must match),
+ * not on the stack: the verifier does not follow what map memory holds,
+ * so the states of the walk's steps (each checked as if bpf_loop called
+ * it any number of times) do not multiply with the values the walk's
+ * fields take on the way (the depth after a native frame or after a
+ * runtime frame's four words...). On the stack, the Python and Java
+ * walks took 104 of the 131 ms this program took to verify (Linux 6.18);
+ * in map memory, all of it takes some 20. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__type(key, __u32);
@@ -150,6 +114,35 @@ static __always_inline struct unwind_walk *unwind_walk_get(void)
 
 	return bpf_map_lookup_elem(&unwind_walks, &zero);
 }
+
+#ifdef FLARE_FP_ONLY
+/*
+ * The frame-pointer build of every object (build.rs): no walk, so no
+ * callback functions, which kernels before 5.13 cannot load (and which
+ * need bpf_loop, 5.17). Its maps and globals are the same as the full
+ * build's, so one skeleton opens either (src/bpf/variant.rs).
+ */
+static __always_inline __s64 flare_unwind_user(__u32 pid)
+{
+	return -FLARE_EFAULT;
+}
+#else
+
+/*
+ * The architecture's registers: `bp` is the frame pointer (rbp; x29 on
+ * arm64), `lr` arm64's link register (x30), where a function that has not
+ * saved it yet keeps its return address: known for the interrupted frame
+ * (and after a signal frame), 0 once the walk has stepped past it.
+ */
+#if defined(__TARGET_ARCH_arm64)
+/* User addresses have 48 bits (CONFIG_ARM64_VA_BITS=48, Debian's and the
+ * clouds'); the bits above hold a return address's pointer-authentication
+ * code (-mbranch-protection) and the top byte's tag. */
+#define UNWIND_ADDR_MASK	0x0000ffffffffffffULL
+/* The frame record (x29, x30) is 16 bytes from where x29 points. */
+#else
+#define UNWIND_ADDR_MASK	(~0ULL)
+#endif
 
 /* A process is reported at most this often: soon enough that a process
  * that has just exec'd (its old mappings loaded, its new ones not) gets
