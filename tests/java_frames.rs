@@ -210,14 +210,34 @@ fn profile_on(
         })
         .map(|(_, n)| n)
         .sum();
+    // JDK 8's compiled handle() calls StubRoutines' stubs from the string
+    // building it inlined, and a sample in such a stub shows handle()
+    // right over it, the inlined methods not named at that return pc:
+    // whole chains, charged to neither leaf (397 of 3,896 of the worker's
+    // samples in one arm64 guest run, 10 %). Counted apart, JDK 8 only.
+    let jdk8_stubs: u64 = if common::java::jdk8(java) {
+        worker
+            .iter()
+            .filter(|(f, _)| {
+                let last_java = f.iter().rposition(|x| method(x).is_some());
+                last_java.is_some_and(|i| {
+                    method(&f[i]) == Some("Service.handle")
+                        && f.get(i + 1).is_some_and(|x| x.starts_with("[StubRoutines"))
+                })
+            })
+            .map(|(_, n)| n)
+            .sum()
+    } else {
+        0
+    };
     let most = if common::bpf::emulated() { 90 } else { 95 };
     eprintln!(
-        "{} {flags:?}: {both} of the worker's {total} samples in its two functions, {clock} reading its clock",
+        "{} {flags:?}: {both} of the worker's {total} samples in its two functions, {clock} reading its clock, {jdk8_stubs} in JDK 8's stubs under handle()",
         java.display()
     );
     assert!(
-        (both + clock) * 100 >= total * most,
-        "{both} of the worker's {total} samples in its two functions and {clock} reading its clock (bound {most} %): {}",
+        (both + clock + jdk8_stubs) * 100 >= total * most,
+        "{both} of the worker's {total} samples in its two functions, {clock} reading its clock and {jdk8_stubs} in JDK 8's stubs under handle() (bound {most} %): {}",
         ctx()
     );
     for (name, spent) in &own {
