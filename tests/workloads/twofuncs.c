@@ -4,9 +4,11 @@
  * swaps the shares, so threads can be told apart), measured with the
  * thread CPU clock, for SECONDS of wall time.
  *
- * usage: twofuncs SECONDS [SHARE_A] [THREADS] [late]
+ * usage: twofuncs SECONDS [SHARE_A] [THREADS] [late [held]]
  * With "late", the worker threads are only created after the go line (to
- * test that a profiler follows threads started after it attached).
+ * test that a profiler follows threads started after it attached); with
+ * "held" too, they start working only after a second line (so that a
+ * profiler slow to attach, as emulated, still sees them work).
  * Protocol on stdio: prints "tid TID INDEX" per worker and "ready", waits for a
  * line on stdin, works, prints "cpu S" (process CPU seconds used while
  * working, after a "tcpu TID S" line per worker thread), then stays alive until stdin closes, so that a profiler can
@@ -93,7 +95,7 @@ static void *worker(void *arg)
 int main(int argc, char **argv)
 {
 	long threads = 1;
-	int late = 0;
+	int late = 0, held = 0;
 	char line[64];
 	pthread_t tids[64];
 
@@ -108,6 +110,8 @@ int main(int argc, char **argv)
 		threads = atol(argv[3]);
 	if (argc > 4)
 		late = strcmp(argv[4], "late") == 0;
+	if (argc > 5)
+		held = late && strcmp(argv[5], "held") == 0;
 	if (threads < 1 || threads > 64)
 		threads = 1;
 	pthread_barrier_init(&start, NULL, threads + 1);
@@ -129,6 +133,8 @@ int main(int argc, char **argv)
 		for (long i = 0; i < threads; i++)
 			pthread_create(&tids[i], NULL, worker, (void *)i);
 		pthread_barrier_wait(&listed);
+		if (held && !fgets(line, sizeof(line), stdin))
+			return 1;
 	}
 	pthread_barrier_wait(&start);
 	for (long i = 0; i < threads; i++)
