@@ -154,3 +154,114 @@ impl NoRuntime {
         mappings.space(pid, None).map(|s| s.mappings.len()) != Some(self.objects)
     }
 }
+
+/// A runtime's processes as perf-event mode finds them, each looked at
+/// with the same lifecycle: found (and put in the registry its namer
+/// reads), not ready yet (tried again, until detection has spent its
+/// budget on the process), unsupported (said once, native frames), none
+/// yet (looked at again when the process maps more).
+pub struct Finder<R: crate::runtime::Runtime, T> {
+    pub registry: crate::runtime::tracker::Registry<R::Process>,
+    detector: R::Detector,
+    /// By (process id, start): what the runtime's reader keeps of each.
+    pub procs: Procs<T>,
+    said: std::collections::HashSet<String>,
+    /// What detection spent on processes not ready yet.
+    spent: crate::runtime::tracker::Spent,
+    /// The processes found, as mapped then: found again once they map
+    /// more (V8 copies its builtins beside its code after start-up).
+    mapped: HashMap<(u32, u64), NoRuntime>,
+}
+
+impl<R: crate::runtime::Runtime, T> Default for Finder<R, T> {
+    fn default() -> Self {
+        Finder {
+            registry: Default::default(),
+            detector: Default::default(),
+            procs: Procs::new(),
+            said: Default::default(),
+            spent: Default::default(),
+            mapped: HashMap::new(),
+        }
+    }
+}
+
+impl<R: crate::runtime::Runtime, T> Finder<R, T> {
+    /// What process `pid` (started at `start`) is to the runtime, looked
+    /// at again when due; `found` makes the reader's entry of a process
+    /// found.
+    pub fn get(
+        &mut self,
+        pid: u32,
+        start: u64,
+        mappings: &Mappings,
+        found: impl FnOnce(Arc<R::Process>) -> T,
+    ) -> Option<&mut T> {
+        let key = (pid, start);
+        let again = match self.procs.get_mut(&key) {
+            Some(Entry::Found(_)) => self
+                .mapped
+                .get_mut(&key)
+                .is_some_and(|m| m.due(pid, mappings)),
+            entry => Entry::due(entry, pid, mappings),
+        };
+        if again {
+            let entry = self.look(pid, mappings, found);
+            let known = matches!(self.procs.get(&key), Some(Entry::Found(_)));
+            if let (Entry::Found(_), Some(space)) = (&entry, mappings.space(pid, None)) {
+                self.mapped
+                    .insert(key, NoRuntime::new(space.mappings.len()));
+            }
+            // A process found before keeps what was found then unless
+            // found again.
+            if !known || matches!(entry, Entry::Found(_)) {
+                self.procs.insert(key, entry);
+            }
+        }
+        match self.procs.get_mut(&(pid, start)) {
+            Some(Entry::Found(t)) => Some(t),
+            _ => None,
+        }
+    }
+
+    fn look(
+        &mut self,
+        pid: u32,
+        mappings: &Mappings,
+        found: impl FnOnce(Arc<R::Process>) -> T,
+    ) -> Entry<T> {
+        use crate::runtime::tracker::Found;
+        let Some(maps) = crate::unwind::procs::tracked_mappings(mappings, pid) else {
+            return Entry::Native;
+        };
+        let mem = crate::runtime::memory::ProcessMemory { pid };
+        let started = std::time::Instant::now();
+        let detected = R::detect(&mut self.detector, pid, &maps, &mem);
+        let took = started.elapsed();
+        let entry = match detected {
+            Found::Yes(p) => {
+                let p = Arc::new(p);
+                if let Ok(mut r) = self.registry.lock() {
+                    r.insert(pid, p.clone());
+                }
+                Entry::Found(found(p))
+            }
+            Found::NotReady => match self.spent.over_budget(pid, took, R::NAME) {
+                Some(why) => {
+                    crate::runtime::note_unsupported::<R>(&mut self.said, why);
+                    Entry::Native
+                }
+                None => Entry::retry(),
+            },
+            Found::Unsupported(why) => {
+                crate::runtime::note_unsupported::<R>(&mut self.said, why);
+                Entry::Native
+            }
+            Found::No => Entry::NotYet(NoRuntime::new(maps.len())),
+        };
+        if !matches!(entry, Entry::Retry { .. }) {
+            self.spent.forget(pid);
+        }
+        entry
+    }
+}
