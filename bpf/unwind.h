@@ -21,6 +21,7 @@
 #include "stacks.h"
 #include "python.h"
 #include "java.h"
+#include "v8.h"
 
 const volatile __u32 unwind_mode = UNWIND_MODE_FP;
 
@@ -90,6 +91,7 @@ struct unwind_walk {
 	bool native_done;	/* the native walk ended; Python frames remain */
 	bool ended;		/* ended by the stack, not by the depth limit */
 	bool java;		/* a JVM: its code cache is in java_scratch */
+	bool v8;		/* V8: its process is in v8_scratch */
 	struct py_walk py;
 };
 
@@ -330,6 +332,28 @@ static __always_inline long unwind_java_frame(struct unwind_walk *w, struct java
 	return 0;
 }
 
+/* Records the JavaScript frame at the frame pointer in place of `pc`,
+ * when `pc` is in V8's builtins or code without unwind tables (in no
+ * mapping `m`, or one without a table) and the frame is one: true then
+ * (a full stack keeps the pc). */
+static __always_inline bool unwind_v8_frame(struct unwind_walk *w, struct flare_stack_scratch *out,
+					    __u64 pc, struct unwind_mapping *m)
+{
+	struct v8_scratch *vs = v8_scratch_get();
+	__u64 len;
+
+	if (!vs || !(v8_in_blob(vs, pc) || !m || m->table == UNWIND_NO_TABLE) ||
+	    !v8_frame(pc, w->bp, w->return_address))
+		return false;
+	len = flare_push_runtime_frame(out, w->n, &w->hash, FLARE_FRAME_V8, vs->sfi,
+				       vs->kind_offset, vs->code);
+	if (len == w->n)
+		return false;
+	w->n = len;
+	__sync_fetch_and_add(&v8_stats.frames, 1);
+	return true;
+}
+
 /* Steps through a signal trampoline: its sp points at the frame the
  * kernel pushed, which holds the interrupted registers. 1 to end. */
 static __always_inline long unwind_signal_step(struct unwind_walk *w)
@@ -389,7 +413,19 @@ static __always_inline long unwind_native_step(struct unwind_walk *w, struct fla
 		}
 	}
 	lookup = w->return_address ? pc - 1 : pc;
-	if (w->py.frame && py_in_eval(lookup)) {
+	if (w->have_proc) {
+		m = unwind_find_mapping(w, lookup);
+		if (!m)
+			unwind_report(w->pid, UNWIND_EVENT_PC, pc);
+		else
+			r = unwind_find_row(m, lookup);
+	}
+	/* V8's builtins and JIT code (no unwind table): its frame at the
+	 * frame pointer may be a JavaScript frame. */
+	if (w->v8 && unwind_v8_frame(w, out, pc, m)) {
+		/* Stepped by the frame pointer, as V8 keeps it. */
+		r = NULL;
+	} else if (w->py.frame && py_in_eval(lookup)) {
 		w->py.pending = true;
 		w->py.eval_pc = pc;
 		w->py.emitted = 0;
@@ -397,13 +433,6 @@ static __always_inline long unwind_native_step(struct unwind_walk *w, struct fla
 		out->pcs[n] = pc;
 		w->n = n + 1;
 		w->hash = flare_hash_step(w->hash, pc);
-	}
-	if (w->have_proc) {
-		m = unwind_find_mapping(w, lookup);
-		if (!m)
-			unwind_report(w->pid, UNWIND_EVENT_PC, pc);
-		else
-			r = unwind_find_row(m, lookup);
 	}
 	if (!r)
 		return unwind_fp_step(w);
@@ -599,6 +628,7 @@ static __always_inline __s64 flare_unwind_user(__u32 pid)
 	}
 	py_start(&w->py, pid);
 	w->java = java_start(pid);
+	w->v8 = v8_start(pid);
 	/* A step puts in at most one frame; eval calls that Python frames
 	 * replace, and stubs, take steps that put in none. */
 	bpf_loop(2 * FLARE_MAX_FRAMES, unwind_step, NULL, 0);

@@ -162,6 +162,10 @@ pub struct UnwindArgs {
     /// the JVM; needs --unwind auto or dwarf): on or off
     #[arg(long = "java", value_name = "ON|OFF", default_value = "on", value_parser = on_off, action = clap::ArgAction::Set)]
     pub java: bool,
+    /// JavaScript frames in Node.js processes' stacks (V8 of Node 20-26,
+    /// no flag on the target; needs --unwind auto or dwarf): on or off
+    #[arg(long = "node", value_name = "ON|OFF", default_value = "on", value_parser = on_off, action = clap::ArgAction::Set)]
+    pub node: bool,
 }
 
 impl UnwindArgs {
@@ -171,6 +175,7 @@ impl UnwindArgs {
         flare::collect::Runtimes::default()
             .with(Runtime::Python, self.python)
             .with(Runtime::Java, self.java)
+            .with(Runtime::V8, self.node)
     }
 
     /// How stacks are recorded: `stacks` walked as these options say,

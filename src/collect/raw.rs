@@ -69,6 +69,9 @@ pub enum Runtime {
     Python,
     /// HotSpot: a `Method*` and a bytecode index.
     Java,
+    /// V8 (Node.js): a shared function info and where in it (a bytecode
+    /// or pc offset).
+    V8,
     /// Frames that only the test knob `FLARE_TEST_RUNTIME_FRAME` makes
     /// (the process's id and the native frames below it), to check the
     /// path from the BPF stack record to every writer.
@@ -79,7 +82,7 @@ impl Runtime {
     /// The runtime of a frame type in a BPF stack record
     /// (`FLARE_FRAME_*` in `bpf/common.h`).
     pub fn from_frame_type(t: u8) -> Option<Self> {
-        [Runtime::Python, Runtime::Java, Runtime::Test]
+        [Runtime::Python, Runtime::Java, Runtime::V8, Runtime::Test]
             .into_iter()
             .find(|r| r.frame_type() == t)
     }
@@ -89,6 +92,7 @@ impl Runtime {
         match self {
             Runtime::Python => 1,
             Runtime::Java => 2,
+            Runtime::V8 => 3,
             Runtime::Test => 255,
         }
     }
@@ -99,6 +103,7 @@ impl Runtime {
         match self {
             Runtime::Python => "python",
             Runtime::Java => "java",
+            Runtime::V8 => "js",
             Runtime::Test => "test-runtime",
         }
     }

@@ -160,6 +160,7 @@ fn the_encoding_matches_bpf_common_h() {
     for (name, runtime) in [
         ("FLARE_FRAME_PYTHON", Runtime::Python),
         ("FLARE_FRAME_JAVA", Runtime::Java),
+        ("FLARE_FRAME_V8", Runtime::V8),
         ("FLARE_FRAME_TEST", Runtime::Test),
     ] {
         assert_eq!(

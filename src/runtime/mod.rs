@@ -114,7 +114,11 @@ fn bpf_side<R: Runtime>(map: MapHandle, hooks: &mut RuntimeHooks) {
 }
 
 /// Every runtime flare reads.
-pub const ALL: &[Entry] = &[Entry::of::<python::Python>(), Entry::of::<java::Java>()];
+pub const ALL: &[Entry] = &[
+    Entry::of::<python::Python>(),
+    Entry::of::<java::Java>(),
+    Entry::of::<v8::V8>(),
+];
 
 /// The processes runtime `R` found, as the symbolizer asks for them.
 pub struct Finds<R: Runtime>(pub Registry<R::Process>);

@@ -41,7 +41,7 @@ const MAX_PARTS: u32 = 4096;
 const MAX_LINES: usize = 1 << 22;
 
 /// Context locals of a scope at most (V8 allows fewer than 2^16).
-const MAX_LOCALS: i64 = 1 << 16;
+pub(super) const MAX_LOCALS: i64 = 1 << 16;
 
 /// The value of a Smi; `None` for a heap object's address.
 pub fn smi(word: u64) -> Option<i64> {
@@ -112,8 +112,16 @@ impl<'a> Heap<'a> {
         Heap { layout, mem }
     }
 
+    pub(super) fn layout(&self) -> &'a Layout {
+        self.layout
+    }
+
+    pub(super) fn mem(&self) -> &'a dyn Memory {
+        self.mem
+    }
+
     /// The field at `offset` of heap object `obj` (a tagged address).
-    fn field(&self, obj: u64, offset: u64) -> Option<u64> {
+    pub(super) fn field(&self, obj: u64, offset: u64) -> Option<u64> {
         if !is_object(obj) {
             return None;
         }
@@ -129,12 +137,12 @@ impl<'a> Heap<'a> {
             .ok()
     }
 
-    fn word(&self, obj: u64, offset: u16) -> Option<u64> {
+    pub(super) fn word(&self, obj: u64, offset: u16) -> Option<u64> {
         self.field(obj, u64::from(offset))
     }
 
     /// A Smi field's value.
-    fn smi_field(&self, obj: u64, offset: u16) -> Option<i64> {
+    pub(super) fn smi_field(&self, obj: u64, offset: u16) -> Option<i64> {
         smi(self.word(obj, offset)?)
     }
 
@@ -151,7 +159,7 @@ impl<'a> Heap<'a> {
     }
 
     /// Whether `obj` is a heap object of instance type `ty`.
-    fn is(&self, obj: u64, ty: u16) -> bool {
+    pub(super) fn is(&self, obj: u64, ty: u16) -> bool {
         self.instance_type(obj) == Some(ty)
     }
 

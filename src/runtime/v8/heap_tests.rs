@@ -112,6 +112,7 @@ fn layout() -> Layout {
             ncontextlocals: 2,
             first_vars: 3,
         }),
+        source: crate::runtime::v8::source::SourceLayout::default(),
     }
 }
 

@@ -18,6 +18,7 @@ use std::fmt;
 use std::ops::RangeInclusive;
 
 use super::constants::{Reader, CHECKED};
+use super::source::SourceLayout;
 use super::symbols::Symbols;
 
 /// V8's version, as `Version::{major_,minor_,build_,patch_}` hold it.
@@ -231,6 +232,8 @@ pub struct Layout {
     pub bytecode_array_length: u16,
     /// `None` where the name slots were not checked.
     pub scope_info: Option<ScopeInfoLayout>,
+    /// Where functions start and bytecodes lie in their scripts.
+    pub source: SourceLayout,
 }
 
 impl Layout {
@@ -287,6 +290,7 @@ impl Layout {
             } else {
                 None
             },
+            source: SourceLayout::read(&r),
         })
     }
 

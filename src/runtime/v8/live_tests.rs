@@ -16,13 +16,13 @@ use crate::runtime::memory::{Memory, ProcessMemory};
 
 /// The files of the script: main.js (CommonJS), other.js (CommonJS, its
 /// line ends filled by V8), module.mjs (an ES module, named by URL).
-const MAIN: usize = 0;
-const OTHER: usize = 1;
-const MODULE: usize = 2;
+pub(super) const MAIN: usize = 0;
+pub(super) const OTHER: usize = 1;
+pub(super) const MODULE: usize = 2;
 
 /// The script's functions: (how it is printed, the name expected, text
 /// where it is defined, its file).
-const FUNCTIONS: &[(&str, &str, &str, usize)] = &[
+pub(super) const FUNCTIONS: &[(&str, &str, &str, usize)] = &[
     ("fooBar", "fooBar", "function fooBar", MAIN),
     (
         "anonInferred",
@@ -44,7 +44,7 @@ const FUNCTIONS: &[(&str, &str, &str, usize)] = &[
 /// hash table.
 const LOCALS: usize = 80;
 
-fn main_js() -> String {
+pub(super) fn main_js() -> String {
     let lets = (0..LOCALS)
         .map(|i| format!("v{i} = {i}"))
         .collect::<Vec<_>>()
@@ -92,7 +92,7 @@ import("./module.mjs").then((esm) => {{
 
 /// Its line ends are filled by V8 (a stack trace of its own frame only);
 /// the main script's are not.
-const OTHER_JS: &str = r#"// the other file
+pub(super) const OTHER_JS: &str = r#"// the other file
 function inOther() { return 7; }
 const limit = Error.stackTraceLimit;
 Error.stackTraceLimit = 1;
@@ -101,7 +101,7 @@ Error.stackTraceLimit = limit;
 module.exports = { inOther };
 "#;
 
-const MODULE_MJS: &str = r#"// an ES module
+pub(super) const MODULE_MJS: &str = r#"// an ES module
 
 export function inModule(a) {
   return a - 1;
@@ -111,23 +111,25 @@ export const arrow = (b) => b * 3;
 
 /// What `%DebugPrint` said of a function.
 #[derive(Debug, Default)]
-struct Printed {
-    function: u64,
-    shared: u64,
+pub(super) struct Printed {
+    pub(super) function: u64,
+    pub(super) shared: u64,
     /// `<SharedFunctionInfo NAME>`'s name (V8's debug name).
-    debug_name: String,
-    code: u64,
-    code_kind: String,
-    dispatch_handle: Option<u64>,
+    pub(super) debug_name: String,
+    pub(super) code: u64,
+    pub(super) code_kind: String,
+    pub(super) dispatch_handle: Option<u64>,
+    /// ` - bytecode: ` (an interpreted function's).
+    pub(super) bytecode: Option<u64>,
 }
 
-fn hex(s: &str) -> u64 {
+pub(super) fn hex(s: &str) -> u64 {
     let s = s.trim_start_matches("0x");
     u64::from_str_radix(s, 16).unwrap_or_else(|e| panic!("{s}: {e}"))
 }
 
 /// The functions printed in `lines`, in order.
-fn parse(lines: &[String]) -> Vec<Printed> {
+pub(super) fn parse(lines: &[String]) -> Vec<Printed> {
     let mut out: Vec<Printed> = Vec::new();
     for line in lines {
         if let Some(rest) = line.strip_prefix("DebugPrint: ") {
@@ -152,16 +154,20 @@ fn parse(lines: &[String]) -> Vec<Printed> {
             p.code_kind = what.trim_matches(['<', '>']).to_string();
         } else if let Some((handle, _)) = value(" - dispatch_handle: ") {
             p.dispatch_handle = Some(hex(handle));
+        } else if let Some((addr, _)) = value(" - bytecode: ") {
+            p.bytecode = Some(hex(addr));
         }
     }
     out
 }
 
 /// A node process blocked after printing; killed when dropped.
-struct Running {
-    child: Child,
-    dir: tempfile::TempDir,
-    printed: Vec<Printed>,
+pub(super) struct Running {
+    pub(super) child: Child,
+    pub(super) dir: tempfile::TempDir,
+    pub(super) printed: Vec<Printed>,
+    /// What it wrote before `READY`.
+    pub(super) lines: Vec<String>,
 }
 
 impl Drop for Running {
@@ -171,14 +177,26 @@ impl Drop for Running {
     }
 }
 
-fn start(node: &Path) -> Running {
+pub(super) fn start(node: &Path) -> Running {
+    let files = [
+        ("main.js", main_js()),
+        ("other.js", OTHER_JS.to_string()),
+        ("module.mjs", MODULE_MJS.to_string()),
+    ];
+    run(node, &[], &files)
+}
+
+/// Runs `node` with `args` on the first of `files` (name, text), written
+/// to a new directory, until it prints `READY`.
+pub(super) fn run(node: &Path, args: &[&str], files: &[(&str, String)]) -> Running {
     let dir = tempfile::tempdir().expect("tempdir");
-    std::fs::write(dir.path().join("main.js"), main_js()).expect("main.js");
-    std::fs::write(dir.path().join("other.js"), OTHER_JS).expect("other.js");
-    std::fs::write(dir.path().join("module.mjs"), MODULE_MJS).expect("module.mjs");
+    for (name, text) in files {
+        std::fs::write(dir.path().join(name), text).expect("a script");
+    }
     let child = Command::new(node)
         .arg("--allow-natives-syntax")
-        .arg(dir.path().join("main.js"))
+        .args(args)
+        .arg(dir.path().join(files[0].0))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .spawn()
@@ -187,6 +205,7 @@ fn start(node: &Path) -> Running {
         child,
         dir,
         printed: Vec::new(),
+        lines: Vec::new(),
     };
     let out = running.child.stdout.take().expect("stdout");
     let mut lines = Vec::new();
@@ -194,6 +213,7 @@ fn start(node: &Path) -> Running {
         let line = line.expect("reading node");
         if line == "READY" {
             running.printed = parse(&lines);
+            running.lines = lines;
             return running;
         }
         lines.push(line);
@@ -248,14 +268,19 @@ fn in_blob(pid: u32, node: &Path, blob: Variable, addr: u64) -> bool {
     })
 }
 
-fn check(major: u8) {
-    // The host's own build: it runs here.
+/// The host's own build of Node `major` (it runs here), if it can be
+/// had.
+pub(super) fn host_node(major: u8) -> Option<std::path::PathBuf> {
     let arch = if cfg!(target_arch = "aarch64") {
         "arm64"
     } else {
         "amd64"
     };
-    let Some(node) = crate::testutil::node(major, arch) else {
+    crate::testutil::node(major, arch)
+}
+
+fn check(major: u8) {
+    let Some(node) = host_node(major) else {
         return;
     };
     let symbols = Symbols::read(&std::fs::File::open(&node).unwrap()).unwrap();

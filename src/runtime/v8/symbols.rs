@@ -3,7 +3,8 @@
 //! writes into every Node.js build (offsets of fields, instance types,
 //! frame types, tag values), V8's version, and where the few variables
 //! the walk needs lie (the embedded builtins' code, the bytecode sizes,
-//! leaptiering's isolate group).
+//! leaptiering's isolate group, and the two functions whose code says
+//! where in it the dispatch table is).
 //!
 //! The file is another user's: it is read in bounded pieces through
 //! [`crate::elf`], and a symbol whose size is not that of the value it
@@ -41,6 +42,16 @@ const BLOB_CODE_SIZE: &[u8] = b"v8_Default_embedded_blob_code_size_";
 /// `v8::internal::interpreter::Bytecodes::kBytecodeSizes`: a
 /// `uint8_t[3][kBytecodeCount]`.
 const BYTECODE_SIZES: &[u8] = b"_ZN2v88internal11interpreter9Bytecodes14kBytecodeSizesE";
+/// `ExternalReference::js_dispatch_table_address()` (V8 13: reads the
+/// table of the isolate group).
+const DISPATCH_TABLE_ADDRESS: &[u8] =
+    b"_ZN2v88internal17ExternalReference25js_dispatch_table_addressEv";
+/// `ExternalReference::js_dispatch_table_address(Isolate*)` (V8 14: reads
+/// the table of an isolate).
+const DISPATCH_TABLE_ADDRESS_OF_ISOLATE: &[u8] =
+    b"_ZN2v88internal17ExternalReference25js_dispatch_table_addressEPNS0_7IsolateE";
+/// `IsolateGroup::AddIsolate(Isolate*)`: keeps the first isolate added.
+const ADD_ISOLATE: &[u8] = b"_ZN2v88internal12IsolateGroup10AddIsolateEPNS0_7IsolateE";
 
 /// A variable of the binary: its virtual address in the file (official
 /// node binaries are not position-independent: the process's address;
@@ -72,6 +83,12 @@ pub struct Symbols {
     pub blob_code_size: Option<Variable>,
     /// `Bytecodes::kBytecodeSizes`.
     pub bytecode_sizes: Option<Variable>,
+    /// The function `js_dispatch_table_address` (its code: address and
+    /// size), and whether it takes the isolate (V8 14) or reads the
+    /// isolate group's table (V8 13).
+    pub dispatch_table_address: Option<(Variable, bool)>,
+    /// The function `IsolateGroup::AddIsolate`.
+    pub add_isolate: Option<Variable>,
 }
 
 impl Symbols {
@@ -117,6 +134,11 @@ impl Symbols {
             blob_code,
             blob_code_size: found.blob_code_size,
             bytecode_sizes: found.bytecode_sizes,
+            dispatch_table_address: found
+                .dispatch_table_address
+                .map(|v| (v, false))
+                .or(found.dispatch_table_address_of_isolate.map(|v| (v, true))),
+            add_isolate: found.add_isolate,
         })
     }
 
@@ -170,6 +192,9 @@ struct Found {
     blob_code: Option<Variable>,
     blob_code_size: Option<Variable>,
     bytecode_sizes: Option<Variable>,
+    dispatch_table_address: Option<Variable>,
+    dispatch_table_address_of_isolate: Option<Variable>,
+    add_isolate: Option<Variable>,
 }
 
 impl Found {
@@ -205,6 +230,9 @@ impl Found {
                     return;
                 }
                 BYTECODE_SIZES => &mut self.bytecode_sizes,
+                DISPATCH_TABLE_ADDRESS => &mut self.dispatch_table_address,
+                DISPATCH_TABLE_ADDRESS_OF_ISOLATE => &mut self.dispatch_table_address_of_isolate,
+                ADD_ISOLATE => &mut self.add_isolate,
                 name => match VERSION.iter().position(|v| *v == name) {
                     Some(i) => &mut self.version[i],
                     None => return,

@@ -1,0 +1,248 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * V8 (Node.js) frames in the user stacks the table unwinder walks
+ * (unwind.h, which includes this). V8 keeps a frame pointer in every
+ * frame of its own code, and its frames hold, at fixed slots below the
+ * frame pointer (the binary's `v8dbg_off_fp_*`), a marker or the
+ * function's context, the JSFunction, and for interpreted frames the
+ * bytecode array and offset. For a process user space found to run V8
+ * (src/runtime/v8/detect.rs fills `v8_procs`), a pc in the embedded
+ * builtins or in code without unwind tables (V8's JIT code, anonymous
+ * memory) has its frame at the frame pointer read:
+ * - a typed frame (a marker, not a context: entry, exit, stub frames)
+ *   keeps its native pc, which names the builtin;
+ * - a JavaScript frame becomes a runtime frame (SharedFunctionInfo,
+ *   kind | offset, code): interpreted, the bytecode offset and the
+ *   bytecode array; compiled, the pc's offset in its Code and the Code,
+ *   found from the JSFunction (its code pointer, or from V8 13 on its
+ *   dispatch table entry); else the function alone.
+ * The walk then steps to the caller by the frame pointer, as it did for
+ * such code before. A pc in a frameless builtin (a bytecode handler)
+ * is charged to the JavaScript frame the frame pointer holds, its
+ * caller, as V8's own profiler does. User space names the frames from
+ * the live process (src/runtime/v8/namer.rs).
+ */
+#ifndef FLARE_V8_H
+#define FLARE_V8_H
+
+#include "common.h"
+
+/* Frame kinds (src/runtime/v8/mod.rs Kind), in the top byte of the
+ * second identifier. */
+#define V8_KIND_INTERPRETED	1	/* bytecode offset */
+#define V8_KIND_COMPILED	2	/* pc offset in the Code */
+#define V8_KIND_FUNCTION	3	/* the function alone */
+
+/* The words read around a frame pointer: V8_BELOW below it, then the
+ * saved frame pointer and the return address. */
+#define V8_BELOW		6
+#define V8_FRAME_WORDS		(V8_BELOW + 2)
+
+/* A V8 process (src/runtime/v8/mod.rs Process::bpf_bytes). */
+struct v8_proc {
+	__u64 blob_low, blob_high;	/* the embedded builtins' code */
+	__u64 dispatch;			/* V8 13 on: the dispatch table (0: none) */
+	__u16 jsfunc_first, jsfunc_last, type_sfi, type_code;
+	__u16 type_bytecode, off_map, off_type, off_shared;
+	__u16 off_code;			/* JSFunction's code, or its dispatch handle */
+	__u16 off_start, off_size;	/* Code's instruction start and size */
+	__u16 pad0;
+	/* The frame's slots, as indices into v8_scratch.frame (the words
+	 * from V8_BELOW below the frame pointer): V8_BELOW + offset / 8. */
+	__u8 slot_marker, slot_function, slot_bytecode_array, slot_bytecode_offset;
+	__u8 flags, pad1[3];
+	/* The other mapping of the builtins (0, 0: none): code V8 made
+	 * before its copy, or calls that reach the binary's own, run there
+	 * (Node 20's baseline code calls the copy, its interpreter the
+	 * binary's). */
+	__u64 other_low, other_high;
+};
+
+/* v8_proc.flags */
+#define V8_START_IS_FIELD	1	/* off_start is a field holding the instructions' address */
+#define V8_DISPATCH		2	/* JSFunction holds a dispatch handle */
+
+_Static_assert(sizeof(struct v8_proc) == 72, "v8_proc layout");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, __u32);
+	__type(value, struct v8_proc);
+	__uint(max_entries, 1024);
+} v8_procs SEC(".maps");
+
+struct v8_stats {
+	__u64 stacks;		/* user stacks of V8 processes */
+	__u64 frames;		/* JavaScript frames put in them */
+	__u64 function_only;	/* of which named by their function alone */
+};
+
+struct v8_stats v8_stats = {};
+
+/* The walk's V8 state, one per CPU, not on the stack (java.h says why). */
+struct v8_scratch {
+	struct v8_proc proc;
+	__u64 frame[V8_FRAME_WORDS];
+	__u64 word, sfi, code, kind_offset;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, struct v8_scratch);
+	__uint(max_entries, 1);
+} v8_scratch SEC(".maps");
+
+static __always_inline struct v8_scratch *v8_scratch_get(void)
+{
+	__u32 zero = 0;
+
+	return bpf_map_lookup_elem(&v8_scratch, &zero);
+}
+
+/* Starts the V8 side of the walk of process `pid`: true for V8. */
+static __always_inline bool v8_start(__u32 pid)
+{
+	struct v8_proc *p = bpf_map_lookup_elem(&v8_procs, &pid);
+	struct v8_scratch *vs = v8_scratch_get();
+
+	if (!p || !vs)
+		return false;
+	__sync_fetch_and_add(&v8_stats.stacks, 1);
+	vs->proc = *p;
+	return true;
+}
+
+static __always_inline bool v8_in_blob(struct v8_scratch *vs, __u64 pc)
+{
+	return (pc >= vs->proc.blob_low && pc < vs->proc.blob_high) ||
+	       (pc >= vs->proc.other_low && pc < vs->proc.other_high);
+}
+
+/* The word at `addr` into vs->word. */
+static __always_inline bool v8_read(struct v8_scratch *vs, __u64 addr)
+{
+	return bpf_probe_read_user(&vs->word, 8, (void *)addr) == 0;
+}
+
+/* Without pointer compression: a heap object's pointer has tag 1 in its
+ * low two bits; a Smi has 0 in its low bit and its value in the high
+ * 32 bits. */
+static __always_inline bool v8_is_heap(__u64 v)
+{
+	return (v & 3) == 1;
+}
+
+static __always_inline bool v8_is_smi(__u64 v)
+{
+	return (v & 0xffffffffULL) == 0;
+}
+
+/* The instance type of heap object `obj`, or 0. */
+static __always_inline __u16 v8_type(struct v8_scratch *vs, __u64 obj)
+{
+	__u16 type = 0;
+
+	if (!v8_is_heap(obj) || !v8_read(vs, obj - 1 + vs->proc.off_map) || !v8_is_heap(vs->word))
+		return 0;
+	if (bpf_probe_read_user(&type, 2, (void *)(vs->word - 1 + vs->proc.off_type)))
+		return 0;
+	return type;
+}
+
+/* The Code running `function` when it holds `pc`, into vs->code. */
+static __always_inline bool v8_code_of(struct v8_scratch *vs, __u64 function, __u64 pc)
+{
+	struct v8_proc *p = &vs->proc;
+	__u64 code, start;
+	__u32 size = 0;
+
+	if (p->flags & V8_DISPATCH) {
+		__u32 handle = 0;
+
+		if (!p->dispatch ||
+		    bpf_probe_read_user(&handle, 4, (void *)(function - 1 + p->off_code)))
+			return false;
+		/* An entry is 16 bytes; its second word holds the Code's
+		 * address (untagged) above 16 bits of parameter count. */
+		if (!v8_read(vs, p->dispatch + (__u64)(handle >> 8) * 16 + 8))
+			return false;
+		code = (vs->word >> 16) | 1;
+	} else {
+		if (!v8_read(vs, function - 1 + p->off_code))
+			return false;
+		code = vs->word;
+	}
+	if (v8_type(vs, code) != p->type_code)
+		return false;
+	if (p->flags & V8_START_IS_FIELD) {
+		if (!v8_read(vs, code - 1 + p->off_start))
+			return false;
+		start = vs->word;
+	} else {
+		start = code - 1 + p->off_start;
+	}
+	if (bpf_probe_read_user(&size, 4, (void *)(code - 1 + p->off_size)))
+		return false;
+	if (pc < start || pc >= start + size)
+		return false;
+	vs->code = code;
+	vs->kind_offset = ((__u64)V8_KIND_COMPILED << 56) | (pc - start);
+	return true;
+}
+
+/*
+ * Reads the frame at `bp` of a pc in V8's code (`return_address` when it
+ * is one): 1 when it is a JavaScript frame, its identifiers then in
+ * v8_scratch's sfi, kind_offset and code. A global function: the
+ * verifier checks it once, on its own, not at every state of the walk
+ * that calls it.
+ */
+__noinline int v8_frame(__u64 pc, __u64 bp, __u32 return_address)
+{
+	struct v8_scratch *vs = v8_scratch_get();
+	struct v8_proc *p;
+	__u64 base = bp - V8_BELOW * 8, function, marker, offset, bytecode;
+	__u16 type;
+
+	if (!vs)
+		return 0;
+	p = &vs->proc;
+	if (!bp || bpf_probe_read_user(vs->frame, sizeof(vs->frame), (void *)base))
+		return 0;
+	_Static_assert(V8_FRAME_WORDS == 8, "slots are masked with 7");
+	marker = vs->frame[p->slot_marker & 7];
+	function = vs->frame[p->slot_function & 7];
+	/* A typed frame's marker is a small integer, shifted by one. */
+	if (!(marker & 1))
+		return 0;
+	type = v8_type(vs, function);
+	if (type < p->jsfunc_first || type > p->jsfunc_last)
+		return 0;
+	/* (v8_type reads the map into vs->word.) */
+	if (!v8_read(vs, function - 1 + p->off_shared))
+		return 0;
+	vs->sfi = vs->word;
+	if (v8_type(vs, vs->sfi) != p->type_sfi)
+		return 0;
+	vs->code = 0;
+	vs->kind_offset = (__u64)V8_KIND_FUNCTION << 56;
+	/* Interpreted: the pc in the builtins (the interpreter's), a
+	 * bytecode array and a Smi offset in their slots. (Code compiled on
+	 * stack replacement keeps the interpreter's slots, the offset slot
+	 * then holding any value.) */
+	bytecode = vs->frame[p->slot_bytecode_array & 7];
+	offset = vs->frame[p->slot_bytecode_offset & 7];
+	if (v8_in_blob(vs, pc) && v8_is_smi(offset) && v8_type(vs, bytecode) == p->type_bytecode) {
+		vs->code = bytecode;
+		vs->kind_offset = ((__u64)V8_KIND_INTERPRETED << 56) | ((offset >> 32) & 0xffffffffULL);
+		return 1;
+	}
+	/* Compiled (baseline or optimized): the pc in its function's code.
+	 * A return address is looked up one byte back, in its call. */
+	if (!v8_code_of(vs, function, return_address ? pc - 1 : pc))
+		__sync_fetch_and_add(&v8_stats.function_only, 1);
+	return 1;
+}
+
+#endif /* FLARE_V8_H */
