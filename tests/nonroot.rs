@@ -1023,3 +1023,102 @@ fn java_without_root(java: &str) {
     });
     assert!(inlined, "emit is not under renderPage:\n{stdout}");
 }
+
+/// JavaScript frames without root: Node.js 20 and 24 (before and with
+/// the dispatch table) from scripts/runtimes run nodeservice.js's chain
+/// in baseline code (`--no-opt --no-maglev`: each leaf a frame of its
+/// own); the chain and each leaf's share of its own clock.
+fn node_without_root(major: u32) {
+    if !can_run_as_nobody() {
+        return;
+    }
+    let Some(node) = common::runtimes::required(
+        ("node", &major.to_string()),
+        &format!("Node.js {major}"),
+        &format!("node{major}"),
+        &|_| "bin/node".to_string(),
+    ) else {
+        return;
+    };
+    let _g = serial();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads/nodeservice.js");
+    let sb = Sandbox::new(&[("nodeservice.js", &script)]);
+    let node = node.to_string_lossy().into_owned();
+    let warm = if common::bpf::emulated() { "6" } else { "1" };
+    let command = [
+        "profile",
+        "-F",
+        "997",
+        "-f",
+        "--",
+        &node,
+        "--no-opt",
+        "--no-maglev",
+        "nodeservice.js",
+        "cpu",
+        "4",
+        warm,
+    ];
+    let out = sb.run(&command, &sb.path("cache"), "go\n");
+    let err = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "stderr: {err}");
+    let (own, cpu) = figures(&stdout);
+    // Node 24 on names its main thread "MainThread".
+    let stacks: Vec<(Vec<String>, u64)> = ["node", "MainThread"]
+        .into_iter()
+        .flat_map(|comm| stacks_of(&out.stdout, comm))
+        .filter(|(f, _)| f.iter().any(|x| x == "serve"))
+        .collect();
+    let total: u64 = stacks.iter().map(|(_, n)| n).sum();
+    let want = if common::bpf::emulated() { 500 } else { 2000 };
+    assert!(total >= want, "{total} samples:\n{stdout}\n{err}");
+    // The whole chain, main;serve;handle;leaf, in the JavaScript frames.
+    let chained = |f: &[String], leaf: &str| {
+        f.windows(4)
+            .any(|w| w[0] == "main" && w[1] == "serve" && w[2] == "handle" && w[3] == leaf)
+    };
+    let function = |f: &str| Some(f.to_string());
+    let with = |name: &str| -> u64 {
+        stacks
+            .iter()
+            .filter(|(f, _)| chained(f, name))
+            .map(|(_, n)| n)
+            .sum()
+    };
+    let both: u64 = own.iter().map(|(name, _)| with(name)).sum();
+    // The program reading its clocks (serve's now(), handle's phaseCpu).
+    let clock =
+        samples_with(&stacks, &function, "now") + samples_with(&stacks, &function, "phaseCpu");
+    assert!(
+        both as f64 >= 0.95 * (total - clock) as f64,
+        "{both} of {total} samples ({clock} reading clocks) under the chain:\n{stdout}\n{err}"
+    );
+    let spent_both: f64 = own.iter().map(|(_, spent)| spent).sum();
+    if common::bpf::emulated() {
+        for (name, spent) in &own {
+            let ours = 100.0 * with(name) as f64 / both as f64;
+            eprintln!(
+                "emulated: {name}: {ours:.1} %, {:.1} % by its own clock",
+                100.0 * spent / spent_both
+            );
+        }
+    } else {
+        let within = if common::bpf::starved(cpu, 4.0) {
+            6.0
+        } else {
+            4.0
+        };
+        assert_shares(&own, spent_both, "", &with, (both, within), &stdout);
+    }
+}
+
+#[test]
+fn node20_frames_without_root() {
+    node_without_root(20);
+}
+
+#[test]
+fn node24_frames_without_root() {
+    node_without_root(24);
+}
