@@ -34,8 +34,10 @@ if [ $test = 1 ]; then
     # unwind-table tests build an arm64 program and read its rules.
     # patchelf: scripts/runtimes runs Debian sid's CPython 3.14 and 3.15
     # through sid's loader (fetched below).
+    # libatomic1: the official Node.js 26 build links it (the Node tests
+    # run 20-26 from scripts/runtimes).
     packages+=(golang-go chromium chromium-driver libc6-dbg python3.11 libpython3.11-dev default-jdk-headless nodejs
-        gcc-aarch64-linux-gnu libc6-dev-arm64-cross patchelf)
+        gcc-aarch64-linux-gnu libc6-dev-arm64-cross patchelf libatomic1)
 fi
 # scripts/vmtest boots other kernels in QEMU with a busybox initramfs:
 # x86-64 ones, and arm64 ones (qemu-system-arm has qemu-system-aarch64).
