@@ -21,17 +21,8 @@ use std::path::{Path, PathBuf};
 
 use common::bpf::{require_bpf, serial};
 use common::receivers::decode_pprof;
+use common::runtimes::node;
 use common::session::{Flare, Workload};
-
-/// The official Node.js `major`, as `scripts/runtimes` keeps it.
-fn node(major: u32) -> Option<PathBuf> {
-    common::runtimes::required(
-        ("node", &major.to_string()),
-        &format!("Node.js {major}"),
-        &format!("node{major}"),
-        &|_| "bin/node".to_string(),
-    )
-}
 
 fn script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads/nodeservice.js")

@@ -1032,12 +1032,7 @@ fn node_without_root(major: u32) {
     if !can_run_as_nobody() {
         return;
     }
-    let Some(node) = common::runtimes::required(
-        ("node", &major.to_string()),
-        &format!("Node.js {major}"),
-        &format!("node{major}"),
-        &|_| "bin/node".to_string(),
-    ) else {
+    let Some(node) = common::runtimes::node(major) else {
         return;
     };
     let _g = serial();

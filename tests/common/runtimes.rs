@@ -65,3 +65,14 @@ fn cached(prefix: &str, exe: &dyn Fn(&str) -> String) -> Option<PathBuf> {
     found.sort();
     found.pop()
 }
+
+/// The official Node.js `major` (20, 22, 24, 26) as `scripts/runtimes`
+/// keeps it (from the npm registry), as [`required`] finds it.
+pub fn node(major: u32) -> Option<PathBuf> {
+    required(
+        ("node", &major.to_string()),
+        &format!("Node.js {major}"),
+        &format!("node{major}"),
+        &|_| "bin/node".to_string(),
+    )
+}

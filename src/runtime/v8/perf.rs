@@ -19,7 +19,15 @@ use crate::runtime::{Finds, Runtime};
 /// The perf-event collector's V8 side.
 #[derive(Default)]
 pub struct PerfV8 {
-    finder: Finder<V8, Arc<Process>>,
+    finder: Finder<V8, Found>,
+}
+
+/// A Node.js process found: it, and the code files back in it as it was
+/// mapped then (any other code is V8's). Read once, not at each sample:
+/// the finder finds the process again once it maps more.
+struct Found {
+    process: Arc<Process>,
+    files: Vec<Range<u64>>,
 }
 
 /// Steps JavaScript frames of one sample: what [`PerfV8::stepper`] gives.
@@ -28,7 +36,7 @@ struct Stepper<'a> {
     /// The sample's reads, a page at a time.
     mem: Pages<ProcessMemory>,
     /// The process's code that files back: any other is V8's.
-    files: Vec<Range<u64>>,
+    files: &'a [Range<u64>],
 }
 
 impl crate::runtime::perf::Stepper for Stepper<'_> {
@@ -38,7 +46,7 @@ impl crate::runtime::perf::Stepper for Stepper<'_> {
         regs: Regs,
         return_address: bool,
     ) -> Option<([u64; 4], Regs)> {
-        let files = &self.files;
+        let files = self.files;
         let jit = |pc: u64| !files.iter().any(|r| r.contains(&pc));
         let s = walk::step(self.process, &self.mem, stack, regs, return_address, &jit)?;
         let header = frame_header(V8::KIND.frame_type(), 3);
@@ -58,22 +66,29 @@ impl PerfRuntime for PerfV8 {
         _leaf: Leaf,
         mappings: &Mappings,
     ) -> Option<Box<dyn crate::runtime::perf::Stepper + '_>> {
-        let process = self.finder.get(pid, start, mappings, |p| p)?;
-        let files = mappings
-            .space(pid, None)
-            .map(|space| {
-                space
-                    .mappings
-                    .iter()
-                    .filter(|m| matches!(m.backing, crate::procmaps::Backing::File(_)))
-                    .map(|m| m.start..m.end)
-                    .collect()
-            })
-            .unwrap_or_default();
-        Some(Box::new(Stepper {
+        let found = self.finder.get(pid, start, mappings, |process| Found {
             process,
+            files: file_code(mappings, pid),
+        })?;
+        Some(Box::new(Stepper {
+            process: &found.process,
             mem: Pages::new(ProcessMemory { pid }),
-            files,
+            files: &found.files,
         }))
     }
+}
+
+/// The code of process `pid` that files back, as `mappings` has it now.
+fn file_code(mappings: &Mappings, pid: u32) -> Vec<Range<u64>> {
+    mappings
+        .space(pid, None)
+        .map(|space| {
+            space
+                .mappings
+                .iter()
+                .filter(|m| matches!(m.backing, crate::procmaps::Backing::File(_)))
+                .map(|m| m.start..m.end)
+                .collect()
+        })
+        .unwrap_or_default()
 }
