@@ -343,7 +343,8 @@ static __always_inline bool unwind_v8_frame(struct unwind_walk *w, struct flare_
 	__u64 len;
 
 	if (!vs || !(v8_in_blob(vs, pc) || !m || m->table == UNWIND_NO_TABLE) ||
-	    !v8_frame(pc, w->bp, w->return_address))
+	    !v8_frame(pc, w->sp, w->bp, w->return_address ? 0 : w->lr,
+		      w->return_address))
 		return false;
 	len = flare_push_runtime_frame(out, w->n, &w->hash, FLARE_FRAME_V8, vs->sfi,
 				       vs->kind_offset, vs->code);

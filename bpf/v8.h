@@ -15,7 +15,8 @@
  *   kind | offset, code): interpreted, the bytecode offset and the
  *   bytecode array; compiled, the pc's offset in its Code and the Code,
  *   found from the JSFunction (its code pointer, or from V8 13 on its
- *   dispatch table entry); else the function alone.
+ *   dispatch table entry); in other code (on-stack replacement's), the
+ *   pc and the JSFunction; else the function alone.
  * The walk then steps to the caller by the frame pointer, as it did for
  * such code before. A pc in a frameless builtin (a bytecode handler)
  * is charged to the JavaScript frame the frame pointer holds, its
@@ -32,11 +33,24 @@
 #define V8_KIND_INTERPRETED	1	/* bytecode offset */
 #define V8_KIND_COMPILED	2	/* pc offset in the Code */
 #define V8_KIND_FUNCTION	3	/* the function alone */
+#define V8_KIND_ELSEWHERE	4	/* the pc, in code the function does not point to */
 
 /* The words read around a frame pointer: V8_BELOW below it, then the
  * saved frame pointer and the return address. */
 #define V8_BELOW		6
 #define V8_FRAME_WORDS		(V8_BELOW + 2)
+
+/* The words at the top of the stack tried as the return address of a
+ * frameless builtin's call (v8_frame). */
+#define V8_LEAF_WORDS		3
+
+/* User addresses' bits: arm64 keeps a return address's
+ * pointer-authentication code above them. */
+#if defined(__TARGET_ARCH_arm64)
+#define V8_ADDR_MASK		0x0000ffffffffffffULL
+#else
+#define V8_ADDR_MASK		(~0ULL)
+#endif
 
 /* A V8 process (src/runtime/v8/mod.rs Process::bpf_bytes). */
 struct v8_proc {
@@ -193,12 +207,13 @@ static __always_inline bool v8_code_of(struct v8_scratch *vs, __u64 function, __
 
 /*
  * Reads the frame at `bp` of a pc in V8's code (`return_address` when it
- * is one): 1 when it is a JavaScript frame, its identifiers then in
+ * is one; `sp` the stack pointer at it, `lr` arm64's link register at
+ * the first frame, else 0): 1 when it is a JavaScript frame, its identifiers then in
  * v8_scratch's sfi, kind_offset and code. A global function: the
  * verifier checks it once, on its own, not at every state of the walk
  * that calls it.
  */
-__noinline int v8_frame(__u64 pc, __u64 bp, __u32 return_address)
+__noinline int v8_frame(__u64 pc, __u64 sp, __u64 bp, __u64 lr, __u32 return_address)
 {
 	struct v8_scratch *vs = v8_scratch_get();
 	struct v8_proc *p;
@@ -240,8 +255,36 @@ __noinline int v8_frame(__u64 pc, __u64 bp, __u32 return_address)
 	}
 	/* Compiled (baseline or optimized): the pc in its function's code.
 	 * A return address is looked up one byte back, in its call. */
-	if (!v8_code_of(vs, function, return_address ? pc - 1 : pc))
+	if (v8_code_of(vs, function, return_address ? pc - 1 : pc))
+		return 1;
+	/* A pc in other code (compiled on stack replacement, which is no
+	 * function's code): the pc and the function, for user space to find
+	 * the code in the function's feedback. */
+	if (!v8_in_blob(vs, pc)) {
+		vs->code = function;
+		vs->kind_offset = ((__u64)V8_KIND_ELSEWHERE << 56) |
+				  ((return_address ? pc - 1 : pc) & ((1ULL << 56) - 1));
 		__sync_fetch_and_add(&v8_stats.function_only, 1);
+		return 1;
+	}
+	/* The first frame's pc in a builtin that keeps no frame (string
+	 * concatenation, array growth), called from the compiled code the
+	 * frame pointer's frame runs: the call's return address is at the
+	 * top of the stack, or a word or two above what the builtin pushed
+	 * (as the OpenTelemetry profiler reads it). The builtin is charged
+	 * to its caller's code at the call, with what was inlined there. */
+	if (!return_address) {
+		/* arm64's call left it in the link register. */
+		if (lr && v8_code_of(vs, function, (lr & V8_ADDR_MASK) - 1))
+			return 1;
+		for (int i = 0; i < V8_LEAF_WORDS; i++) {
+			if (!v8_read(vs, sp + i * 8))
+				break;
+			if (v8_code_of(vs, function, (vs->word & V8_ADDR_MASK) - 1))
+				return 1;
+		}
+	}
+	__sync_fetch_and_add(&v8_stats.function_only, 1);
 	return 1;
 }
 

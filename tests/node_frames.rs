@@ -6,10 +6,11 @@
 //! clock. flare's profile must show that chain in the JavaScript frames of
 //! nearly every sample and give each leaf its share within 4 points of the
 //! program's own figures, with V8's tiers pinned one by one: the
-//! interpreter alone (`--jitless`) and Sparkplug's baseline code
-//! (`--no-opt --no-maglev`). Optimized code (TurboFan, Maglev) inlines
-//! the leaves into handle: there each inlined function must be a frame of
-//! its own, marked inlined in pprof.
+//! interpreter alone (`--jitless`), Sparkplug's baseline code
+//! (`--no-opt --no-maglev`, `--always-sparkplug`), Maglev alone and the
+//! default flags (TurboFan). Optimized code inlines the leaves into
+//! handle: there each inlined function must be a frame of its own, marked
+//! inlined in pprof.
 //!
 //! At 997 Hz for 4 s (some 4,000 samples of the main thread, a binomial
 //! spread under 0.8 points), 4 points is five spreads.
@@ -176,6 +177,16 @@ fn tiers(major: u32) {
     };
     check(major, &node, &["--jitless"]);
     check(major, &node, &["--no-opt", "--no-maglev"]);
+    check(major, &node, &["--always-sparkplug"]);
+    // Maglev alone (V8 12 on: Node 20's is experimental): serve's loop
+    // is compiled on stack replacement with handle inlined.
+    if major >= 22 {
+        check(major, &node, &["--maglev", "--no-turbofan"]);
+    }
+    // Default flags: TurboFan inlines the leaves into handle, whose
+    // samples are mostly in builtins that keep no frame (string
+    // concatenation, array growth) called from the inlined code.
+    check(major, &node, &[]);
 }
 
 #[test]

@@ -1024,11 +1024,11 @@ fn java_without_root(java: &str) {
     assert!(inlined, "emit is not under renderPage:\n{stdout}");
 }
 
-/// JavaScript frames without root: Node.js 20 and 24 (before and with
-/// the dispatch table) from scripts/runtimes run nodeservice.js's chain
-/// in baseline code (`--no-opt --no-maglev`: each leaf a frame of its
-/// own); the chain and each leaf's share of its own clock.
-fn node_without_root(major: u32) {
+/// JavaScript frames without root: Node.js 20, 22 and 24 (before and
+/// with the dispatch table) from scripts/runtimes run nodeservice.js's
+/// chain under V8 `flags`; the chain and each leaf's share of its own
+/// clock.
+fn node_without_root(major: u32, flags: &[&str]) {
     if !can_run_as_nobody() {
         return;
     }
@@ -1040,20 +1040,9 @@ fn node_without_root(major: u32) {
     let sb = Sandbox::new(&[("nodeservice.js", &script)]);
     let node = node.to_string_lossy().into_owned();
     let warm = if common::bpf::emulated() { "6" } else { "1" };
-    let command = [
-        "profile",
-        "-F",
-        "997",
-        "-f",
-        "--",
-        &node,
-        "--no-opt",
-        "--no-maglev",
-        "nodeservice.js",
-        "cpu",
-        "4",
-        warm,
-    ];
+    let mut command = vec!["profile", "-F", "997", "-f", "--", &node];
+    command.extend_from_slice(flags);
+    command.extend_from_slice(&["nodeservice.js", "cpu", "4", warm]);
     let out = sb.run(&command, &sb.path("cache"), "go\n");
     let err = String::from_utf8_lossy(&out.stderr);
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -1108,12 +1097,22 @@ fn node_without_root(major: u32) {
     }
 }
 
+/// Baseline code: each leaf a frame of its own.
 #[test]
 fn node20_frames_without_root() {
-    node_without_root(20);
+    node_without_root(20, &["--no-opt", "--no-maglev"]);
 }
 
+/// Maglev alone: serve's loop compiled on stack replacement, found in
+/// serve's feedback.
+#[test]
+fn node22_frames_without_root() {
+    node_without_root(22, &["--maglev", "--no-turbofan"]);
+}
+
+/// Default flags: the leaves inlined into handle, their samples mostly
+/// in builtins that keep no frame.
 #[test]
 fn node24_frames_without_root() {
-    node_without_root(24);
+    node_without_root(24, &[]);
 }

@@ -6,7 +6,9 @@
 //! be small and non-negative, frame slots word-aligned, instance and
 //! frame types 16-bit; a value out of range is refused, never truncated.
 
-use super::layout::{CodeLayout, External, FrameTypes, FunctionCode, Strings, Types, Version};
+use super::layout::{
+    CodeLayout, External, FeedbackLayout, FrameTypes, FunctionCode, Strings, Types, Version,
+};
 use super::symbols::Symbols;
 
 /// The V8s (major, minor) flare's fallbacks were checked on: Node 20's,
@@ -176,6 +178,19 @@ impl Reader<'_> {
             script: self.type_id("type_Script__SCRIPT_TYPE")?,
             scope_info: self.type_id("type_ScopeInfo__SCOPE_INFO_TYPE")?,
             fixed_array: self.type_id("type_FixedArray__FIXED_ARRAY_TYPE")?,
+        })
+    }
+
+    /// A function's feedback vector's fields, where the binary names them
+    /// all (Node 20-26 do).
+    pub(super) fn feedback(&self) -> Option<FeedbackLayout> {
+        Some(FeedbackLayout {
+            function_cell: self.field("class_JSFunction__raw_feedback_cell__").ok()?,
+            cell_value: self.field("class_FeedbackCell__value__").ok()?,
+            vector_type: self
+                .type_id("type_FeedbackVector__FEEDBACK_VECTOR_TYPE")
+                .ok()?,
+            code_wrapper_type: self.type_id("type_CodeWrapper__CODE_WRAPPER_TYPE").ok(),
         })
     }
 

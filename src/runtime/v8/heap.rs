@@ -101,6 +101,16 @@ struct Units {
     parts: u32,
 }
 
+/// The words of a feedback vector searched for code: its header and the
+/// slots of a function with some 120 feedback sites.
+pub const FEEDBACK_WORDS: usize = 256;
+
+/// The smallest page a process maps.
+const PAGE: u64 = 4096;
+
+/// The words after a `CodeWrapper`'s map searched for its `Code`.
+const WRAPPER_WORDS: u64 = 3;
+
 /// One process's V8 heap, read with its layout.
 pub struct Heap<'a> {
     layout: &'a Layout,
@@ -222,6 +232,58 @@ impl<'a> Heap<'a> {
         let start = self.word(code, c.instruction_start)?;
         let size = self.field_u32(code, c.instruction_size)?;
         Some(start..start.checked_add(u64::from(size))?)
+    }
+
+    /// The code optimized for function `function` that holds `pc`, as its
+    /// feedback vector keeps it: code compiled on stack replacement (a
+    /// loop's, entered mid-run) is no function's code, so a frame running
+    /// it is found here. `None` where no code the vector keeps holds `pc`.
+    /// The vector's first [`FEEDBACK_WORDS`] are searched (its length is
+    /// no constant V8 names: words past it are other objects'): each weak
+    /// or strong reference to a `Code`, or to a `CodeWrapper` whose first
+    /// words hold one, is taken only if its instructions hold `pc`, as
+    /// only the code running there does.
+    pub fn feedback_code(&self, function: u64, pc: u64) -> Option<u64> {
+        let f = self.layout.feedback?;
+        if !self.is_js_function(function) {
+            return None;
+        }
+        let cell = self.word(function, f.function_cell)?;
+        let vector = self.word(cell, f.cell_value)?;
+        if !self.is(vector, f.vector_type) {
+            return None;
+        }
+        let code_type = self.layout.types.code;
+        let holds = |code: u64| {
+            self.instructions(code)
+                .is_some_and(|range| range.contains(&pc))
+        };
+        // The whole block, or (the next page not mapped) to its page's end.
+        let start = vector - 1;
+        let mut buf = vec![0u8; FEEDBACK_WORDS * 8];
+        if self.mem.read(start, &mut buf).is_err() {
+            let to_page_end = (PAGE - start % PAGE) as usize;
+            buf.truncate(to_page_end.min(buf.len()));
+            self.mem.read(start, &mut buf).ok()?;
+        }
+        buf.chunks_exact(8)
+            .skip(1)
+            .map(|w| u64::from_ne_bytes(w.try_into().unwrap_or_default()))
+            // A weak reference is tagged 3: as a strong one, 1.
+            .filter(|&w| w & 1 == 1)
+            .map(|w| w & !2)
+            .find_map(|obj| {
+                let ty = self.instance_type(obj)?;
+                if ty == code_type {
+                    return holds(obj).then_some(obj);
+                }
+                if Some(ty) != f.code_wrapper_type {
+                    return None;
+                }
+                (1..=WRAPPER_WORDS)
+                    .filter_map(|i| self.field(obj, i * 8))
+                    .find(|&code| self.is(code, code_type) && holds(code))
+            })
     }
 
     /// The string `obj`, at most [`MAX_NAME`] code units of it (a longer

@@ -9,7 +9,7 @@ use super::*;
 use crate::runtime::memory::Buffer;
 use crate::runtime::tracker::Weight;
 use crate::runtime::v8::layout::{
-    CodeLayout, External, FrameSlots, FrameTypes, Strings, Types, Version,
+    CodeLayout, External, FeedbackLayout, FrameSlots, FrameTypes, Strings, Types, Version,
 };
 
 // Instance types as V8 12.4 numbers them.
@@ -26,6 +26,9 @@ const SCOPE_INFO: u16 = 272;
 const SCRIPT: u16 = 167;
 const FIXED_ARRAY: u16 = 174;
 const JS_FUNCTION: u16 = 2066;
+const FEEDBACK_VECTOR: u16 = 150;
+const CODE_WRAPPER: u16 = 151;
+const FEEDBACK_CELL: u16 = 152;
 
 /// Node 22's layout (V8 12.4.254.21), as layout_tests.rs checks it.
 fn layout() -> Layout {
@@ -113,6 +116,12 @@ fn layout() -> Layout {
             first_vars: 3,
         }),
         source: crate::runtime::v8::source::SourceLayout::default(),
+        feedback: Some(FeedbackLayout {
+            function_cell: 40,
+            cell_value: 8,
+            vector_type: FEEDBACK_VECTOR,
+            code_wrapper_type: Some(CODE_WRAPPER),
+        }),
     }
 }
 
@@ -508,4 +517,45 @@ fn code_fields_read_through_a_checked_code_object() {
     assert_eq!(heap.code(with_handle, Some(table)), Some(code));
     assert_eq!(heap.code(with_handle, None), None);
     assert_eq!(heap.code(with_handle, Some(table + 8)), None);
+}
+
+#[test]
+fn code_compiled_on_stack_replacement_is_found_in_the_functions_feedback() {
+    let mut f = Fake::default();
+    let code_at =
+        |f: &mut Fake, start: u64| f.object(206, &[0, 0, 0, 0, start, 12 | (0x100 << 32)]);
+    // The function's own code, and two more its feedback keeps: one
+    // directly (weakly), one through its wrapper (V8 12 on).
+    let own = code_at(&mut f, 0x7f00_0000_1000);
+    let other = code_at(&mut f, 0x7f00_0000_2000);
+    let osr = code_at(&mut f, 0x7f00_0000_3000);
+    let wrapper = f.object(CODE_WRAPPER, &[osr]);
+    let unrelated = f.one_byte(b"not code");
+    let vector = f.object(
+        FEEDBACK_VECTOR,
+        &[smi_word(7), unrelated, other | 2, smi_word(0), wrapper | 2],
+    );
+    let cell = f.object(FEEDBACK_CELL, &[vector]);
+    let function = f.object(JS_FUNCTION, &[0, 0, own, 0, cell]);
+    let no_vector = f.object(FEEDBACK_CELL, &[unrelated]);
+    let fresh = f.object(JS_FUNCTION, &[0, 0, own, 0, no_vector]);
+    // Room after the last object, as a page would have.
+    f.alloc(4096);
+    let l = layout();
+    let mem = f.memory();
+    let heap = Heap::new(&l, &mem);
+    assert_eq!(heap.feedback_code(function, 0x7f00_0000_3010), Some(osr));
+    assert_eq!(heap.feedback_code(function, 0x7f00_0000_20ff), Some(other));
+    // A pc in no code.
+    assert_eq!(heap.feedback_code(function, 0x7f00_0000_3100), None);
+    assert_eq!(heap.feedback_code(function, 0x7f00_0000_0fff), None);
+    // No vector yet; not a function; no layout for it.
+    assert_eq!(heap.feedback_code(fresh, 0x7f00_0000_3010), None);
+    assert_eq!(heap.feedback_code(vector, 0x7f00_0000_3010), None);
+    let mut without = layout();
+    without.feedback = None;
+    assert_eq!(
+        Heap::new(&without, &mem).feedback_code(function, 0x7f00_0000_3010),
+        None
+    );
 }

@@ -112,7 +112,7 @@ fn frame(sfi: u64, offset: u32, code: u64) -> RuntimeFrame {
         ids: FrameId {
             kind: Kind::Compiled,
             sfi,
-            offset,
+            offset: offset.into(),
         }
         .encode(),
         cookie: code,

@@ -234,6 +234,23 @@ pub struct Layout {
     pub scope_info: Option<ScopeInfoLayout>,
     /// Where functions start and bytecodes lie in their scripts.
     pub source: SourceLayout,
+    /// Where a function's feedback vector is; `None` where a constant
+    /// lacks.
+    pub feedback: Option<FeedbackLayout>,
+}
+
+/// A function's feedback: `JSFunction.raw_feedback_cell`, a
+/// `FeedbackCell` whose `value` is its `FeedbackVector` once the function
+/// ran enough. The vector keeps weak references to the code optimized for
+/// it, the code compiled on stack replacement among them (by its loop's
+/// slot), to the `Code` itself or (V8 12 on) its `CodeWrapper`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FeedbackLayout {
+    pub function_cell: u16,
+    pub cell_value: u16,
+    pub vector_type: u16,
+    /// `CODE_WRAPPER_TYPE` (V8 12 on).
+    pub code_wrapper_type: Option<u16>,
 }
 
 impl Layout {
@@ -291,6 +308,7 @@ impl Layout {
                 None
             },
             source: SourceLayout::read(&r),
+            feedback: r.feedback(),
         })
     }
 

@@ -36,6 +36,11 @@ pub enum Kind {
     Compiled,
     /// The function alone (its code not known).
     Function,
+    /// Compiled code its function does not point to (compiled on stack
+    /// replacement, or replaced since): the pc itself, for user space to
+    /// find the code in the function's feedback; the cookie the
+    /// `JSFunction`.
+    Elsewhere,
 }
 
 /// A V8 frame's identifiers as BPF writes them: `[sfi, kind << 56 |
@@ -44,8 +49,9 @@ pub enum Kind {
 pub struct FrameId {
     pub kind: Kind,
     pub sfi: u64,
-    /// The bytecode offset (from the first bytecode), the pc offset, or 0.
-    pub offset: u32,
+    /// The bytecode offset (from the first bytecode), the pc offset (each
+    /// 32 bits at most), the pc (56 bits at most), or 0.
+    pub offset: u64,
 }
 
 impl FrameId {
@@ -54,12 +60,17 @@ impl FrameId {
             1 => Kind::Interpreted,
             2 => Kind::Compiled,
             3 => Kind::Function,
+            4 => Kind::Elsewhere,
             _ => return None,
         };
+        let offset = ids[1] & ((1 << 56) - 1);
+        if kind != Kind::Elsewhere && offset > u64::from(u32::MAX) {
+            return None;
+        }
         Some(FrameId {
             kind,
             sfi: ids[0],
-            offset: u32::try_from(ids[1] & ((1 << 56) - 1)).ok()?,
+            offset,
         })
     }
 
@@ -68,8 +79,9 @@ impl FrameId {
             Kind::Interpreted => 1,
             Kind::Compiled => 2,
             Kind::Function => 3,
+            Kind::Elsewhere => 4,
         };
-        [self.sfi, kind << 56 | u64::from(self.offset)]
+        [self.sfi, kind << 56 | (self.offset & ((1 << 56) - 1))]
     }
 }
 
@@ -154,7 +166,8 @@ impl V8Namer {
                 // (checked in BPF at the sample, the function is right)
                 // leaves the function's own line.
                 let t = &layout.types;
-                let offset = bytecode_offset(layout, i64::from(id.offset)).filter(|&offset| {
+                let slot = i64::try_from(id.offset).ok()?;
+                let offset = bytecode_offset(layout, slot).filter(|&offset| {
                     heap.instance_type(cookie) == Some(t.bytecode_array)
                         && heap
                             .smi_field(cookie, layout.bytecode_array_length)
@@ -169,7 +182,7 @@ impl V8Namer {
             }
             Kind::Compiled => {
                 let code = heap.instructions(cookie)?;
-                if u64::from(id.offset) > code.end - code.start {
+                if id.offset > code.end - code.start {
                     return None;
                 }
                 // Optimized code: the functions inlined at the pc, each
@@ -182,6 +195,27 @@ impl V8Namer {
                 (None, FrameKind::Jit)
             }
             Kind::Function => (None, FrameKind::Jit),
+            // The code its feedback keeps that holds the pc, named as a
+            // compiled frame at its offset; else the function alone.
+            Kind::Elsewhere => {
+                let pc = id.offset;
+                let found = (heap.shared(cookie) == Some(id.sfi))
+                    .then(|| heap.feedback_code(cookie, pc))
+                    .flatten()
+                    .and_then(|code| Some((code, heap.instructions(code)?.start)));
+                if let Some((code, start)) = found {
+                    let at = FrameId {
+                        kind: Kind::Compiled,
+                        offset: pc - start,
+                        ..id
+                    };
+                    let inlined = self.optimized(&heap, pid, process, &function, at, code);
+                    if inlined.is_some() {
+                        return inlined;
+                    }
+                }
+                (None, FrameKind::Jit)
+            }
         };
         let line = line.or_else(|| {
             let start = function.start?;
@@ -235,7 +269,7 @@ impl V8Namer {
         if inlined.shared != id.sfi {
             return None;
         }
-        let sites = inlined.at(id.offset)?;
+        let sites = inlined.at(u32::try_from(id.offset).ok()?)?;
         let mut out = Vec::with_capacity(sites.len());
         for (i, site) in sites.iter().enumerate() {
             let f = match site.function {

@@ -35,7 +35,12 @@ fn namer_of(running: &Running) -> (V8Namer, Arc<Process>) {
 fn frame(kind: Kind, sfi: u64, offset: u32, cookie: u64) -> RuntimeFrame {
     RuntimeFrame {
         runtime: RUNTIME,
-        ids: FrameId { kind, sfi, offset }.encode(),
+        ids: FrameId {
+            kind,
+            sfi,
+            offset: offset.into(),
+        }
+        .encode(),
         cookie,
     }
 }
@@ -300,10 +305,18 @@ fn frame_ids_round_trip() {
         };
         assert_eq!(FrameId::decode(id.encode()), Some(id));
     }
+    // A pc in other code: 56 bits of it.
+    let elsewhere = FrameId {
+        kind: Kind::Elsewhere,
+        sfi: 0x1234_5678_9ab1,
+        offset: 0x7f12_3456_789a,
+    };
+    assert_eq!(FrameId::decode(elsewhere.encode()), Some(elsewhere));
     assert_eq!(FrameId::decode([1, 0]), None);
-    assert_eq!(FrameId::decode([1, 4 << 56]), None);
+    assert_eq!(FrameId::decode([1, 5 << 56]), None);
     // An offset past 32 bits is no offset BPF writes.
     assert_eq!(FrameId::decode([1, 1 << 56 | 1 << 40]), None);
+    assert_eq!(FrameId::decode([1, 2 << 56 | 1 << 40]), None);
 }
 
 #[test]

@@ -37,6 +37,8 @@ struct Stepper<'a> {
     mem: Pages<ProcessMemory>,
     /// The process's code that files back: any other is V8's.
     files: &'a [Range<u64>],
+    /// arm64's link register at the first frame (else 0).
+    lr: u64,
 }
 
 impl crate::runtime::perf::Stepper for Stepper<'_> {
@@ -48,7 +50,16 @@ impl crate::runtime::perf::Stepper for Stepper<'_> {
     ) -> Option<([u64; 4], Regs)> {
         let files = self.files;
         let jit = |pc: u64| !files.iter().any(|r| r.contains(&pc));
-        let s = walk::step(self.process, &self.mem, stack, regs, return_address, &jit)?;
+        let lr = if return_address { 0 } else { self.lr };
+        let s = walk::step(
+            self.process,
+            &self.mem,
+            stack,
+            regs,
+            return_address,
+            lr,
+            &jit,
+        )?;
         let header = frame_header(V8::KIND.frame_type(), 3);
         Some(([header, s.ids[0], s.ids[1], s.cookie], s.caller))
     }
@@ -63,7 +74,7 @@ impl PerfRuntime for PerfV8 {
         &mut self,
         pid: u32,
         start: u64,
-        _leaf: Leaf,
+        leaf: Leaf,
         mappings: &Mappings,
     ) -> Option<Box<dyn crate::runtime::perf::Stepper + '_>> {
         let found = self.finder.get(pid, start, mappings, |process| Found {
@@ -74,6 +85,7 @@ impl PerfRuntime for PerfV8 {
             process: &found.process,
             mem: Pages::new(ProcessMemory { pid }),
             files: &found.files,
+            lr: leaf.lr,
         }))
     }
 }

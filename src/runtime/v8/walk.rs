@@ -22,6 +22,10 @@ const ADDR_MASK: u64 = 0x0000_ffff_ffff_ffff;
 #[cfg(not(target_arch = "aarch64"))]
 const ADDR_MASK: u64 = !0;
 
+/// The words at the top of the stack tried as the return address of a
+/// frameless builtin's call (as bpf/v8.h's V8_LEAF_WORDS).
+const LEAF_WORDS: u64 = 3;
+
 /// A JavaScript frame read: its identifiers and cookie as BPF gives them,
 /// and its caller's registers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -34,13 +38,15 @@ pub struct Step {
 /// Reads the frame at `regs` of a process running V8 (`process`, its
 /// memory `mem`; `stack` reads the sample's copy of the stack first),
 /// when its pc is in the builtins or in `jit` code (a pc no file backs):
-/// `None` for any other frame, which the native walk steps.
+/// `None` for any other frame, which the native walk steps. `lr` is
+/// arm64's link register at the first frame (else 0).
 pub fn step(
     process: &Process,
     mem: &dyn Memory,
     stack: &dyn Fn(u64) -> Option<u64>,
     regs: Regs,
     return_address: bool,
+    lr: u64,
     jit: &dyn Fn(u64) -> bool,
 ) -> Option<Step> {
     let Regs { pc, bp, .. } = regs;
@@ -69,7 +75,7 @@ pub fn step(
         bp: word(bp)?,
     };
     let types = &process.layout.types;
-    let frame = |kind, offset: u32, cookie| Step {
+    let frame = |kind, offset: u64, cookie| Step {
         ids: FrameId { kind, sfi, offset }.encode(),
         cookie,
         caller,
@@ -83,23 +89,42 @@ pub fn step(
         .map(|w| (w >> 32) as u32);
     if in_builtins && heap.instance_type(array) == Some(types.bytecode_array) {
         if let Some(offset) = offset {
-            return Some(frame(Kind::Interpreted, offset, array));
+            return Some(frame(Kind::Interpreted, offset.into(), array));
         }
     }
     // Compiled: the pc in its function's code (a return address one byte
     // back, in its call).
     let at = if return_address { pc - 1 } else { pc };
     let dispatch = (process.dispatch != 0).then_some(process.dispatch);
-    let compiled = heap.code(function, dispatch).and_then(|code| {
+    let code = heap.code(function, dispatch);
+    let in_code = |at: u64| -> Option<(u64, u32)> {
+        let code = code?;
         let range = heap.instructions(code)?;
         range
             .contains(&at)
             .then(|| u32::try_from(at - range.start).ok())
             .flatten()
             .map(|offset| (code, offset))
-    });
+    };
+    let mut compiled = in_code(at);
+    // The first frame's pc in a builtin that keeps no frame, called from
+    // the frame's compiled code: the call's return address (arm64's link
+    // register, or a word at the top of the stack) is the pc in it.
+    if compiled.is_none() && !return_address && in_builtins {
+        let sp = regs.sp;
+        let candidates =
+            std::iter::once(Some(lr)).chain((0..LEAF_WORDS).map(|i| word(sp.checked_add(i * 8)?)));
+        compiled = candidates
+            .map_while(|w| w)
+            .filter(|&w| w & ADDR_MASK > 0)
+            .find_map(|w| in_code((w & ADDR_MASK) - 1));
+    }
     Some(match compiled {
-        Some((code, offset)) => frame(Kind::Compiled, offset, code),
+        Some((code, offset)) => frame(Kind::Compiled, offset.into(), code),
+        // Code the function does not point to (compiled on stack
+        // replacement): the pc, for the namer to find the code. Not a
+        // frameless builtin's pc, which is in no function's code.
+        None if !in_builtins => frame(Kind::Elsewhere, at & ADDR_MASK, function),
         None => frame(Kind::Function, 0, 0),
     })
 }
