@@ -332,6 +332,27 @@ static __always_inline long unwind_java_frame(struct unwind_walk *w, struct java
 	return 0;
 }
 
+/* Where the builtins v8_proc names are in their binary's unwind table,
+ * into v8_scratch: the copies other isolates (worker threads) run are
+ * where that table maps the same rows. */
+static __always_inline void unwind_v8_blob_table(struct unwind_walk *w)
+{
+	struct v8_scratch *vs = v8_scratch_get();
+	struct unwind_mapping *m;
+
+	if (!vs)
+		return;
+	vs->blob_table = UNWIND_NO_TABLE;
+	if (!w->have_proc)
+		return;
+	m = unwind_find_mapping(w, vs->proc.blob_low);
+	if (!m || m->table == UNWIND_NO_TABLE || vs->proc.blob_low < m->bias)
+		return;
+	vs->blob_table = m->table;
+	vs->blob_row_low = vs->proc.blob_low - m->bias;
+	vs->blob_row_high = vs->proc.blob_high - m->bias;
+}
+
 /* Records the JavaScript frame at the frame pointer in place of `pc`,
  * when `pc` is in V8's builtins or code without unwind tables (in no
  * mapping `m`, or one without a table) and the frame is one: true then
@@ -340,11 +361,21 @@ static __always_inline bool unwind_v8_frame(struct unwind_walk *w, struct flare_
 					    __u64 pc, struct unwind_mapping *m)
 {
 	struct v8_scratch *vs = v8_scratch_get();
-	__u64 len;
+	__u32 flags = w->return_address ? V8_AT_RETURN : 0;
+	__u64 len, row;
 
-	if (!vs || !(v8_in_blob(vs, pc) || !m || m->table == UNWIND_NO_TABLE) ||
-	    !v8_frame(pc, w->sp, w->bp, w->return_address ? 0 : w->lr,
-		      w->return_address))
+	if (!vs)
+		return false;
+	/* In the builtins: a range v8_proc names, or the builtins' place in
+	 * any mapping of the binary's table (a worker's copy). */
+	row = m ? pc - m->bias : 0;
+	if (v8_in_blob(vs, pc) ||
+	    (m && m->table != UNWIND_NO_TABLE && m->table == vs->blob_table &&
+	     row >= vs->blob_row_low && row < vs->blob_row_high))
+		flags |= V8_AT_BUILTIN;
+	else if (m && m->table != UNWIND_NO_TABLE)
+		return false;
+	if (!v8_frame(pc, w->sp, w->bp, w->return_address ? 0 : w->lr, flags))
 		return false;
 	len = flare_push_runtime_frame(out, w->n, &w->hash, FLARE_FRAME_V8, vs->sfi,
 				       vs->kind_offset, vs->code);
@@ -630,6 +661,8 @@ static __always_inline __s64 flare_unwind_user(__u32 pid)
 	py_start(&w->py, pid);
 	w->java = java_start(pid);
 	w->v8 = v8_start(pid);
+	if (w->v8)
+		unwind_v8_blob_table(w);
 	/* A step puts in at most one frame; eval calls that Python frames
 	 * replace, and stubs, take steps that put in none. */
 	bpf_loop(2 * FLARE_MAX_FRAMES, unwind_step, NULL, 0);

@@ -28,6 +28,10 @@
 
 #include "common.h"
 
+/* v8_frame's flags. */
+#define V8_AT_RETURN		1	/* the pc is a return address */
+#define V8_AT_BUILTIN		2	/* the pc is in a copy of the builtins */
+
 /* Frame kinds (src/runtime/v8/mod.rs Kind), in the top byte of the
  * second identifier. */
 #define V8_KIND_INTERPRETED	1	/* bytecode offset */
@@ -98,6 +102,12 @@ struct v8_scratch {
 	struct v8_proc proc;
 	__u64 frame[V8_FRAME_WORDS];
 	__u64 word, sfi, code, kind_offset;
+	/* Where the builtins are in the unwind table of the binary holding
+	 * them (unwind.h sets it per stack): every mapping of that table
+	 * holds a copy there. V8 makes one per isolate, so one per worker
+	 * thread: more than v8_proc's two ranges. */
+	__u64 blob_row_low, blob_row_high;
+	__u32 blob_table, pad;
 };
 
 struct {
@@ -205,16 +215,26 @@ static __always_inline bool v8_code_of(struct v8_scratch *vs, __u64 function, __
 	return true;
 }
 
+/* Records the frame of `function` as running other code at `pc`: 1. */
+static __always_inline int v8_elsewhere(struct v8_scratch *vs, __u64 function, __u64 pc)
+{
+	vs->code = function;
+	vs->kind_offset = ((__u64)V8_KIND_ELSEWHERE << 56) | (pc & ((1ULL << 56) - 1));
+	__sync_fetch_and_add(&v8_stats.function_only, 1);
+	return 1;
+}
+
 /*
- * Reads the frame at `bp` of a pc in V8's code (`return_address` when it
- * is one; `sp` the stack pointer at it, `lr` arm64's link register at
+ * Reads the frame at `bp` of a pc in V8's code (`flags`: V8_AT_RETURN
+ * when it is a return address, V8_AT_BUILTIN when in the builtins; `sp` the stack pointer at it, `lr` arm64's link register at
  * the first frame, else 0): 1 when it is a JavaScript frame, its identifiers then in
  * v8_scratch's sfi, kind_offset and code. A global function: the
  * verifier checks it once, on its own, not at every state of the walk
  * that calls it.
  */
-__noinline int v8_frame(__u64 pc, __u64 sp, __u64 bp, __u64 lr, __u32 return_address)
+__noinline int v8_frame(__u64 pc, __u64 sp, __u64 bp, __u64 lr, __u32 flags)
 {
+	bool return_address = flags & V8_AT_RETURN, in_blob = flags & V8_AT_BUILTIN;
 	struct v8_scratch *vs = v8_scratch_get();
 	struct v8_proc *p;
 	__u64 base = bp - V8_BELOW * 8, function, marker, offset, bytecode;
@@ -248,7 +268,7 @@ __noinline int v8_frame(__u64 pc, __u64 sp, __u64 bp, __u64 lr, __u32 return_add
 	 * then holding any value.) */
 	bytecode = vs->frame[p->slot_bytecode_array & 7];
 	offset = vs->frame[p->slot_bytecode_offset & 7];
-	if (v8_in_blob(vs, pc) && v8_is_smi(offset) && v8_type(vs, bytecode) == p->type_bytecode) {
+	if (in_blob && v8_is_smi(offset) && v8_type(vs, bytecode) == p->type_bytecode) {
 		vs->code = bytecode;
 		vs->kind_offset = ((__u64)V8_KIND_INTERPRETED << 56) | ((offset >> 32) & 0xffffffffULL);
 		return 1;
@@ -260,13 +280,8 @@ __noinline int v8_frame(__u64 pc, __u64 sp, __u64 bp, __u64 lr, __u32 return_add
 	/* A pc in other code (compiled on stack replacement, which is no
 	 * function's code): the pc and the function, for user space to find
 	 * the code in the function's feedback. */
-	if (!v8_in_blob(vs, pc)) {
-		vs->code = function;
-		vs->kind_offset = ((__u64)V8_KIND_ELSEWHERE << 56) |
-				  ((return_address ? pc - 1 : pc) & ((1ULL << 56) - 1));
-		__sync_fetch_and_add(&v8_stats.function_only, 1);
-		return 1;
-	}
+	if (!in_blob)
+		return v8_elsewhere(vs, function, return_address ? pc - 1 : pc);
 	/* The first frame's pc in a builtin that keeps no frame (string
 	 * concatenation, array growth), called from the compiled code the
 	 * frame pointer's frame runs: the call's return address is at the
@@ -283,6 +298,12 @@ __noinline int v8_frame(__u64 pc, __u64 sp, __u64 bp, __u64 lr, __u32 return_add
 			if (v8_code_of(vs, function, (vs->word & V8_ADDR_MASK) - 1))
 				return 1;
 		}
+		/* Called from other code (on-stack replacement's): the first
+		 * return address that may be the call's, as above. */
+		if (lr)
+			return v8_elsewhere(vs, function, (lr & V8_ADDR_MASK) - 1);
+		if (v8_read(vs, sp))
+			return v8_elsewhere(vs, function, (vs->word & V8_ADDR_MASK) - 1);
 	}
 	__sync_fetch_and_add(&v8_stats.function_only, 1);
 	return 1;

@@ -210,15 +210,26 @@ fn node26_chain_and_shares() {
 }
 
 /// Folded stacks of `flare ARGS -p PID -f` over `node NODE_FLAGS
-/// nodeservice.js MODE SECONDS` on Node.js 20 (this machine's Debian-compatible build): the
-/// stacks, and flare's stderr with them for messages.
+/// nodeservice.js MODE SECONDS` on Node.js 20: the stacks, and flare's
+/// stderr with them for messages.
 fn folded_run(
     flare_args: &[&str],
     node_flags: &[&str],
     mode: &str,
     seconds: &str,
 ) -> Option<(Chains, String)> {
-    let node = node(20)?;
+    folded_run_on(20, flare_args, node_flags, mode, seconds)
+}
+
+/// [`folded_run`] on Node.js `major`.
+fn folded_run_on(
+    major: u32,
+    flare_args: &[&str],
+    node_flags: &[&str],
+    mode: &str,
+    seconds: &str,
+) -> Option<(Chains, String)> {
+    let node = node(major)?;
     let _guard = serial();
     let script = script();
     let mut args = node_flags.to_vec();
@@ -253,6 +264,60 @@ fn under(stacks: &[(Vec<String>, u64)], outer: &str, inner: &str) -> u64 {
         })
         .map(|(_, n)| n)
         .sum()
+}
+
+/// Two worker threads (each its own isolate, from V8 12 on running its
+/// own copy of the builtins), one in parseRequest, one in renderPage, at
+/// default flags: each thread's stacks are its own, whole from
+/// workerMain down.
+fn workers(major: u32) {
+    if !require_bpf() {
+        return;
+    }
+    let flare = ["profile", "-U", "-F", "499"];
+    let Some((stacks, ctx)) = folded_run_on(major, &flare, &[], "threads", "3") else {
+        return;
+    };
+    let has = |f: &[String], name: &str| f.iter().any(|x| x == name);
+    let count = |pred: &dyn Fn(&[String]) -> bool| -> u64 {
+        stacks.iter().filter(|(f, _)| pred(f)).map(|(_, n)| n).sum()
+    };
+    // 499 Hz for 3 s: some 1,500 samples a thread (on a CPU of its own
+    // for half of it or more), most in the leaf.
+    let want = if common::bpf::emulated() { 100 } else { 700 };
+    for (lp, leaf) in [("parseLoop", "parseRequest"), ("renderLoop", "renderPage")] {
+        let in_loop = count(&|f| has(f, lp));
+        let in_leaf = under(&stacks, lp, leaf);
+        assert!(
+            in_loop >= want && 2 * in_leaf >= in_loop,
+            "Node {major}: {in_loop} samples in {lp}, {in_leaf} in {leaf}: {ctx}"
+        );
+    }
+    // Each thread runs its own loop: a stack holding both threads'
+    // functions could only come from mixing them.
+    let mixed = count(&|f| {
+        (has(f, "parseLoop") && (has(f, "renderLoop") || has(f, "renderPage")))
+            || (has(f, "renderLoop") && has(f, "parseRequest"))
+    });
+    assert_eq!(mixed, 0, "Node {major}: stacks of both threads: {ctx}");
+    // Whole: the loops under workerMain, the worker's entry.
+    let loops = count(&|f| has(f, "parseLoop") || has(f, "renderLoop"));
+    let whole =
+        under(&stacks, "workerMain", "parseLoop") + under(&stacks, "workerMain", "renderLoop");
+    assert!(
+        whole as f64 >= 0.95 * loops as f64,
+        "Node {major}: {whole} of {loops} samples in the loops under workerMain: {ctx}"
+    );
+}
+
+#[test]
+fn node20_workers_have_their_own_stacks() {
+    workers(20);
+}
+
+#[test]
+fn node24_workers_have_their_own_stacks() {
+    workers(24);
 }
 
 #[test]

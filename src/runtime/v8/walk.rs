@@ -106,27 +106,34 @@ pub fn step(
             .flatten()
             .map(|offset| (code, offset))
     };
-    let mut compiled = in_code(at);
+    if let Some((code, offset)) = in_code(at) {
+        return Some(frame(Kind::Compiled, offset.into(), code));
+    }
+    // Code the function does not point to (compiled on stack
+    // replacement): the pc, for the namer to find the code.
+    if !in_builtins {
+        return Some(frame(Kind::Elsewhere, at & ADDR_MASK, function));
+    }
     // The first frame's pc in a builtin that keeps no frame, called from
     // the frame's compiled code: the call's return address (arm64's link
-    // register, or a word at the top of the stack) is the pc in it.
-    if compiled.is_none() && !return_address && in_builtins {
+    // register, or a word at the top of the stack) is the pc in it; in
+    // other code, the first of them is taken as the pc there.
+    if !return_address {
         let sp = regs.sp;
-        let candidates =
-            std::iter::once(Some(lr)).chain((0..LEAF_WORDS).map(|i| word(sp.checked_add(i * 8)?)));
-        compiled = candidates
+        let calls: Vec<u64> = std::iter::once(Some(lr))
+            .chain((0..LEAF_WORDS).map(|i| word(sp.checked_add(i * 8)?)))
             .map_while(|w| w)
-            .filter(|&w| w & ADDR_MASK > 0)
-            .find_map(|w| in_code((w & ADDR_MASK) - 1));
+            .map(|w| w & ADDR_MASK)
+            .filter(|&w| w > 0)
+            .collect();
+        if let Some((code, offset)) = calls.iter().find_map(|&w| in_code(w - 1)) {
+            return Some(frame(Kind::Compiled, offset.into(), code));
+        }
+        if let Some(&call) = calls.first() {
+            return Some(frame(Kind::Elsewhere, call - 1, function));
+        }
     }
-    Some(match compiled {
-        Some((code, offset)) => frame(Kind::Compiled, offset.into(), code),
-        // Code the function does not point to (compiled on stack
-        // replacement): the pc, for the namer to find the code. Not a
-        // frameless builtin's pc, which is in no function's code.
-        None if !in_builtins => frame(Kind::Elsewhere, at & ADDR_MASK, function),
-        None => frame(Kind::Function, 0, 0),
-    })
+    Some(frame(Kind::Function, 0, 0))
 }
 
 fn in_any(ranges: &[Range<u64>], pc: u64) -> bool {
