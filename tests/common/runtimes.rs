@@ -76,3 +76,19 @@ pub fn node(major: u32) -> Option<PathBuf> {
         &|_| "bin/node".to_string(),
     )
 }
+
+/// The TypeScript compiler's release the tests profile (npm's
+/// typescript package, the last major written in JavaScript before 7's
+/// native one).
+pub const TYPESCRIPT: &str = "5.9.3";
+
+/// [`TYPESCRIPT`]'s `lib/typescript.js` (its API, for `require`) as
+/// `scripts/runtimes typescript` keeps it, as [`required`] finds it.
+pub fn typescript() -> Option<PathBuf> {
+    required(
+        ("typescript", TYPESCRIPT),
+        &format!("TypeScript {TYPESCRIPT}"),
+        &format!("typescript-{TYPESCRIPT}"),
+        &|_| "lib/typescript.js".to_string(),
+    )
+}

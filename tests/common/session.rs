@@ -127,6 +127,15 @@ impl Workload {
     }
 }
 
+impl Workload {
+    /// Closes stdin and waits for the workload to exit by itself (node
+    /// writes its `--cpu-prof` file then); returns how it ended.
+    pub fn finish(mut self) -> std::process::ExitStatus {
+        self.stdin.take();
+        self.child.wait().expect("waiting for the workload")
+    }
+}
+
 impl Drop for Workload {
     fn drop(&mut self) {
         self.stdin.take();
