@@ -1074,8 +1074,12 @@ fn node_without_root(major: u32, flags: &[&str]) {
     // The program reading its clocks (serve's now(), handle's phaseCpu).
     let clock =
         samples_with(&stacks, &function, "now") + samples_with(&stacks, &function, "phaseCpu");
+    // Emulated (the arm64 guest), handle's own work (next(), its random
+    // numbers: multiplies and shifts TCG makes dear) and V8's compile
+    // jobs took 6-7 % of the samples of Node 24 at default flags.
+    let chain = if common::bpf::emulated() { 0.9 } else { 0.95 };
     assert!(
-        both as f64 >= 0.95 * (total - clock) as f64,
+        both as f64 >= chain * (total - clock) as f64,
         "{both} of {total} samples ({clock} reading clocks) under the chain:\n{stdout}\n{err}"
     );
     let spent_both: f64 = own.iter().map(|(_, spent)| spent).sum();
