@@ -321,6 +321,29 @@ fn node24_workers_have_their_own_stacks() {
 }
 
 #[test]
+fn wallclock_and_stackcount_show_javascript_callers() {
+    if !require_bpf() {
+        return;
+    }
+    // nap() -> sleepMs() -> Atomics.wait for 100 ms at a time, 2 s.
+    let Some((stacks, ctx)) = folded_run(&["wallclock"], &[], "sleep", "2") else {
+        return;
+    };
+    let waited = under(&stacks, "nap", "sleepMs");
+    assert!(
+        waited >= 1_000_000,
+        "{waited} us of wall-clock time under nap;sleepMs: {ctx}"
+    );
+    let probe = ["stackcount", "-U", "t:syscalls:sys_enter_futex"];
+    let Some((stacks, ctx)) = folded_run(&probe, &[], "sleep", "2") else {
+        return;
+    };
+    // A futex wait each 100 ms, each its own call.
+    let waits = under(&stacks, "nap", "sleepMs");
+    assert!(waits >= 10, "{waits} futex calls under nap;sleepMs: {ctx}");
+}
+
+#[test]
 fn a_node_process_that_exited_is_named_as_when_alive() {
     if !require_bpf() {
         return;
