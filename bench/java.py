@@ -86,12 +86,13 @@ import sys
 import tempfile
 import time
 
-from benchlib import HandleCounter, end_workload, own_figures, perf_fds, sampling_prog_stats
+from benchlib import Profiler as BaseProfiler
+from benchlib import (HandleCounter, end_workload, machine_busy, own_figures, sampling_prog_stats,
+                      schedstat_ns)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SOURCE = os.path.join(ROOT, "tests", "workloads", "Service.java")
 NCPU = os.cpu_count() or 1
-TICK = os.sysconf("SC_CLK_TCK")
 LEAVES = ("Service.parseRequest", "Service.renderPage")
 CHAIN = ("Service.main", "Service.serve", "Service.handle")
 # A Java method's name, from flare's `pkg.Class.method(types)` or a perf
@@ -128,31 +129,6 @@ def find_perf(arg):
         if r.returncode == 0 and r.stdout.startswith("perf version"):
             return c, r.stdout.strip()
     return None, None
-
-
-def schedstat_ns(path):
-    try:
-        with open(path) as f:
-            return int(f.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 0
-
-
-def cpu_ns(pid):
-    """CPU time of a process's live threads, ns (schedstat)."""
-    try:
-        tids = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return 0
-    return sum(schedstat_ns(f"/proc/{pid}/task/{t}/schedstat") for t in tids)
-
-
-def machine_busy():
-    """CPU seconds the whole machine has spent busy (/proc/stat)."""
-    with open("/proc/stat") as f:
-        v = [int(x) for x in f.readline().split()[1:]]
-    # user nice system idle iowait irq softirq steal
-    return (v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) / TICK
 
 
 def wait_rusage(p, timeout=300):
@@ -212,39 +188,9 @@ class JVM:
             os.unlink(self.map)
 
 
-class Profiler:
-    """A profiler started, attached (its perf events all open) and settled."""
-
-    def __init__(self, name, cmd, tmp, settle=0.5):
-        self.name = name
-        self.log = os.path.join(tmp, f"{name}.log")
-        with open(self.log, "w") as log_f:
-            self.p = subprocess.Popen(cmd, stdout=log_f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        t0 = time.monotonic()
-        last, since = 0, t0
-        while True:
-            n = perf_fds(self.p.pid)
-            now = time.monotonic()
-            if n != last:
-                last, since = n, now
-            elif n and now - since > 0.1:   # as many events as it opens
-                break
-            if self.p.poll() is not None:
-                raise RuntimeError(f"{cmd[0]} exited ({self.p.returncode}): {self.tail()}")
-            if now - t0 > 60:
-                self.p.kill()
-                self.p.wait()
-                raise RuntimeError(f"{cmd[0]} did not attach in 60 s")
-            time.sleep(0.002)
-        self.attach = time.monotonic() - t0
-        time.sleep(settle)
-
-    def tail(self):
-        with open(self.log) as f:
-            return " | ".join(f.read().strip().splitlines()[-3:])
-
-    def cpu(self):
-        return cpu_ns(self.p.pid) / 1e9
+class Profiler(BaseProfiler):
+    """benchlib's Profiler, whose stop also says how it exited when it
+    did not end on SIGINT."""
 
     def stop(self):
         """Stops it (SIGINT: it writes its output); its CPU seconds, start to exit."""

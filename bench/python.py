@@ -62,7 +62,7 @@ import sys
 import tempfile
 import time
 
-from benchlib import HandleCounter, end_workload, own_figures, perf_fds, sampling_prog_stats
+from benchlib import HandleCounter, cpu_ns, end_workload, own_figures, perf_fds, sampling_prog_stats
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FLARE = os.environ.get("FLARE", os.path.join(ROOT, "target", "release", "flare"))
@@ -97,19 +97,6 @@ def find_py_spy(args):
             last = err.decode(errors="replace").strip().splitlines()[-1:] or [str(e)]
             return None, f"py-spy: skipped, pip could not install it (no network?): {last[0]}"
     return exe, None
-
-
-def cpu_ns(pid):
-    """CPU time of a process's live threads (schedstat: utime+stime in ns,
-    where /proc/PID/stat counts clock ticks)."""
-    total = 0
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        try:
-            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
-                total += int(f.read().split()[0])
-        except (OSError, ValueError, IndexError):
-            pass
-    return total
 
 
 class Workload:
