@@ -17,18 +17,26 @@ mirror_uri() {
     done
 }
 
-# apt_setup CACHE SUITE ARCH: a private apt state for SUITE/ARCH under
-# CACHE/apt; sets apt_dir and apt_opts (for apt-get and apt-cache).
+# apt_setup CACHE SUITE ARCH [SUITE...]: a private apt state for SUITE/ARCH
+# under CACHE/apt (CACHE/apt/SUITE+SUITE-ARCH for more than one suite: apt
+# then takes each package from the suite its pin priorities prefer, e.g.
+# sid's over experimental's, experimental's where sid has none); sets
+# apt_dir and apt_opts (for apt-get and apt-cache).
 apt_setup() {
-    local cache=$1 suite=$2 arch=$3 uri
+    local cache=$1 suite=$2 arch=$3 uri key s
+    shift 3
     uri=$(mirror_uri | head -n1)
     if [ -z "$uri" ]; then
         echo "${0##*/}: no Debian mirror found in /etc/apt/sources.list{,.d}" >&2
         exit 1
     fi
-    apt_dir="$cache/apt/$suite-$arch"
+    key=$suite
+    for s in "$@"; do key+="+$s"; done
+    apt_dir="$cache/apt/$key-$arch"
     mkdir -p "$apt_dir/lists/partial" "$apt_dir/cache/archives/partial"
-    echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $uri $suite main" >"$apt_dir/sources.list"
+    for s in "$suite" "$@"; do
+        echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $uri $s main"
+    done >"$apt_dir/sources.list"
     apt_opts=(
         -o "Dir::Etc::SourceList=$apt_dir/sources.list"
         -o "Dir::Etc::SourceParts=$apt_dir/none"
