@@ -92,8 +92,8 @@ impl Runtime {
             Runtime::Ruby,
             Runtime::Test,
         ]
-            .into_iter()
-            .find(|r| r.frame_type() == t)
+        .into_iter()
+        .find(|r| r.frame_type() == t)
     }
 
     /// The frame type of this runtime's frames in a stack record.

@@ -66,7 +66,7 @@ pub struct Process {
 pub type Registry = crate::runtime::tracker::Registry<Process>;
 
 /// Bytes of `struct rb_proc` (bpf/ruby.h).
-pub const BPF_PROC_SIZE: usize = 72;
+pub const BPF_PROC_SIZE: usize = 64;
 
 impl Process {
     /// The process as BPF reads it: `struct rb_proc` (bpf/ruby.h).
