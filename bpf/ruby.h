@@ -52,12 +52,13 @@ struct rb_proc {
 	__u64 exec_start, exec_end;	/* vm_exec_core */
 	__s64 slots[RB_MAX_SLOTS];	/* candidate places of the ec pointer */
 	__u64 modid;			/* TLS module id (DTV), 0: thread pointer */
+	__u64 caller_start, caller_end;	/* rb_vm_exec, or empty */
 	__u16 cfp_size;			/* sizeof(rb_control_frame_t) */
 	__u8 nslots;
 	__u8 pad[5];
 };
 
-_Static_assert(sizeof(struct rb_proc) == 64, "rb_proc layout");
+_Static_assert(sizeof(struct rb_proc) == 80, "rb_proc layout");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -83,6 +84,7 @@ struct rb_scratch {
 	__u64 cfp;		/* the next control frame; 0: none */
 	__u64 last;		/* the outermost one to put in */
 	__u64 exec_start, exec_end;
+	__u64 caller_start, caller_end;
 	__u64 a, b, cookie;	/* the frame rb_frame read */
 	__u64 ep[3];		/* a frame's environment: ep[-2], ep[-1], ep[0] */
 	__u64 f[5];		/* a control frame: pc, sp, iseq, self, ep */
@@ -111,6 +113,7 @@ struct rb_walk {
 	bool on;		/* the thread runs Ruby: rb_scratch holds its walk */
 	bool pending;		/* putting an activation's frames in place */
 	bool rest;		/* every frame left, then the walk ends */
+	bool after_exec;	/* the last native frame was the loop's */
 };
 
 /* What rb_frame found. */
@@ -179,6 +182,8 @@ __noinline int rb_begin(__u32 pid, __u64 tp)
 	rs->cfp = 0;
 	rs->exec_start = p->exec_start;
 	rs->exec_end = p->exec_end;
+	rs->caller_start = p->caller_start;
+	rs->caller_end = p->caller_end;
 	base = tp;
 	if (p->modid && (!rb_read(&dtv, 8, tp + 8) || !dtv ||
 			 !rb_read(&base, 8, dtv + 16 * (p->modid & 0xffff)) || !base)) {
@@ -209,6 +214,14 @@ static __always_inline bool rb_in_exec(__u64 pc)
 	struct rb_scratch *rs = rb_scratch_get();
 
 	return rs && rs->cfp && pc >= rs->exec_start && pc < rs->exec_end;
+}
+
+/* True when `pc` lies in the loop's caller. */
+static __always_inline bool rb_in_exec_caller(__u64 pc)
+{
+	struct rb_scratch *rs = rb_scratch_get();
+
+	return rs && rs->cfp && pc >= rs->caller_start && pc < rs->caller_end;
 }
 
 /* True when Ruby frames are left to put in. */
@@ -299,6 +312,28 @@ __noinline int rb_frame(void)
 		return finish || !rs->cfp ? RB_NONE : RB_SKIP;
 	__sync_fetch_and_add(&rb_stats.frames, 1);
 	return finish || !rs->cfp ? RB_LAST : RB_FRAME;
+}
+
+/*
+ * At the loop's caller met without the loop above it: an activation being
+ * entered, its first frame (flagged FINISH) pushed already. Puts that
+ * frame after the `*n` words of `out` (hashing it into `*hash`); any
+ * other frame is left for the activations below.
+ */
+static __always_inline void rb_entering(struct flare_stack_scratch *out, __u32 *n, __u64 *hash)
+{
+	struct rb_scratch *rs = rb_scratch_get();
+	__u64 cfp, len;
+
+	if (!rs)
+		return;
+	cfp = rs->cfp;
+	if (rb_frame() != RB_LAST) {
+		rs->cfp = cfp;
+		return;
+	}
+	len = flare_push_runtime_frame(out, *n, hash, FLARE_FRAME_RUBY, rs->a, rs->b, rs->cookie);
+	*n = len;
 }
 
 /*

@@ -467,6 +467,7 @@ static __always_inline long unwind_native_step(struct unwind_walk *w, struct fla
 		w->rb.pending = true;
 		w->rb.exec_pc = pc;
 		w->rb.emitted = 0;
+		w->rb.after_exec = true;
 	} else if (w->rb.on && w->have_proc && (!m || m->table == UNWIND_NO_TABLE) && rb_frames_left()) {
 		/* Ruby's JIT code: no frame to step by. Every Ruby frame
 		 * left goes in, and the walk ends. */
@@ -475,6 +476,15 @@ static __always_inline long unwind_native_step(struct unwind_walk *w, struct fla
 		w->rb.emitted = 0;
 		return 1;
 	} else {
+		if (w->rb.on) {
+			if (!w->rb.after_exec && rb_in_exec_caller(lookup))
+				rb_entering(out, &w->n, &w->hash);
+			w->rb.after_exec = false;
+			n = w->n;
+		}
+		barrier_var(n);
+		if (n >= FLARE_MAX_STACK_WORDS)
+			return 1;
 		out->pcs[n] = pc;
 		w->n = n + 1;
 		w->hash = flare_hash_step(w->hash, pc);

@@ -98,11 +98,9 @@ fn profile(ruby: &Path, flags: &[&str], mode: &str) -> (Chains, Vec<(String, f64
                 .filter_map(|l| ours(l.function_id))
                 .collect();
             chain.reverse();
-            // From main down (the script's <main> calls it).
-            let main = chain
-                .iter()
-                .position(|f| f == "main")
-                .unwrap_or(chain.len());
+            // From main down (the script's <main> calls it); a chain
+            // without main is kept whole.
+            let main = chain.iter().position(|f| f == "main").unwrap_or(0);
             (chain.split_off(main), sample.value[0] as u64)
         })
         .collect();
@@ -149,9 +147,17 @@ fn check(version: &str, ruby: &Path, flags: &[&str]) {
             .map(|(_, n)| n)
             .sum()
     };
-    let not_clock: u64 = served
+    // Samples in the work, whole or not: any of its methods (a stack cut
+    // below them counts against flare).
+    let work = |c: &[String]| {
+        c.iter().any(|f| {
+            ["handle", "parse_request", "render_page", "mix"].contains(&f.as_str())
+                || f.starts_with("block in ")
+        })
+    };
+    let not_clock: u64 = chains
         .iter()
-        .filter(|(c, _)| !clock(c))
+        .filter(|(c, _)| work(c) && !clock(c))
         .map(|(_, n)| n)
         .sum();
     let both: u64 = own.iter().map(|(name, _)| in_fn(name)).sum();

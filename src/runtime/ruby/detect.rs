@@ -113,6 +113,8 @@ struct RubyFile {
     version: String,
     /// `vm_exec_core`'s function (virtual addresses), if found.
     exec: Option<Range<u64>>,
+    /// The loop's caller, `rb_vm_exec`, where the file names it (3.1).
+    exec_caller: Option<Range<u64>>,
     tls: FileTls,
     /// `.data`: virtual address and size.
     data: Option<(u64, u64)>,
@@ -227,6 +229,9 @@ impl Detector {
             layout: Arc::new(layout),
             version: version.clone(),
             exec: exec.start.wrapping_add(bias)..exec.end.wrapping_add(bias),
+            exec_caller: file.exec_caller.as_ref().map_or(0..0, |c| {
+                c.start.wrapping_add(bias)..c.end.wrapping_add(bias)
+            }),
             tls,
             global_symbols,
         })
@@ -345,6 +350,8 @@ struct DynSym {
 struct DynSyms {
     version: Option<DynSym>,
     current_ec: Option<DynSym>,
+    /// `rb_vm_exec` (3.1 exports it): the loop's caller.
+    vm_exec: Option<DynSym>,
     /// `ruby_run_node` imported: a `ruby` executable of a libruby.
     imports_run_node: bool,
     /// Every symbol's value, by index (for relocations naming them).
@@ -378,6 +385,9 @@ fn dynsyms(syms: &[u8], strs: &[u8]) -> DynSyms {
             }
             (b"ruby_current_ec", true) if sym.tls => {
                 out.current_ec.get_or_insert(sym);
+            }
+            (b"rb_vm_exec", true) if sym.size > 0 => {
+                out.vm_exec.get_or_insert(sym);
             }
             (b"ruby_run_node", false) => out.imports_run_node = true,
             _ => {}
@@ -423,6 +433,7 @@ fn read_file<S: Source>(elf: &Elf<S>) -> Object {
         segments: elf.loads().map(Into::into).collect(),
         version,
         exec: None,
+        exec_caller: syms.vm_exec.map(|s| s.value..s.value + s.size),
         tls: FileTls::default(),
         data: elf.section(b".data").map(|s| (s.addr, s.size)),
     };

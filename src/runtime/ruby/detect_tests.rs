@@ -371,6 +371,7 @@ fn x86_file(tls: FileTls) -> RubyFile {
         segments: Vec::new(),
         version: "3.3.8".into(),
         exec: Some(0x1000..0x2000),
+        exec_caller: None,
         tls,
         data: None,
     }

@@ -55,6 +55,10 @@ pub struct Process {
     /// addresses: each of its activations on a native stack ran Ruby
     /// frames.
     pub exec: Range<u64>,
+    /// The loop's caller (`rb_vm_exec`), where the library names it
+    /// (3.1), else empty: met on a stack without the loop's activation
+    /// above it, it is entering one, whose first frame is already pushed.
+    pub exec_caller: Range<u64>,
     pub tls: Tls,
     /// `ruby_global_symbols` in the process, which names C functions'
     /// method ids; `None` when it was not found.
@@ -66,7 +70,7 @@ pub struct Process {
 pub type Registry = crate::runtime::tracker::Registry<Process>;
 
 /// Bytes of `struct rb_proc` (bpf/ruby.h).
-pub const BPF_PROC_SIZE: usize = 64;
+pub const BPF_PROC_SIZE: usize = 80;
 
 impl Process {
     /// The process as BPF reads it: `struct rb_proc` (bpf/ruby.h).
@@ -84,12 +88,14 @@ impl Process {
             slots[2] as u64,
             slots[3] as u64,
             self.tls.modid,
+            self.exec_caller.start,
+            self.exec_caller.end,
         ];
         for (i, w) in words.iter().enumerate() {
             b[i * 8..i * 8 + 8].copy_from_slice(&w.to_ne_bytes());
         }
-        b[56..58].copy_from_slice(&self.layout.cfp_size.to_ne_bytes());
-        b[58] = self.tls.slots.len().min(MAX_SLOTS) as u8;
+        b[72..74].copy_from_slice(&self.layout.cfp_size.to_ne_bytes());
+        b[74] = self.tls.slots.len().min(MAX_SLOTS) as u8;
         b
     }
 }

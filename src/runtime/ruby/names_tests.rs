@@ -489,6 +489,7 @@ fn process(version: &str, global_symbols: Option<u64>) -> Arc<Process> {
         layout: Arc::new(Layout::for_version(version).unwrap()),
         version: version.into(),
         exec: 0..0,
+        exec_caller: 0..0,
         tls: Tls {
             modid: 1,
             slots: vec![0x10],
