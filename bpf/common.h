@@ -56,6 +56,7 @@
 #define FLARE_FRAME_PYTHON	1
 #define FLARE_FRAME_JAVA	2
 #define FLARE_FRAME_V8		3
+#define FLARE_FRAME_RUBY	4
 /* Written only under the test knob `test_runtime_frame`. */
 #define FLARE_FRAME_TEST	255
 #define FLARE_RUNTIME_FRAME_WORDS 3

@@ -22,6 +22,7 @@
 #include "python.h"
 #include "java.h"
 #include "v8.h"
+#include "ruby.h"
 
 const volatile __u32 unwind_mode = UNWIND_MODE_FP;
 
@@ -93,6 +94,7 @@ struct unwind_walk {
 	bool java;		/* a JVM: its code cache is in java_scratch */
 	bool v8;		/* V8: its process is in v8_scratch */
 	struct py_walk py;
+	struct rb_walk rb;
 };
 
 /* The walk's state, one per CPU (in both builds, whose maps must match),
@@ -461,7 +463,28 @@ static __always_inline long unwind_native_step(struct unwind_walk *w, struct fla
 		w->py.pending = true;
 		w->py.eval_pc = pc;
 		w->py.emitted = 0;
+	} else if (w->rb.on && rb_in_exec(lookup)) {
+		w->rb.pending = true;
+		w->rb.exec_pc = pc;
+		w->rb.emitted = 0;
+		w->rb.after_exec = true;
+	} else if (w->rb.on && w->have_proc && (!m || m->table == UNWIND_NO_TABLE) && rb_frames_left()) {
+		/* Ruby's JIT code: no frame to step by. Every Ruby frame
+		 * left goes in, and the walk ends. */
+		w->rb.pending = true;
+		w->rb.rest = true;
+		w->rb.emitted = 0;
+		return 1;
 	} else {
+		if (w->rb.on) {
+			if (!w->rb.after_exec && rb_in_exec_caller(lookup))
+				rb_entering(out, &w->n, &w->hash);
+			w->rb.after_exec = false;
+			n = w->n;
+		}
+		barrier_var(n);
+		if (n >= FLARE_MAX_STACK_WORDS)
+			return 1;
 		out->pcs[n] = pc;
 		w->n = n + 1;
 		w->hash = flare_hash_step(w->hash, pc);
@@ -559,11 +582,18 @@ static __always_inline long unwind_one(struct unwind_walk *w, struct flare_stack
 			return 1;
 		return 0;
 	}
+	if (w->rb.pending) {
+		if (rb_step(&w->rb, out, &w->n, &w->hash))
+			return 1;
+		if (!w->rb.pending && w->native_done)
+			return 1;
+		return 0;
+	}
 	if (w->native_done)
 		return 1;
 	ret = unwind_native_step(w, out);
-	if (ret && w->py.pending) {
-		/* The eval call's Python frames still go in. */
+	if (ret && (w->py.pending || w->rb.pending)) {
+		/* The eval call's Python frames (or the loop's Ruby ones) still go in. */
 		w->native_done = true;
 		return 0;
 	}
@@ -659,6 +689,7 @@ static __always_inline __s64 flare_unwind_user(__u32 pid)
 		unwind_report(pid, UNWIND_EVENT_PROC, w->pc);
 	}
 	py_start(&w->py, pid);
+	w->rb.on = rb_begin(pid, py_thread_pointer()) == 1;
 	w->java = java_start(pid);
 	w->v8 = v8_start(pid);
 	if (w->v8)

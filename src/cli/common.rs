@@ -166,6 +166,10 @@ pub struct UnwindArgs {
     /// no flag on the target; needs --unwind auto or dwarf): on or off
     #[arg(long = "node", value_name = "ON|OFF", default_value = "on", value_parser = on_off, action = clap::ArgAction::Set)]
     pub node: bool,
+    /// Ruby frames in Ruby processes' stacks (CRuby 3.1, 3.3 and 3.4, YJIT
+    /// too, no flag on the target; needs --unwind auto or dwarf): on or off
+    #[arg(long = "ruby", value_name = "ON|OFF", default_value = "on", value_parser = on_off, action = clap::ArgAction::Set)]
+    pub ruby: bool,
 }
 
 impl UnwindArgs {
@@ -176,6 +180,7 @@ impl UnwindArgs {
             .with(Runtime::Python, self.python)
             .with(Runtime::Java, self.java)
             .with(Runtime::V8, self.node)
+            .with(Runtime::Ruby, self.ruby)
     }
 
     /// How stacks are recorded: `stacks` walked as these options say,

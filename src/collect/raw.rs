@@ -72,6 +72,9 @@ pub enum Runtime {
     /// V8 (Node.js): a shared function info and where in it (a bytecode
     /// or pc offset).
     V8,
+    /// CRuby: an instruction sequence, a method entry and an instruction
+    /// index ([`crate::runtime::ruby::split_ids`]).
+    Ruby,
     /// Frames that only the test knob `FLARE_TEST_RUNTIME_FRAME` makes
     /// (the process's id and the native frames below it), to check the
     /// path from the BPF stack record to every writer.
@@ -82,9 +85,15 @@ impl Runtime {
     /// The runtime of a frame type in a BPF stack record
     /// (`FLARE_FRAME_*` in `bpf/common.h`).
     pub fn from_frame_type(t: u8) -> Option<Self> {
-        [Runtime::Python, Runtime::Java, Runtime::V8, Runtime::Test]
-            .into_iter()
-            .find(|r| r.frame_type() == t)
+        [
+            Runtime::Python,
+            Runtime::Java,
+            Runtime::V8,
+            Runtime::Ruby,
+            Runtime::Test,
+        ]
+        .into_iter()
+        .find(|r| r.frame_type() == t)
     }
 
     /// The frame type of this runtime's frames in a stack record.
@@ -93,6 +102,7 @@ impl Runtime {
             Runtime::Python => 1,
             Runtime::Java => 2,
             Runtime::V8 => 3,
+            Runtime::Ruby => 4,
             Runtime::Test => 255,
         }
     }
@@ -104,6 +114,7 @@ impl Runtime {
             Runtime::Python => "python",
             Runtime::Java => "java",
             Runtime::V8 => "js",
+            Runtime::Ruby => "ruby",
             Runtime::Test => "test-runtime",
         }
     }

@@ -161,6 +161,7 @@ fn the_encoding_matches_bpf_common_h() {
         ("FLARE_FRAME_PYTHON", Runtime::Python),
         ("FLARE_FRAME_JAVA", Runtime::Java),
         ("FLARE_FRAME_V8", Runtime::V8),
+        ("FLARE_FRAME_RUBY", Runtime::Ruby),
         ("FLARE_FRAME_TEST", Runtime::Test),
     ] {
         assert_eq!(

@@ -17,6 +17,7 @@ pub mod java;
 pub mod memory;
 pub mod perf;
 pub mod python;
+pub mod ruby;
 pub mod tracker;
 pub mod v8;
 
@@ -118,6 +119,7 @@ pub const ALL: &[Entry] = &[
     Entry::of::<python::Python>(),
     Entry::of::<java::Java>(),
     Entry::of::<v8::V8>(),
+    Entry::of::<ruby::Ruby>(),
 ];
 
 /// The processes runtime `R` found, as the symbolizer asks for them.

@@ -92,3 +92,22 @@ pub fn typescript() -> Option<PathBuf> {
         &|_| "lib/typescript.js".to_string(),
     )
 }
+
+/// CRuby `version` ("3.1", "3.3", "3.4"): Debian 12's own 3.1
+/// (`/usr/bin/ruby3.1`, installed by scripts/deps.sh), the others as
+/// `scripts/runtimes ruby` keeps them (Debian sid's and experimental's
+/// builds, run through a wrapper that points Ruby at its library).
+pub fn ruby(version: &str) -> Option<PathBuf> {
+    if version == "3.1" {
+        let debian = PathBuf::from("/usr/bin/ruby3.1");
+        if debian.exists() {
+            return Some(debian);
+        }
+    }
+    required(
+        ("ruby", version),
+        &format!("Ruby {version}"),
+        &format!("ruby{version}"),
+        &|_| format!("bin/ruby{version}"),
+    )
+}

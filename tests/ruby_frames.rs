@@ -1,0 +1,230 @@
+//! Ruby frames in real CRuby processes started with no flag: Debian 12's
+//! Ruby 3.1 (interpreted and with YJIT), and 3.3 and 3.4 from Debian's
+//! sid and experimental builds (`scripts/runtimes ruby`, cached outside
+//! the clone). `tests/workloads/rbservice.rb` runs main -> serve ->
+//! handle -> parse_request | render_page and times each leaf with the
+//! thread's CPU clock. flare's profile must show that chain in the Ruby
+//! frames of nearly every sample and give each leaf its share within 4
+//! points of the program's own figures.
+//!
+//! At 997 Hz for 4 s (some 4,000 samples, a binomial spread under 0.8
+//! points), 4 points is five spreads.
+//! Under FLARE_REQUIRE_BPF=1 a machine without the Ruby builds fails.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::bpf::{require_bpf, serial};
+use common::receivers::decode_pprof;
+use common::runtimes::ruby;
+use common::session::{Flare, Workload};
+
+fn script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads/rbservice.rb")
+}
+
+/// Stacks (a sample's Ruby methods of the workload), root first, and
+/// their counts.
+type Chains = Vec<(Vec<String>, u64)>;
+
+/// A frame's method without its class and place: `parse_request` of
+/// `Object#parse_request (workloads/rbservice.rb:30)`, `block in
+/// parse_request` of `block in Object#parse_request (...)`.
+fn method(name: &str) -> String {
+    let name = name.split(" (").next().unwrap_or(name);
+    let (block, rest) = match name.rfind("block in ") {
+        Some(i) => (
+            &name[..i + "block in ".len()],
+            &name[i + "block in ".len()..],
+        ),
+        None => ("", name),
+    };
+    let bare = rest.rsplit(['#', '.']).next().unwrap_or(rest);
+    format!("{block}{bare}")
+}
+
+/// Profiles `rbservice.rb MODE 4` under `ruby flags` with flare's `extra`
+/// options; returns the samples' chains of the workload's own methods
+/// (from the pprof file: those whose file is the script), the program's
+/// own figures and flare's stderr.
+fn profile(ruby: &Path, flags: &[&str], mode: &str) -> (Chains, Vec<(String, f64)>, String) {
+    let _guard = serial();
+    let script = script();
+    let mut args: Vec<&str> = flags.to_vec();
+    args.extend_from_slice(&[script.to_str().expect("utf-8 path"), mode, "4"]);
+    let mut w = Workload::start_exe(&[], ruby, &args);
+    let out = tempfile::tempdir().expect("a directory for flare's files");
+    let pprof_path = out.path().join("p.pb.gz");
+    let pid = w.pid.to_string();
+    let flare = Flare::start(
+        &[
+            "profile",
+            "-U",
+            "-F",
+            "997",
+            "-p",
+            &pid,
+            "-f",
+            "-o",
+            pprof_path.to_str().expect("utf-8 path"),
+        ],
+        1,
+    );
+    w.go();
+    let cpu = w.wait_done();
+    let (_, stderr) = flare.stop();
+    let own = w.shares();
+    drop(w);
+    assert!(cpu > 1.0, "the workload ran {cpu} s");
+    let p = decode_pprof(&std::fs::read(&pprof_path).expect("flare's pprof file"));
+    let s = |i: i64| p.string_table[i as usize].as_str();
+    let ours = |id: u64| {
+        p.function
+            .iter()
+            .find(|f| f.id == id)
+            .filter(|f| s(f.filename).ends_with("rbservice.rb"))
+            .map(|f| method(s(f.name)))
+    };
+    let chains = p
+        .sample
+        .iter()
+        .map(|sample| {
+            // Locations leaf first, each's lines innermost first.
+            let mut chain: Vec<String> = sample
+                .location_id
+                .iter()
+                .flat_map(|&id| p.location[id as usize - 1].line.iter())
+                .filter_map(|l| ours(l.function_id))
+                .collect();
+            chain.reverse();
+            // From main down (the script's <main> calls it); a chain
+            // without main is kept whole.
+            let main = chain.iter().position(|f| f == "main").unwrap_or(0);
+            (chain.split_off(main), sample.value[0] as u64)
+        })
+        .collect();
+    (chains, own, stderr)
+}
+
+/// Checks the chain and the shares of a run of Ruby `version` under
+/// `flags`.
+fn check(version: &str, ruby: &Path, flags: &[&str]) {
+    let (chains, own, stderr) = profile(ruby, flags, "cpu");
+    assert_eq!(own.len(), 2, "the workload's own figures: {own:?}");
+    let ctx = |what: &str| {
+        let mut top: Vec<&(Vec<String>, u64)> = chains.iter().collect();
+        top.sort_by_key(|(_, n)| std::cmp::Reverse(*n));
+        let top: Vec<String> = top
+            .iter()
+            .take(12)
+            .map(|(c, n)| format!("{n} {}", c.join(";")))
+            .collect();
+        format!(
+            "Ruby {version} {flags:?}: {what}\n{}\n{stderr}",
+            top.join("\n")
+        )
+    };
+    let served: Vec<&(Vec<String>, u64)> = chains
+        .iter()
+        .filter(|(c, _)| c.len() >= 2 && c[0] == "main" && c[1] == "serve")
+        .collect();
+    let total: u64 = served.iter().map(|(_, n)| n).sum();
+    let want = if common::bpf::emulated() { 500 } else { 2000 };
+    assert!(
+        total >= want,
+        "{}",
+        ctx(&format!("{total} samples in serve"))
+    );
+    // The program reading its clocks (serve's now(), handle's
+    // thread_cpu) is the program's own share, not flare's.
+    let clock = |c: &[String]| c.iter().any(|f| f == "now" || f == "thread_cpu");
+    let leaf = |c: &[String], name: &str| c.len() >= 4 && c[2] == "handle" && c[3] == name;
+    let in_fn = |name: &str| -> u64 {
+        served
+            .iter()
+            .filter(|(c, _)| leaf(c, name))
+            .map(|(_, n)| n)
+            .sum()
+    };
+    // Samples in the work, whole or not: any of its methods (a stack cut
+    // below them counts against flare).
+    let work = |c: &[String]| {
+        c.iter().any(|f| {
+            ["handle", "parse_request", "render_page", "mix"].contains(&f.as_str())
+                || f.starts_with("block in ")
+        })
+    };
+    let not_clock: u64 = chains
+        .iter()
+        .filter(|(c, _)| work(c) && !clock(c))
+        .map(|(_, n)| n)
+        .sum();
+    let both: u64 = own.iter().map(|(name, _)| in_fn(name)).sum();
+    eprintln!("Ruby {version} {flags:?}: {both} of {not_clock} samples (not reading clocks) under the chain");
+    assert!(
+        both as f64 >= 0.95 * not_clock as f64,
+        "{}",
+        ctx(&format!(
+            "{both} of {not_clock} samples (not reading clocks) under the chain"
+        ))
+    );
+    let spent_both: f64 = own.iter().map(|(_, s)| s).sum();
+    for (name, spent) in &own {
+        let share = 100.0 * in_fn(name) as f64 / both as f64;
+        let truth = 100.0 * spent / spent_both;
+        eprintln!("Ruby {version} {flags:?}: {name}: {share:.1} % of the samples, {truth:.1} % by its clock");
+        assert!(
+            (share - truth).abs() <= 4.0,
+            "{}",
+            ctx(&format!(
+                "{name}: {share:.1} % of the samples, {truth:.1} % by its clock"
+            ))
+        );
+    }
+}
+
+#[test]
+fn ruby31_chain_and_shares() {
+    if !require_bpf() {
+        return;
+    }
+    let Some(ruby) = ruby("3.1") else {
+        return;
+    };
+    check("3.1", &ruby, &[]);
+}
+
+#[test]
+fn ruby31_yjit_chain_and_shares() {
+    if !require_bpf() || cfg!(target_arch = "aarch64") {
+        // Ruby 3.1's YJIT is x86-64's only.
+        return;
+    }
+    let Some(ruby) = ruby("3.1") else {
+        return;
+    };
+    check("3.1", &ruby, &["--yjit", "--yjit-call-threshold=1"]);
+}
+
+#[test]
+fn ruby33_chain_and_shares() {
+    if !require_bpf() {
+        return;
+    }
+    let Some(ruby) = ruby("3.3") else {
+        return;
+    };
+    check("3.3", &ruby, &[]);
+}
+
+#[test]
+fn ruby34_chain_and_shares() {
+    if !require_bpf() {
+        return;
+    }
+    let Some(ruby) = ruby("3.4") else {
+        return;
+    };
+    check("3.4", &ruby, &[]);
+}
