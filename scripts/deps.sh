@@ -36,8 +36,10 @@ if [ $test = 1 ]; then
     # through sid's loader (fetched below).
     # libatomic1: the official Node.js 26 build links it (the Node tests
     # run 20-26 from scripts/runtimes).
+    # ruby3.1: Debian 12's Ruby, whose frames tests/ruby_frames.rs reads
+    # (3.3 and 3.4 come from scripts/runtimes).
     packages+=(golang-go chromium chromium-driver libc6-dbg python3.11 libpython3.11-dev default-jdk-headless nodejs
-        gcc-aarch64-linux-gnu libc6-dev-arm64-cross patchelf libatomic1)
+        gcc-aarch64-linux-gnu libc6-dev-arm64-cross patchelf libatomic1 ruby3.1)
 fi
 # scripts/vmtest boots other kernels in QEMU with a busybox initramfs:
 # x86-64 ones, and arm64 ones (qemu-system-arm has qemu-system-aarch64).
@@ -112,8 +114,9 @@ if [ $test = 1 ] && ! profiler-cli --version 2>/dev/null | grep -qx "$PROFILER_C
     echo "flare: installing @firefox-devtools/profiler-cli@$PROFILER_CLI_VERSION" >&2
     $sudo_cmd npm install -g --no-audit --no-fund --loglevel=error "@firefox-devtools/profiler-cli@$PROFILER_CLI_VERSION" >/dev/null
 fi
-# CPython 3.14 and 3.15 from Debian sid's packages and OpenJDK 8, 11, 21
-# and 25 from Debian sid's, 11's and 13's, into scripts/runtimes' cache (outside the
+# CPython 3.14 and 3.15 from Debian sid's packages, OpenJDK 8, 11, 21
+# and 25 from Debian sid's, 11's and 13's, and Ruby 3.3 and 3.4 from sid's
+# and experimental's, into scripts/runtimes' cache (outside the
 # clone, kept across runs): fetched here once, before the tests that run
 # them start side by side.
 if [ $test = 1 ]; then
@@ -122,5 +125,8 @@ if [ $test = 1 ]; then
     done
     for v in 8 11 21 25; do
         "$(dirname "$0")/runtimes" java "$v" >/dev/null
+    done
+    for v in 3.3 3.4; do
+        "$(dirname "$0")/runtimes" ruby "$v" >/dev/null
     done
 fi
