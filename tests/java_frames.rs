@@ -254,8 +254,15 @@ fn profile_on(
         // (with debug points at every inlined range, jit_flags_on) spreads
         // as wide: 0.1-2.9 points off in ten runs here, over 3 in one
         // more (its figure not kept), and a 2 s warm-up did not narrow it.
-        let jdk8_jit = common::java::jdk8(java) && !flags.contains(&"-Xint");
-        let bound = if common::bpf::emulated() || jdk8_jit {
+        // The other JDKs' JIT (11, 21 and 25, tested without flags as a
+        // user runs them) spreads as wide: with debug points at every
+        // inlined range, Debian's JDK 25 came out 3.3 points low in a run
+        // here. And in one CI run Temurin 25's parseRequest came out 6.7
+        // points high without them (67.6 % against 60.9 %; 0.8 off in the
+        // run after), which this bound does not hide: an error of the
+        // JIT's frames not yet explained. JDK 17's own JIT test holds 3.
+        let other_jit = !flags.contains(&"-Xint") && java != Path::new("java");
+        let bound = if common::bpf::emulated() || other_jit {
             5.0
         } else {
             3.0

@@ -32,13 +32,15 @@ type Chains = Vec<(Vec<String>, u64)>;
 /// `Object#parse_request (workloads/rbservice.rb:30)`, `block in
 /// parse_request` of `block in Object#parse_request (...)`.
 fn method(name: &str) -> String {
-    let name = name.split(" (").next().unwrap_or(name);
-    let (block, rest) = match name.rfind("block in ") {
-        Some(i) => (
-            &name[..i + "block in ".len()],
-            &name[i + "block in ".len()..],
-        ),
-        None => ("", name),
+    // The place is the last parenthesis: `block (2 levels) in` has one.
+    let name = match name.rsplit_once(" (") {
+        Some((label, place)) if place.ends_with(')') && place.contains(':') => label,
+        _ => name,
+    };
+    // `block in`, `block (2 levels) in`: the block's prefix kept.
+    let (block, rest) = match name.rfind(" in ") {
+        Some(i) if name.starts_with("block") => name.split_at(i + " in ".len()),
+        _ => ("", name),
     };
     let bare = rest.rsplit(['#', '.']).next().unwrap_or(rest);
     format!("{block}{bare}")
@@ -227,4 +229,149 @@ fn ruby34_chain_and_shares() {
         return;
     };
     check("3.4", &ruby, &[]);
+}
+
+/// Runs flare with `flare_args` (then `-p PID -f`) over `rbservice.rb MODE
+/// SECONDS` on Ruby `version`: the stacks, each frame its method alone
+/// ([`method`]), and flare's stderr and output for messages.
+fn folded_run(
+    version: &str,
+    flare_args: &[&str],
+    mode: &str,
+    seconds: &str,
+) -> Option<(Chains, String)> {
+    let ruby = ruby(version)?;
+    let _guard = serial();
+    let script = script();
+    let args = [script.to_str().expect("utf-8 path"), mode, seconds];
+    let mut w = Workload::start_exe(&[], &ruby, &args);
+    let pid = w.pid.to_string();
+    let mut args = flare_args.to_vec();
+    args.extend_from_slice(&["-p", &pid, "-f"]);
+    let flare = Flare::start(&args, 1);
+    w.go();
+    w.wait_done();
+    let (folded, stderr) = if mode == "exit" {
+        flare.stop_at_end()
+    } else {
+        flare.stop()
+    };
+    drop(w);
+    let stacks = common::session::parse_folded(&folded)
+        .into_iter()
+        .map(|(f, n)| (f.iter().map(|x| method(x)).collect(), n))
+        .collect();
+    Some((stacks, format!("{stderr}\n{folded}")))
+}
+
+/// The count of stacks where `outer` calls (at any depth) `inner`.
+fn under(stacks: &[(Vec<String>, u64)], outer: &str, inner: &str) -> u64 {
+    stacks
+        .iter()
+        .filter(|(f, _)| {
+            let o = f.iter().position(|x| x == outer);
+            let i = f.iter().rposition(|x| x == inner);
+            matches!((o, i), (Some(o), Some(i)) if o < i)
+        })
+        .map(|(_, n)| n)
+        .sum()
+}
+
+#[test]
+fn each_thread_has_its_own_stacks() {
+    if !require_bpf() {
+        return;
+    }
+    // Two Threads, one in parse_request, one in render_page, sharing the
+    // interpreter's lock: some 700 samples each at 499 Hz for 3 s.
+    let flare = ["profile", "-U", "-F", "499"];
+    let Some((stacks, ctx)) = folded_run("3.3", &flare, "threads", "3") else {
+        return;
+    };
+    let has = |f: &[String], name: &str| f.iter().any(|x| x == name);
+    let count = |pred: &dyn Fn(&[String]) -> bool| -> u64 {
+        stacks.iter().filter(|(f, _)| pred(f)).map(|(_, n)| n).sum()
+    };
+    let want = if common::bpf::emulated() { 100 } else { 300 };
+    for (lp, leaf) in [
+        ("parser_loop", "parse_request"),
+        ("renderer_loop", "render_page"),
+    ] {
+        let in_loop = count(&|f| has(f, lp));
+        let in_leaf = under(&stacks, lp, leaf);
+        assert!(
+            in_loop >= want && in_leaf as f64 >= 0.9 * in_loop as f64,
+            "{in_loop} samples in {lp}, {in_leaf} in {leaf}: {ctx}"
+        );
+    }
+    // Each thread runs its own loop: a stack holding both threads'
+    // methods could only come from mixing them.
+    let mixed = count(&|f| {
+        (has(f, "parser_loop") && (has(f, "renderer_loop") || has(f, "render_page")))
+            || (has(f, "renderer_loop") && has(f, "parse_request"))
+    });
+    assert_eq!(mixed, 0, "stacks of both threads: {ctx}");
+    // Whole: each loop under the block its Thread runs.
+    let loops = count(&|f| has(f, "parser_loop") || has(f, "renderer_loop"));
+    let whole = count(&|f| {
+        let block = f
+            .iter()
+            .position(|x| x.starts_with("block") && x.ends_with(" in main"));
+        let lp = f
+            .iter()
+            .position(|x| x == "parser_loop" || x == "renderer_loop");
+        matches!((block, lp), (Some(b), Some(l)) if b < l)
+    });
+    assert!(
+        whole as f64 >= 0.95 * loops as f64,
+        "{whole} of {loops} samples in the loops under their Thread's block: {ctx}"
+    );
+}
+
+#[test]
+fn a_ruby_process_that_exited_is_named_as_when_alive() {
+    if !require_bpf() {
+        return;
+    }
+    // 2 s of work, then ruby exits; flare runs 4 s and names at its end.
+    let flare = ["profile", "-U", "-F", "499", "4"];
+    for version in ["3.1", "3.3"] {
+        let Some((stacks, ctx)) = folded_run(version, &flare, "exit", "2") else {
+            return;
+        };
+        let named = under(&stacks, "handle", "parse_request");
+        // None are named when names do not outlive the process.
+        let want = if common::bpf::emulated() { 50 } else { 200 };
+        assert!(
+            named >= want,
+            "Ruby {version}: {named} samples in parse_request: {ctx}"
+        );
+    }
+}
+
+#[test]
+fn sleeping_and_pipe_reads_are_off_cpu_under_the_ruby_caller() {
+    if !require_bpf() {
+        return;
+    }
+    for version in ["3.1", "3.3"] {
+        // nap() -> Kernel#sleep for 100 ms at a time, 2 s.
+        let Some((stacks, ctx)) = folded_run(version, &["offcputime", "-U"], "sleep", "2") else {
+            return;
+        };
+        let slept = under(&stacks, "nap", "sleep");
+        assert!(
+            slept >= 1_500_000,
+            "Ruby {version}: {slept} us blocked under nap;sleep: {ctx}"
+        );
+        // await_request() -> IO#read of a pipe, a byte every 100 ms, 2 s.
+        let Some((stacks, ctx)) = folded_run(version, &["offcputime", "-U"], "pipe", "2") else {
+            return;
+        };
+        let read = under(&stacks, "await_request", "read");
+        assert!(
+            read >= 1_500_000,
+            "Ruby {version}: {read} us blocked under await_request;read: {ctx}"
+        );
+    }
 }

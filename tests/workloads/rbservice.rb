@@ -8,6 +8,7 @@
 #   mix in a block of Integer#times) | render_page, timing each leaf with
 #   the thread's CPU clock ("share NAME SECONDS"), then "cpu S" (the
 #   thread's CPU over the whole serve);
+# - exit: as cpu, but ruby exits right after its report;
 # - threads: a Thread runs parse_request, another render_page ("tid TID
 #   0" for the parser, "tid TID 1" for the renderer), then "tcpu TID S"
 #   for each and "cpu S";
@@ -122,7 +123,7 @@ def main
     $stdin.gets
     t0 = thread_cpu
     case mode
-    when "cpu"
+    when "cpu", "exit"
       serve(seconds)
       $spent.each { |name, s| puts "share #{name} #{s}" }
     when "sleep"
@@ -133,6 +134,7 @@ def main
       raise "unknown mode #{mode}"
     end
     puts "cpu #{thread_cpu - t0}"
+    exit!(0) if mode == "exit"
   end
   $stdin.read
 end
