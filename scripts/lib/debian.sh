@@ -37,10 +37,15 @@ apt_setup() {
     for s in "$suite" "$@"; do
         echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $uri $s main"
     done >"$apt_dir/sources.list"
+    # An empty dpkg status: what this host has installed (a newer version
+    # from its own security suite, say) must not become the candidate,
+    # which apt could then download from no source of SUITE.
+    [ -e "$apt_dir/status" ] || : >"$apt_dir/status"
     apt_opts=(
         -o "Dir::Etc::SourceList=$apt_dir/sources.list"
         -o "Dir::Etc::SourceParts=$apt_dir/none"
         -o "Dir::State::Lists=$apt_dir/lists"
+        -o "Dir::State::status=$apt_dir/status"
         -o "Dir::Cache=$apt_dir/cache"
         -o "APT::Get::List-Cleanup=0"
         -o "APT::Sandbox::User=root"
