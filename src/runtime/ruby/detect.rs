@@ -46,6 +46,12 @@ use crate::runtime::tracker::Found;
 use crate::unwind::elf::{vaddr_of_offset, Machine, Segment};
 use crate::unwind::procs::{Backing, ExecMapping};
 
+mod symbols;
+mod tls;
+
+use symbols::{find_global_symbols, is_global_symbols};
+use tls::{file_tls, live_tls, FileTls};
+
 /// What a process runs, as far as Ruby goes.
 pub type Detected = Found<Process>;
 
@@ -83,26 +89,6 @@ const R_X86_64_DTPMOD64: u32 = 16;
 const R_X86_64_DTPOFF64: u32 = 17;
 const R_AARCH64_RELATIVE: u32 = 1027;
 const R_AARCH64_TLSDESC: u32 = 1031;
-
-/// What the file of a Ruby interpreter says of its thread-local
-/// storage.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-struct FileTls {
-    /// x86-64: the GOT slots (virtual addresses) the loader writes
-    /// libruby's module id in, symbol-less ones first.
-    modid_slots: Vec<u64>,
-    /// arm64: the GOT TLS descriptors (virtual addresses) whose second
-    /// word the loader sets to the variable's offset from the thread
-    /// pointer.
-    descriptors: Vec<u64>,
-    /// The candidate offsets known from the file: in the block (x86-64),
-    /// or from the thread pointer (arm64 with no descriptors).
-    slots: Vec<i64>,
-    /// An executable with no TLS relocations: its own block, glibc's
-    /// module 1 (x86-64), at a fixed place after the thread pointer
-    /// (arm64, `slots`).
-    own: bool,
-}
 
 /// What one Ruby interpreter's file says.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -247,83 +233,17 @@ impl Detector {
         bias: u64,
         mem: &dyn Memory,
     ) -> Option<u64> {
-        let ids = IdLayout::for_version(&file.version)?;
+        let layout = Layout::for_version(&file.version)?;
         if let Some(&off) = self.global_symbols.get(&key) {
             let at = bias.wrapping_add(off);
-            return ids.is_global_symbols(mem, at).then_some(at);
+            return is_global_symbols(mem, &layout, at).then_some(at);
         }
         let (addr, size) = file.data?;
-        let at = find_global_symbols(mem, bias.wrapping_add(addr), size.min(MAX_DATA), &ids)?;
+        let at = find_global_symbols(mem, bias.wrapping_add(addr), size.min(MAX_DATA), &layout)?;
         if key.1 != 0 {
             self.global_symbols.insert(key, at.wrapping_sub(bias));
         }
         Some(at)
-    }
-}
-
-/// Where the execution context lies, from the file's `FileTls` and what
-/// the loader wrote in the process (libruby loaded with bias `bias`):
-/// `Err` with what to answer when it cannot be said now.
-fn live_tls(file: &RubyFile, bias: u64, mem: &dyn Memory) -> Result<Tls, Detected> {
-    let t = &file.tls;
-    match file.machine {
-        Machine::X86_64 => {
-            let modid = if t.own {
-                1
-            } else {
-                t.modid_slots
-                    .iter()
-                    .filter_map(|&slot| mem.read_u64(bias.wrapping_add(slot)).ok())
-                    .find(|&v| v != 0 && v < MAX_TLS_VALUE)
-                    .ok_or(Found::NotReady)?
-            };
-            if t.slots.is_empty() {
-                return Err(Found::Unsupported(format!(
-                    "Ruby {}: no thread-local variable found in its object",
-                    file.version
-                )));
-            }
-            Ok(Tls {
-                modid,
-                slots: t.slots.clone(),
-            })
-        }
-        Machine::Aarch64 => {
-            if t.descriptors.is_empty() {
-                if t.slots.is_empty() {
-                    return Err(Found::Unsupported(format!(
-                        "Ruby {}: no thread-local variable found in its object",
-                        file.version
-                    )));
-                }
-                return Ok(Tls {
-                    modid: 0,
-                    slots: t.slots.clone(),
-                });
-            }
-            let mut slots = Vec::new();
-            for &d in &t.descriptors {
-                let off = mem
-                    .read_u64(bias.wrapping_add(d).wrapping_add(8))
-                    .map_err(|_| Found::NotReady)?;
-                if off == 0 {
-                    return Err(Found::NotReady);
-                }
-                // Else a pointer to the loader's data: TLS allocated on
-                // demand (a dlopen'd libruby), not at a fixed place.
-                if off < MAX_TLS_VALUE && !slots.contains(&(off as i64)) {
-                    slots.push(off as i64);
-                }
-            }
-            slots.truncate(MAX_SLOTS);
-            if slots.is_empty() {
-                return Err(Found::Unsupported(format!(
-                    "Ruby {}: its thread-local storage is not static (a dlopen'd libruby?)",
-                    file.version
-                )));
-            }
-            Ok(Tls { modid: 0, slots })
-        }
     }
 }
 
@@ -566,273 +486,6 @@ fn longest_table(relative: &[(u64, u64)], functions: &[Range<u64>]) -> Option<Ra
     }
     let (f, n) = best?;
     (n >= MIN_TABLE_RUN).then(|| functions[f].clone())
-}
-
-/// The size and alignment of `elf`'s `PT_TLS` segment, read from its
-/// program headers.
-fn tls_segment<S: Source>(elf: &Elf<S>) -> Option<(u64, u64)> {
-    let l = crate::elf::Layout::HOST;
-    let h = elf.bounded(0, 64, 64)?;
-    let (phoff, phentsize, phnum) = (l.u64(&h, 32)?, l.u16(&h, 54)?, l.u16(&h, 56)?);
-    if phentsize < 56 {
-        return None;
-    }
-    let len = u64::from(phentsize) * u64::from(phnum);
-    let ph = elf.bounded(phoff, len, crate::elf::MAX_HEADERS)?;
-    ph.chunks_exact(usize::from(phentsize))
-        .find_map(|p| (l.u32(p, 0)? == PT_TLS).then_some((l.u64(p, 40)?, l.u64(p, 48)?)))
-}
-
-/// What `elf` says of its thread-local storage, from its relocations
-/// `relas` and symbols `syms`.
-fn file_tls<S: Source>(elf: &Elf<S>, machine: Machine, relas: &[Rela], syms: &DynSyms) -> FileTls {
-    let mut t = FileTls::default();
-    let ec = syms.current_ec;
-    let sym_value = |r: &Rela| syms.values.get(r.sym as usize).copied().unwrap_or(0);
-    let executable = elf.kind == ET_EXEC || elf.segments.iter().any(|s| s.kind == PT_INTERP);
-    let (memsz, align) = tls_segment(elf).unwrap_or((0, 1));
-    // Every word of the block, for want of better.
-    let words = |base: i64| -> Vec<i64> {
-        (0..memsz / 8)
-            .map(|i| base.wrapping_add((i * 8) as i64))
-            .take(MAX_SLOTS)
-            .collect()
-    };
-    match machine {
-        Machine::X86_64 => {
-            let mut modids: Vec<&Rela> = relas
-                .iter()
-                .filter(|r| r.kind == R_X86_64_DTPMOD64)
-                .collect();
-            modids.sort_by_key(|r| r.sym != 0);
-            t.modid_slots = modids.iter().map(|r| r.offset).collect();
-            t.own = t.modid_slots.is_empty() && executable;
-            let mut slots: Vec<i64> = Vec::new();
-            if let Some(ec) = ec {
-                slots.push(ec.value as i64);
-            } else {
-                let dtpoffs: Vec<&Rela> = relas
-                    .iter()
-                    .filter(|r| r.kind == R_X86_64_DTPOFF64)
-                    .collect();
-                for r in &modids {
-                    let second = r.offset.wrapping_add(8);
-                    if r.sym != 0 || dtpoffs.iter().any(|d| d.offset == second) {
-                        continue;
-                    }
-                    // General-dynamic pair of a hidden variable: its
-                    // offset fixed at link time, in the file.
-                    if let Some(off) = elf.u64_at_vaddr(second) {
-                        slots.push(off as i64);
-                    }
-                }
-                for d in dtpoffs {
-                    slots.push(sym_value(d).wrapping_add(d.addend as u64) as i64);
-                }
-            }
-            let mut unique: Vec<i64> = Vec::new();
-            for s in slots {
-                if !unique.contains(&s) {
-                    unique.push(s);
-                }
-            }
-            unique.truncate(MAX_SLOTS);
-            t.slots = if unique.is_empty() { words(0) } else { unique };
-        }
-        Machine::Aarch64 => {
-            let descs: Vec<&Rela> = relas
-                .iter()
-                .filter(|r| r.kind == R_AARCH64_TLSDESC)
-                .collect();
-            let naming: Vec<&&Rela> = match ec {
-                Some(ec) => descs
-                    .iter()
-                    .filter(|r| r.sym == ec.index || (r.sym == 0 && r.addend as u64 == ec.value))
-                    .collect(),
-                None => Vec::new(),
-            };
-            t.descriptors = if naming.is_empty() {
-                descs.iter().map(|r| r.offset).collect()
-            } else {
-                naming.iter().map(|r| r.offset).collect()
-            };
-            t.descriptors.truncate(MAX_SLOTS);
-            t.own = t.descriptors.is_empty() && executable;
-            if t.own {
-                // Local-exec: the executable's block follows the thread
-                // control block (16 bytes), aligned.
-                let first = 16u64.checked_next_multiple_of(align.max(1)).unwrap_or(16) as i64;
-                t.slots = match ec {
-                    Some(ec) => vec![first.wrapping_add(ec.value as i64)],
-                    None => words(first),
-                };
-            }
-        }
-    }
-    t
-}
-
-/// What reading `ruby_global_symbols` needs of one Ruby version.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct IdLayout {
-    /// `tLAST_OP_ID`: `last_id` is past it.
-    last_op_id: u32,
-    /// The serial of `tEach` (id.h), whose name is "each".
-    each: u64,
-    /// `RARRAY_EMBED_LEN_MASK` (its shift is 15).
-    array_embed_len: u64,
-    /// 3.1: an embedded string's length is in its flags, its bytes at
-    /// 16; 3.3 on: the length at 16, the bytes (or their pointer) at 24.
-    len_in_flags: bool,
-}
-
-const T_STRING: u64 = 5;
-const T_ARRAY: u64 = 7;
-const T_HASH: u64 = 8;
-/// `FL_USER1`: an array's `RARRAY_EMBED_FLAG`, a string's
-/// `RSTRING_NOEMBED`.
-const FL_USER1: u64 = 0x2000;
-
-impl IdLayout {
-    fn for_version(version: &str) -> Option<IdLayout> {
-        let mut parts = version.split('.');
-        let major: u32 = parts.next()?.parse().ok()?;
-        let minor: u32 = parts.next()?.parse().ok()?;
-        Some(match (major, minor) {
-            (3, 1) => IdLayout {
-                last_op_id: 169,
-                each: 188,
-                array_embed_len: 0x18000,
-                len_in_flags: true,
-            },
-            (3, 3) => IdLayout {
-                last_op_id: 169,
-                each: 190,
-                array_embed_len: 0x3f8000,
-                len_in_flags: false,
-            },
-            (3, 4) => IdLayout {
-                last_op_id: 170,
-                each: 192,
-                array_embed_len: 0x3f8000,
-                len_in_flags: false,
-            },
-            _ => return None,
-        })
-    }
-
-    /// Element `i` of the Array at `ary`.
-    fn element(&self, mem: &dyn Memory, ary: u64, i: u64) -> Option<u64> {
-        let flags = mem.read_u64(ary).ok()?;
-        if flags & 0x1f != T_ARRAY {
-            return None;
-        }
-        let (len, ptr) = if flags & FL_USER1 != 0 {
-            ((flags & self.array_embed_len) >> 15, ary.wrapping_add(16))
-        } else {
-            (
-                mem.read_u64(ary.wrapping_add(16)).ok()?,
-                mem.read_u64(ary.wrapping_add(32)).ok()?,
-            )
-        };
-        if i >= len {
-            return None;
-        }
-        mem.read_u64(ptr.wrapping_add(i.checked_mul(8)?)).ok()
-    }
-
-    /// Whether the String at `s` holds `text`.
-    fn string_is(&self, mem: &dyn Memory, s: u64, text: &[u8]) -> bool {
-        let Ok(flags) = mem.read_u64(s) else {
-            return false;
-        };
-        if flags & 0x1f != T_STRING {
-            return false;
-        }
-        let heap = flags & FL_USER1 != 0;
-        let at = |o: u64| s.wrapping_add(o);
-        let (len, ptr) = match (self.len_in_flags, heap) {
-            (true, false) => (Ok((flags >> 14) & 0x1f), Ok(at(16))),
-            (true, true) => (mem.read_u64(at(16)), mem.read_u64(at(24))),
-            (false, false) => (mem.read_u64(at(16)), Ok(at(24))),
-            (false, true) => (mem.read_u64(at(16)), mem.read_u64(at(24))),
-        };
-        let (Ok(len), Ok(ptr)) = (len, ptr) else {
-            return false;
-        };
-        if len != text.len() as u64 {
-            return false;
-        }
-        let mut buf = vec![0u8; text.len()];
-        mem.read(ptr, &mut buf).is_ok() && buf == text
-    }
-
-    /// Whether the 32 bytes `b` (at `at` in the process) look like a
-    /// `rb_symbols_t`: `{u32 last_id, u32 0, st_table *str_sym, VALUE
-    /// ids, VALUE dsymbol_fstr_hash}`.
-    fn looks_like(&self, b: &[u8]) -> bool {
-        let l = crate::elf::Layout::HOST;
-        let (Some(last), Some(pad), Some(str_sym), Some(ids), Some(dsym)) = (
-            l.u32(b, 0),
-            l.u32(b, 4),
-            l.u64(b, 8),
-            l.u64(b, 16),
-            l.u64(b, 24),
-        ) else {
-            return false;
-        };
-        let pointer = |p: u64| p != 0 && p & 7 == 0;
-        last > self.last_op_id && pad == 0 && pointer(str_sym) && pointer(ids) && pointer(dsym)
-    }
-
-    /// Whether `at` holds `ruby_global_symbols`: it looks like one, its
-    /// `ids` is an Array and its `dsymbol_fstr_hash` a Hash, and `tEach`
-    /// is named "each".
-    fn is_global_symbols(&self, mem: &dyn Memory, at: u64) -> bool {
-        let mut b = [0u8; 32];
-        mem.read(at, &mut b).is_ok() && self.looks_like(&b) && self.checks(mem, &b)
-    }
-
-    /// The checks of [`IdLayout::is_global_symbols`] past its looks.
-    fn checks(&self, mem: &dyn Memory, b: &[u8]) -> bool {
-        let l = crate::elf::Layout::HOST;
-        let (Some(ids), Some(dsym)) = (l.u64(b, 16), l.u64(b, 24)) else {
-            return false;
-        };
-        let is = |v: u64, t: u64| mem.read_u64(v).is_ok_and(|f| f & 0x1f == t);
-        if !is(ids, T_ARRAY) || !is(dsym, T_HASH) {
-            return false;
-        }
-        const UNIT: u64 = 512;
-        self.element(mem, ids, self.each / UNIT)
-            .and_then(|chunk| self.element(mem, chunk, self.each % UNIT * 2))
-            .is_some_and(|name| self.string_is(mem, name, b"each"))
-    }
-}
-
-/// `ruby_global_symbols` in the `size` bytes of memory from `start`
-/// (`.data` of libruby in the process), read a page at a time.
-fn find_global_symbols(mem: &dyn Memory, start: u64, size: u64, ids: &IdLayout) -> Option<u64> {
-    const PAGE: u64 = 4096;
-    let mut bytes = vec![0u8; usize::try_from(size).ok()?];
-    let mut done = 0u64;
-    while done < size {
-        let at = start.wrapping_add(done);
-        let n = (PAGE - at % PAGE).min(size - done);
-        let chunk = &mut bytes[done as usize..(done + n) as usize];
-        if mem.read(at, chunk).is_err() {
-            chunk.fill(0);
-        }
-        done += n;
-    }
-    let first = (8 - start % 8) % 8;
-    (first..size.saturating_sub(31))
-        .step_by(8)
-        .map(|o| (o, &bytes[o as usize..o as usize + 32]))
-        .filter(|(_, b)| ids.looks_like(b))
-        .take(MAX_CANDIDATES)
-        .find(|(_, b)| ids.checks(mem, b))
-        .map(|(o, _)| start.wrapping_add(o))
 }
 
 #[cfg(test)]
