@@ -38,7 +38,7 @@ use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::Arc;
 
-use super::{Layout, Process, Tls, MAX_SLOTS};
+use super::{Layout, Process};
 use crate::elf::{name_at, Elf, FileSource, Source, EM_AARCH64, EM_X86_64, SHT_DYNSYM};
 use crate::runtime::memory::Memory;
 use crate::runtime::open_mapped;

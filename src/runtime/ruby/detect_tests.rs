@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use super::*;
 use crate::runtime::memory::{Buffer, ProcessMemory};
+use crate::runtime::ruby::Tls;
 use crate::unwind::procs::exec_mappings;
 
 /// A child killed when dropped.
