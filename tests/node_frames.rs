@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 use common::bpf::{require_bpf, serial};
 use common::receivers::decode_pprof;
 use common::runtimes::node;
-use common::session::{Flare, Workload};
+use common::session::{under, Flare, Workload};
 
 fn script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads/nodeservice.js")
@@ -251,19 +251,6 @@ fn folded_run_on(
         common::session::parse_folded(&folded),
         format!("{stderr}\n{folded}"),
     ))
-}
-
-/// The count of stacks where `outer` calls (at any depth) `inner`.
-fn under(stacks: &[(Vec<String>, u64)], outer: &str, inner: &str) -> u64 {
-    stacks
-        .iter()
-        .filter(|(f, _)| {
-            let o = f.iter().position(|x| x == outer);
-            let i = f.iter().rposition(|x| x == inner);
-            matches!((o, i), (Some(o), Some(i)) if o < i)
-        })
-        .map(|(_, n)| n)
-        .sum()
 }
 
 /// Two worker threads (each its own isolate, from V8 12 on running its

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use common::bpf::{require_bpf, serial};
 use common::receivers::decode_pprof;
 use common::runtimes::ruby;
-use common::session::{Flare, Workload};
+use common::session::{under, Flare, Workload};
 
 fn script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads/rbservice.rb")
@@ -262,19 +262,6 @@ fn folded_run(
         .map(|(f, n)| (f.iter().map(|x| method(x)).collect(), n))
         .collect();
     Some((stacks, format!("{stderr}\n{folded}")))
-}
-
-/// The count of stacks where `outer` calls (at any depth) `inner`.
-fn under(stacks: &[(Vec<String>, u64)], outer: &str, inner: &str) -> u64 {
-    stacks
-        .iter()
-        .filter(|(f, _)| {
-            let o = f.iter().position(|x| x == outer);
-            let i = f.iter().rposition(|x| x == inner);
-            matches!((o, i), (Some(o), Some(i)) if o < i)
-        })
-        .map(|(_, n)| n)
-        .sum()
 }
 
 #[test]

@@ -288,3 +288,17 @@ pub fn parse_folded(out: &str) -> Vec<(Vec<String>, u64)> {
         })
         .collect()
 }
+
+/// Of folded `stacks` (root first), the count of those where `outer`
+/// calls (at any depth) `inner`.
+pub fn under(stacks: &[(Vec<String>, u64)], outer: &str, inner: &str) -> u64 {
+    stacks
+        .iter()
+        .filter(|(f, _)| {
+            let o = f.iter().position(|x| x == outer);
+            let i = f.iter().rposition(|x| x == inner);
+            matches!((o, i), (Some(o), Some(i)) if o < i)
+        })
+        .map(|(_, n)| n)
+        .sum()
+}
