@@ -49,12 +49,15 @@ fn main_root(above: &[&str]) -> bool {
     above.first() == Some(&"_start") && above.last() == Some(&"main")
 }
 
+/// The PLT stubs nofp.c's spin calls when built with -DNOFP_PLT.
+const SPIN_STUBS: [&str; 4] = ["labs@plt", "llabs@plt", "imaxabs@plt", "abs@plt"];
+
 struct Result {
     samples: u64,
     complete: u64,
-    /// Complete samples in the PLT stub spin calls (`labs@plt`).
+    /// Complete samples in the PLT stubs spin calls (`SPIN_STUBS`).
     in_stub: u64,
-    /// Every sample in that stub, complete or not.
+    /// Every sample in those stubs, complete or not.
     stub_all: u64,
     share_a: f64,
     /// func_a's share of func_a and func_b by the workload's own clock.
@@ -109,7 +112,10 @@ fn tally(
     let (mut samples, mut done, mut a, mut in_stub, mut stub_all) = (0, 0, 0, 0, 0);
     let mut incomplete = Vec::new();
     for (frames, n) in stacks {
-        if frames.last().is_some_and(|f| f == "labs@plt") {
+        if frames
+            .last()
+            .is_some_and(|f| SPIN_STUBS.contains(&f.as_str()))
+        {
             stub_all += n;
         }
         match complete(&frames[1..], root) {
@@ -119,7 +125,9 @@ fn tally(
                     a += n;
                 }
                 let leaf = frames.len().checked_sub(2).map(|i| &frames[i..]);
-                if leaf.is_some_and(|l| bare(&l[0]) == "spin" && l[1] == "labs@plt") {
+                if leaf
+                    .is_some_and(|l| bare(&l[0]) == "spin" && SPIN_STUBS.contains(&l[1].as_str()))
+                {
                     in_stub += n;
                 }
             }
@@ -333,8 +341,8 @@ fn plt_stubs_keep_their_callers() {
         return;
     }
     let _g = serial();
-    // spin calls libc's labs through the PLT at every step: a sample in
-    // the stub must still have spin, func_X and run above it. On arm64
+    // spin calls four libc functions through the PLT at every step: a
+    // sample in a stub must still have spin, func_X and run above it. On arm64
     // the stubs have no call-frame information (x86-64's linkers write
     // it); stepped by x29 they lost spin's caller chain.
     let exe = c_build(
@@ -343,28 +351,25 @@ fn plt_stubs_keep_their_callers() {
     );
     let r = profile(&exe, "auto", &thread_root);
     assert_full("calls through the PLT", &r);
-    // The test means something only if the stub is sampled, and the stub
-    // is named as perf names it (not after the symbol before it): 17-24 %
-    // of the samples here. Emulated, 1.0-1.9 % (14 of 1,403 in the arm64
-    // guest of one CI run: QEMU's TCG takes interrupts between its
-    // translated blocks, and the stub is one), about the 1 % that the
-    // check above lets the walk lose; so the stub's own samples are
-    // checked too: without rows for the stub, they lose spin's callers.
-    let least = if common::bpf::emulated() {
-        10
-    } else {
-        r.complete / 20
-    };
+    // The test means something only if the stubs are sampled, and a stub
+    // is named as perf names it (not after the symbol before it). How
+    // often a timer's sample lands in a one-jump stub depends on the CPU:
+    // 17-24 % of the samples in labs@plt alone on one machine, 0.2-3 %
+    // on an AMD EPYC (3 of 1,499 failed one CI run when 5 % was asked).
+    // Emulated, 1.0-1.9 % (QEMU's TCG takes interrupts between its
+    // translated blocks, and a stub is one), about the 1 % that the
+    // check above lets the walk lose; so the stubs' own samples are
+    // checked too: without rows for the stubs, they lose spin's callers.
+    let least = 10;
     assert!(
-        r.stub_all >= least.max(10),
-        "{} of {} samples in labs@plt, expected at least {}",
+        r.stub_all >= least,
+        "{} of {} samples in spin's PLT stubs, expected at least {least}",
         r.stub_all,
         r.samples,
-        least.max(10)
     );
     assert!(
         r.in_stub * 10 >= r.stub_all * 9,
-        "{} of {} samples in labs@plt are complete (spin and its callers above)",
+        "{} of {} samples in spin's PLT stubs are complete (spin and its callers above)",
         r.in_stub,
         r.stub_all
     );

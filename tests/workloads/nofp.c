@@ -17,6 +17,7 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
+#include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,22 +52,30 @@ static double process_cpu(void)
 }
 
 #ifdef NOFP_PLT
-/* Built with -DNOFP_PLT -fno-builtin: each step calls libc's labs, a few
- * instructions reached through a PLT stub, so that many samples land in
- * the stub (which arm64's linkers leave without call-frame information)
- * or in labs, both leaves under spin. spin scales n down: func_X stops
- * at the first clock read past its share of CPU time, so a call must be
- * short beside that share (25 ms) even where indirect branches are slow
- * (under QEMU's TCG, a call of n / 4 steps took long enough to move
- * func_a's share from 25 % to 29 %). noipa: labs is declared
- * const, which would make spin const too, and its calls would be hoisted
- * out of func_X's loops. */
+/* Built with -DNOFP_PLT -fno-builtin: each step calls libc's labs, llabs,
+ * imaxabs and abs, a few instructions each reached through its own PLT
+ * stub, so that samples land in the stubs (which arm64's linkers leave
+ * without call-frame information) or in the functions, leaves under spin.
+ * Four stubs, not one: how often a timer's sample lands in a one-jump
+ * stub depends on the CPU (17-24 % of the samples in one stub on one
+ * machine, 0.2-3 % on an AMD EPYC), and the test needs some there.
+ * spin scales n down: func_X stops at the first clock read past its share
+ * of CPU time, so a call must be short beside that share (25 ms) even
+ * where indirect branches are slow (under QEMU's TCG, a call of n / 4
+ * steps took long enough to move func_a's share from 25 % to 29 %).
+ * noipa: the functions are declared const, which would make spin const
+ * too, and its calls would be hoisted out of func_X's loops. */
 __attribute__((noinline, noipa)) unsigned long spin(unsigned long n)
 {
 	unsigned long s = 0;
 
-	for (unsigned long i = 0; i < n / 64; i++)
-		s = s * 31 + (unsigned long)labs((long)(i ^ (i >> 3)));
+	for (unsigned long i = 0; i < n / 256; i++) {
+		long v = (long)(i ^ (i >> 3));
+
+		s = s * 31 + (unsigned long)labs(v);
+		s += (unsigned long)llabs(v) + (unsigned long)imaxabs(v);
+		s += (unsigned long)abs((int)v);
+	}
 	return s;
 }
 #else
