@@ -600,26 +600,42 @@ static __always_inline long unwind_one(struct unwind_walk *w, struct flare_stack
 	return ret;
 }
 
-/* bpf_loop's callback: a step while there is room, counting the frames
- * it puts in. A walk that runs out of room (or of steps) is cut. */
-static long unwind_step(__u64 i, void *ctx)
+/* One step while there is room: 1 when the walk ended, 2 when it is cut
+ * (no room left), else 0. A global function:
+ * the verifier checks it once, on its own, from any state. Inlined in
+ * bpf_loop's callback, it was checked at every state the callback's
+ * checks reached (from Linux 6.7, until they converge): 52k of the 71k
+ * instructions the profile program took to verify, 29 passes over the
+ * step, once four runtimes' walks were in it. */
+__noinline int unwind_step_once(void)
 {
 	struct unwind_walk *w = unwind_walk_get();
 	struct flare_stack_scratch *out = flare_scratch();
+
+	if (!w || !out || !unwind_room(w))
+		return 2;
+	return unwind_one(w, out) ? 1 : 0;
+}
+
+/* bpf_loop's callback: a step, counting the frames it puts in. A walk
+ * that runs out of room (or of steps) is cut. */
+static long unwind_step(__u64 i, void *ctx)
+{
+	struct unwind_walk *w = unwind_walk_get();
 	__u32 before;
-	long ret;
+	int ret;
 
 	if (!w)
 		return 1;
 	before = w->n;
-	if (!out || !unwind_room(w))
-		return 1;
-	ret = unwind_one(w, out);
+	ret = unwind_step_once();
 	if (w->n != before)
 		w->frames++;
-	if (ret)
+	/* The callback's return must be 0 or 1 as the verifier sees it,
+	 * and a global function's is any value. */
+	if (ret == 1)
 		w->ended = true;
-	return ret;
+	return ret ? 1 : 0;
 }
 
 /* The walk's start from the task's saved user registers: false when

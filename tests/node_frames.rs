@@ -366,7 +366,13 @@ fn a_read_of_a_fifo_is_off_cpu_under_its_javascript_caller() {
 /// TurboFan's code of handle (Node 20, 26: before and after V8's
 /// leaptiering and its new position tables) has parseRequest inlined: a
 /// sample there is parseRequest's, a line of handle's location, marked
-/// inlined in pprof (a location's lines, innermost first).
+/// inlined in pprof (a location's lines, innermost first). How much of
+/// parseRequest's time runs inlined is V8's choice, and it moves between
+/// releases: most of it on Node 20 and the 26 this test was written
+/// against; about half on 26.12.1, where a parseRequest compiled on its
+/// own, called from handle, takes the rest (675 samples inlined, 638
+/// called; shares right within 0.3 points). A quarter is asked: a walk
+/// that loses the inlined frames has none.
 fn inlined_in_pprof(major: u32) {
     if !require_bpf() {
         return;
@@ -428,7 +434,7 @@ fn inlined_in_pprof(major: u32) {
         .find(|(n, _)| n == "parseRequest")
         .map_or(0.0, |(_, s)| 100.0 * s / spent);
     assert!(
-        inlined * 2 >= parse && parse * 10 >= served,
+        inlined * 4 >= parse && parse * 10 >= served,
         "Node {major}: {inlined} of {parse} samples in parseRequest inlined into handle, of \
          {served} in serve ({truth:.1} % by its clock):\n{stderr}"
     );
