@@ -383,3 +383,97 @@ fn jit_code_takes_every_frame_left_and_ends_the_stack() {
     let over = over_root(&native, &code_of(&jit), &items).expect("frames");
     assert_eq!(over.len(), 3);
 }
+
+/// Debian's Ruby 3.1 running `outer -> inner -> loop { }`: its main
+/// thread found through glibc's thread list, its frames read as the
+/// perf-event collector reads them, and named by the namer BPF's frames
+/// go to.
+#[test]
+fn a_live_ruby_threads_frames_are_read_and_named() {
+    use std::process::{Command, Stdio};
+    use std::time::{Duration, Instant};
+
+    use crate::collect::Namer;
+    use crate::runtime::memory::ProcessMemory;
+    use crate::runtime::ruby::detect::Detector;
+    use crate::runtime::tracker::Found;
+
+    let exe = std::path::Path::new("/usr/bin/ruby3.1");
+    if !exe.exists() || cfg!(not(target_arch = "x86_64")) {
+        assert!(
+            std::env::var("FLARE_REQUIRE_BPF").as_deref() != Ok("1")
+                || cfg!(not(target_arch = "x86_64")),
+            "/usr/bin/ruby3.1 is required"
+        );
+        eprintln!("skipped: no /usr/bin/ruby3.1");
+        return;
+    }
+    struct Killed(std::process::Child);
+    impl Drop for Killed {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let child = Killed(
+        Command::new(exe)
+            .args(["-e", "def inner = loop { 1 + 1 }\ndef outer = inner\nouter"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("ruby3.1 runs"),
+    );
+    let pid = child.0.id();
+    let mem = ProcessMemory { pid };
+    // Past its start-up: `ruby_global_symbols`, which names C functions,
+    // is found once it names `each`.
+    std::thread::sleep(Duration::from_millis(300));
+    let started = Instant::now();
+    let mut detector = Detector::new();
+    let process = loop {
+        let maps = crate::unwind::procs::exec_mappings(pid).expect("its mappings");
+        match detector.detect(pid, &maps, &mem) {
+            Found::Yes(p) => break Arc::new(p),
+            _ if started.elapsed() < Duration::from_secs(10) => {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            other => panic!("{other:?}"),
+        }
+    };
+    let maps = crate::unwind::procs::exec_mappings(pid).expect("its mappings");
+    let glibc = glibc_threads::Finder::default()
+        .find(pid, &maps)
+        .expect("glibc's thread tables");
+    let mut threads = Threads::new(process.clone(), glibc);
+    // Its frames, once the script is in its loop.
+    let registry = crate::runtime::ruby::Registry::default();
+    if let Ok(mut r) = registry.lock() {
+        r.insert(pid, process.clone());
+    }
+    let mut namer = crate::runtime::ruby::namer::RubyNamer::new(registry);
+    let names = loop {
+        let names: Vec<String> = threads
+            .stack(pid, &mem)
+            .map(|s| frames(&process, s, &mem))
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|i| match i {
+                Item::Frame { frame: Some(f), .. } => namer.name(pid, f),
+                _ => None,
+            })
+            .flatten()
+            .map(|f| f.name.to_string())
+            .collect();
+        let has = |n: &str| names.iter().position(|x| x.contains(n));
+        match (has("inner"), has("outer")) {
+            (Some(i), Some(o)) if i < o => break names,
+            _ if started.elapsed() < Duration::from_secs(10) => {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            _ => panic!("no inner under outer: {names:?}"),
+        }
+    };
+    assert!(names.iter().any(|n| n.contains("loop")), "{names:?}");
+    // Another thread id of the process is not the main thread's: none.
+    assert_eq!(threads.stack(u32::MAX >> 2, &mem), None);
+}
