@@ -238,12 +238,8 @@ impl Finder {
         let layout = match (libc, unread) {
             (Some(layout), _) => layout?,
             (None, Some(path)) => return Err(format!("{path} could not be read")),
-            (None, None) => {
-                return Err(format!(
-                    "no glibc libc.so.6 among its {} mappings",
-                    maps.len()
-                ))
-            }
+            // musl, or a glibc before 2.34 (its tables in libpthread).
+            (None, None) => return Err("no libc.so.6 of glibc 2.34 or later mapped".into()),
         };
         let rtld_global = rtld.ok_or("no _rtld_global in its dynamic loader")?;
         Ok(Threads {
