@@ -1120,3 +1120,80 @@ fn node22_frames_without_root() {
 fn node24_frames_without_root() {
     node_without_root(24, &[]);
 }
+
+/// Ruby frames without root: CRuby `version` (Debian 12's 3.1, or
+/// `scripts/runtimes`' builds) under `flags`, started by flare as nobody,
+/// runs tests/workloads/rbservice.rb, which measures each leaf's share
+/// with its thread's CPU clock; flare reads each sample's control frames
+/// from user space, the thread's execution context found through glibc's
+/// thread list. The rules of tests/ruby_frames.rs: the chain in ≥ 95 % of
+/// the work's samples not reading clocks, each leaf within 4 points.
+fn ruby_without_root(version: &str, flags: &[&str]) {
+    if !can_run_as_nobody() {
+        return;
+    }
+    let Some(ruby) = common::runtimes::ruby(version) else {
+        return;
+    };
+    let _g = serial();
+    let sb = Sandbox::new(&[("rbservice.rb", &common::ruby::script())]);
+    let ruby = ruby.to_string_lossy().into_owned();
+    let mut args = vec!["profile", "-F", "997", "-f", "--", &ruby];
+    args.extend_from_slice(flags);
+    args.extend_from_slice(&["rbservice.rb", "cpu", "4"]);
+    let out = sb.run(&args, &sb.path("cache"), "go\n");
+    let err = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "stderr: {err}");
+    let (own, cpu) = figures(&stdout);
+    // Folded stacks, root first: the workload's own methods of each (the
+    // workload's own lines end in no count).
+    let chains: common::ruby::Chains = stdout
+        .lines()
+        .filter_map(|l| {
+            let (stack, n) = l.rsplit_once(' ')?;
+            let methods = stack
+                .split(';')
+                .filter(|f| f.contains("rbservice.rb:"))
+                .map(common::ruby::method)
+                .collect();
+            Some((common::ruby::from_main(methods), n.parse().ok()?))
+        })
+        .collect();
+    let want = if common::bpf::emulated() { 500 } else { 2000 };
+    // As Node's above: a machine busy enough to starve the workload
+    // starves the reader too.
+    let within = if common::bpf::emulated() || common::bpf::starved(cpu, 4.0) {
+        6.0
+    } else {
+        4.0
+    };
+    let what = format!("Ruby {version} {flags:?} without root");
+    common::ruby::check_chains(&what, &chains, &own, (want, within), &err);
+}
+
+#[test]
+fn ruby31_frames_without_root() {
+    ruby_without_root("3.1", &[]);
+}
+
+/// YJIT's code has no unwind table: the frames left go in where the walk
+/// meets it, as BPF puts them.
+#[test]
+fn ruby31_yjit_frames_without_root() {
+    if cfg!(target_arch = "aarch64") {
+        // Ruby 3.1's YJIT is x86-64's only.
+        return;
+    }
+    ruby_without_root("3.1", &["--yjit", "--yjit-call-threshold=1"]);
+}
+
+#[test]
+fn ruby33_frames_without_root() {
+    ruby_without_root("3.3", &[]);
+}
+
+#[test]
+fn ruby34_frames_without_root() {
+    ruby_without_root("3.4", &[]);
+}

@@ -13,38 +13,13 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use common::bpf::{require_bpf, serial};
 use common::receivers::decode_pprof;
+use common::ruby::{check_chains, from_main, method, script, Chains};
 use common::runtimes::ruby;
 use common::session::{under, Flare, Workload};
-
-fn script() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads/rbservice.rb")
-}
-
-/// Stacks (a sample's Ruby methods of the workload), root first, and
-/// their counts.
-type Chains = Vec<(Vec<String>, u64)>;
-
-/// A frame's method without its class and place: `parse_request` of
-/// `Object#parse_request (workloads/rbservice.rb:30)`, `block in
-/// parse_request` of `block in Object#parse_request (...)`.
-fn method(name: &str) -> String {
-    // The place is the last parenthesis: `block (2 levels) in` has one.
-    let name = match name.rsplit_once(" (") {
-        Some((label, place)) if place.ends_with(')') && place.contains(':') => label,
-        _ => name,
-    };
-    // `block in`, `block (2 levels) in`: the block's prefix kept.
-    let (block, rest) = match name.rfind(" in ") {
-        Some(i) if name.starts_with("block") => name.split_at(i + " in ".len()),
-        _ => ("", name),
-    };
-    let bare = rest.rsplit(['#', '.']).next().unwrap_or(rest);
-    format!("{block}{bare}")
-}
 
 /// Profiles `rbservice.rb MODE 4` under `ruby flags` with flare's `extra`
 /// options; returns the samples' chains of the workload's own methods
@@ -100,10 +75,7 @@ fn profile(ruby: &Path, flags: &[&str], mode: &str) -> (Chains, Vec<(String, f64
                 .filter_map(|l| ours(l.function_id))
                 .collect();
             chain.reverse();
-            // From main down (the script's <main> calls it); a chain
-            // without main is kept whole.
-            let main = chain.iter().position(|f| f == "main").unwrap_or(0);
-            (chain.split_off(main), sample.value[0] as u64)
+            (from_main(chain), sample.value[0] as u64)
         })
         .collect();
     (chains, own, stderr)
@@ -113,77 +85,9 @@ fn profile(ruby: &Path, flags: &[&str], mode: &str) -> (Chains, Vec<(String, f64
 /// `flags`.
 fn check(version: &str, ruby: &Path, flags: &[&str]) {
     let (chains, own, stderr) = profile(ruby, flags, "cpu");
-    assert_eq!(own.len(), 2, "the workload's own figures: {own:?}");
-    let ctx = |what: &str| {
-        let mut top: Vec<&(Vec<String>, u64)> = chains.iter().collect();
-        top.sort_by_key(|(_, n)| std::cmp::Reverse(*n));
-        let top: Vec<String> = top
-            .iter()
-            .take(12)
-            .map(|(c, n)| format!("{n} {}", c.join(";")))
-            .collect();
-        format!(
-            "Ruby {version} {flags:?}: {what}\n{}\n{stderr}",
-            top.join("\n")
-        )
-    };
-    let served: Vec<&(Vec<String>, u64)> = chains
-        .iter()
-        .filter(|(c, _)| c.len() >= 2 && c[0] == "main" && c[1] == "serve")
-        .collect();
-    let total: u64 = served.iter().map(|(_, n)| n).sum();
     let want = if common::bpf::emulated() { 500 } else { 2000 };
-    assert!(
-        total >= want,
-        "{}",
-        ctx(&format!("{total} samples in serve"))
-    );
-    // The program reading its clocks (serve's now(), handle's
-    // thread_cpu) is the program's own share, not flare's.
-    let clock = |c: &[String]| c.iter().any(|f| f == "now" || f == "thread_cpu");
-    let leaf = |c: &[String], name: &str| c.len() >= 4 && c[2] == "handle" && c[3] == name;
-    let in_fn = |name: &str| -> u64 {
-        served
-            .iter()
-            .filter(|(c, _)| leaf(c, name))
-            .map(|(_, n)| n)
-            .sum()
-    };
-    // Samples in the work, whole or not: any of its methods (a stack cut
-    // below them counts against flare).
-    let work = |c: &[String]| {
-        c.iter().any(|f| {
-            ["handle", "parse_request", "render_page", "mix"].contains(&f.as_str())
-                || f.starts_with("block in ")
-        })
-    };
-    let not_clock: u64 = chains
-        .iter()
-        .filter(|(c, _)| work(c) && !clock(c))
-        .map(|(_, n)| n)
-        .sum();
-    let both: u64 = own.iter().map(|(name, _)| in_fn(name)).sum();
-    eprintln!("Ruby {version} {flags:?}: {both} of {not_clock} samples (not reading clocks) under the chain");
-    assert!(
-        both as f64 >= 0.95 * not_clock as f64,
-        "{}",
-        ctx(&format!(
-            "{both} of {not_clock} samples (not reading clocks) under the chain"
-        ))
-    );
-    let spent_both: f64 = own.iter().map(|(_, s)| s).sum();
-    for (name, spent) in &own {
-        let share = 100.0 * in_fn(name) as f64 / both as f64;
-        let truth = 100.0 * spent / spent_both;
-        eprintln!("Ruby {version} {flags:?}: {name}: {share:.1} % of the samples, {truth:.1} % by its clock");
-        assert!(
-            (share - truth).abs() <= 4.0,
-            "{}",
-            ctx(&format!(
-                "{name}: {share:.1} % of the samples, {truth:.1} % by its clock"
-            ))
-        );
-    }
+    let what = format!("Ruby {version} {flags:?}");
+    check_chains(&what, &chains, &own, (want, 4.0), &stderr);
 }
 
 #[test]

@@ -120,7 +120,7 @@ impl History {
                 },
             );
             spaces[0].own.push((time, mapping));
-        } else {
+        } else if !redundant(&spaces[at - 1].own, time, &mapping) {
             spaces[at - 1].own.push((time, mapping));
         }
     }
@@ -243,6 +243,40 @@ impl History {
     }
 }
 
+/// Whether mapping `m`, made at `time`, changes nothing of what the
+/// records `own` say of its range: the latest record over any of it (made
+/// no later) is the same mapping, or memory with no file, of the same name,
+/// covering all of it. JIT code re-protected is that: YJIT's writes make
+/// an executable mapping record each, thousands a second, which every
+/// look-up of the process's mappings would lay over again.
+fn redundant(own: &[(u64, Mapping)], time: u64, m: &Mapping) -> bool {
+    use super::Backing;
+    let mut latest: Option<&(u64, Mapping)> = None;
+    for r in own
+        .iter()
+        .filter(|(_, e)| e.start < m.end && m.start < e.end)
+    {
+        if r.0 > time {
+            return false;
+        }
+        if latest.is_none_or(|l| r.0 >= l.0) {
+            latest = Some(r);
+        }
+    }
+    let Some((_, last)) = latest else {
+        return false;
+    };
+    match (&last.backing, &m.backing) {
+        (Backing::Anon(a), Backing::Anon(b)) => {
+            a == b && last.start <= m.start && m.end <= last.end
+        }
+        (Backing::File(a), Backing::File(b)) => {
+            a.id() == b.id() && (last.start, last.end, last.offset) == (m.start, m.end, m.offset)
+        }
+        _ => false,
+    }
+}
+
 /// Puts `m` over whatever it overlaps in `layout`, trimming or splitting
 /// the older mappings (as a new `mmap` over an old range does).
 fn overlay(layout: &mut BTreeMap<u64, Mapping>, m: Mapping) {
@@ -332,6 +366,44 @@ mod tests {
             ]
         );
         assert_eq!(m[2].offset, 0x2000);
+    }
+
+    #[test]
+    fn jit_code_re_protected_is_recorded_once() {
+        let mut h = History::default();
+        h.snapshot(1, 1, vec![anon("bash", 0x1000, 0x2000)]);
+        // YJIT's region, then its tail and itself again, over and over.
+        for t in 0..1000 {
+            h.map(1, 2 + 2 * t, anon("//anon", 0x10_0000, 0x20_0000));
+            h.map(1, 3 + 2 * t, anon("//anon", 0x14_0000, 0x20_0000));
+        }
+        let space = h.procs.get(&1).and_then(|s| s.last()).expect("known");
+        assert_eq!(space.own.len(), 2);
+        let (m, _) = h.mappings(1, None).expect("known");
+        assert_eq!(
+            names(&m),
+            [
+                ("bash".into(), 0x1000, 0x2000),
+                ("//anon".into(), 0x10_0000, 0x20_0000)
+            ]
+        );
+        // Anything else over it is recorded: another name, a wider range,
+        // or a record older than the one covering it.
+        h.map(1, 5000, anon("other", 0x14_0000, 0x15_0000));
+        h.map(1, 5001, anon("//anon", 0x14_0000, 0x15_0000));
+        h.map(1, 5002, anon("//anon", 0x0f_0000, 0x20_0000));
+        h.map(1, 1, anon("//anon", 0x10_0000, 0x11_0000));
+        let space = h.procs.get(&1).and_then(|s| s.last()).expect("known");
+        assert_eq!(space.own.len(), 6);
+        let (m, _) = h.mappings(1, Some(5001)).expect("known");
+        assert_eq!(
+            names(&m)[1..],
+            [
+                ("//anon".into(), 0x10_0000, 0x14_0000),
+                ("//anon".into(), 0x14_0000, 0x15_0000),
+                ("//anon".into(), 0x15_0000, 0x20_0000)
+            ]
+        );
     }
 
     #[test]

@@ -13,6 +13,7 @@
 //! A new runtime is a folder, a line in [`ALL`], a frame type
 //! ([`crate::collect::Runtime`]) and its BPF walk.
 
+pub mod glibc_threads;
 pub mod java;
 pub mod memory;
 pub mod perf;

@@ -13,6 +13,7 @@ pub mod pprof;
 pub mod python;
 pub mod receivers;
 pub mod rich;
+pub mod ruby;
 pub mod runtimes;
 pub mod schema;
 pub mod serve;

@@ -14,6 +14,11 @@
 //! - [`namer`] turns those into method, file and line by reading the
 //!   instruction sequences and method entries in the live process.
 //!
+//! In perf-event mode (no BPF: `flare profile` without root), [`perf`]
+//! reads the same frames from user space right after each sample
+//! ([`walk`], the thread found through glibc's thread list) and puts them
+//! in the native stack as BPF would.
+//!
 //! Ruby keeps no introspection data and Debian strips its libraries:
 //! layouts come from per-version tables, checked on the live process
 //! (bpf/ruby.h checks each execution context and frame before it trusts
@@ -22,6 +27,8 @@
 pub mod detect;
 pub mod layout;
 pub mod namer;
+pub mod perf;
+pub mod walk;
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -131,9 +138,10 @@ impl crate::runtime::Runtime for Ruby {
         )]
     }
 
-    /// Not yet: perf-event mode walks Ruby processes natively.
+    /// Ruby frames are read when each sample arrives, whatever walks the
+    /// native stack (the frame pointers' callchain, or the copied stack).
     fn perf(_walked: bool) -> Option<Box<dyn crate::runtime::perf::PerfRuntime>> {
-        None
+        Some(Box::<perf::PerfRuby>::default())
     }
 }
 
