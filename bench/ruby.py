@@ -123,6 +123,14 @@ class Tool(Profiler):
     def __init__(self, name, cmd, tmp, ready=None):
         self.t_start = time.monotonic()
         super().__init__(name, cmd, tmp, settle=SETTLE, ready=ready)
+        if self.p.poll() is not None:
+            raise RuntimeError(f"{name} exited ({self.p.returncode}): {self.tail()}")
+
+    def stop(self):
+        """Its CPU seconds, start to exit; an error if it ended before."""
+        if self.p.poll() is not None:
+            raise RuntimeError(f"{self.name} exited early ({self.p.returncode}): {self.tail()}")
+        return super().stop()
 
 
 def names(stack):
@@ -188,14 +196,14 @@ def one_run(args, ruby, tmp, name=None, tool=None):
         r = {"wall": wall, "cpu": cpu, "spent": spent, "calls": calls}
         if prof:
             r["window_cpu"] = (cpu_ns(prof.p.pid) - c0) / 1e9 / wall
-            r["total_cpu"] = prof.stop()
-            if prof.p.returncode not in (0, -2, 130):
-                note(f"{name} exited {prof.p.returncode}: {prof.tail()}")
-            prof = None
+            p, prof = prof, None
+            r["total_cpu"] = p.stop()
+            if p.p.returncode not in (0, -2, 130):
+                raise RuntimeError(f"{name} exited {p.p.returncode}: {p.tail()}")
             r["serve"], r["leaf"] = shares(out)
         return r
     finally:
-        if prof:
+        if prof and prof.p.poll() is None:
             prof.stop()
         w.end()
 
@@ -208,7 +216,7 @@ def med(xs):
 def measure(args, ruby, label, tmp):
     """{hz: {tool: [runs]}}, and the runs alone (one per round)."""
     rates = [int(h) for h in args.hz.split(",")]
-    alone, res = [], {hz: {} for hz in rates}
+    alone, res, failed = [], {hz: {} for hz in rates}, set()
     for r in range(args.rounds):
         x = one_run(args, ruby, tmp)
         alone.append(x)
@@ -216,10 +224,14 @@ def measure(args, ruby, label, tmp):
         order = [(hz, name, tool) for hz in rates for name, tool in tools(args, hz).items()]
         order = order[r % len(order):] + order[:r % len(order)]
         for hz, name, tool in order:
+            if (hz, name) in failed:
+                continue
             try:
                 x = dict(one_run(args, ruby, tmp, name, tool), round=r)
             except (RuntimeError, OSError) as e:
-                note(f"{label}, {name} at {hz} Hz, round {r + 1}: {e}")
+                # Once is enough: the rounds after would fail the same way.
+                failed.add((hz, name))
+                note(f"{label}, {name} at {hz} Hz, round {r + 1} (not tried again): {e}")
                 continue
             res[hz].setdefault(name, []).append(x)
             log(f"   {label} round {r + 1} {name:<19} {hz:>3} Hz {x['calls']} calls, "
