@@ -88,9 +88,10 @@ class HandleCounter:
         return None
 
 
-def own_figures(pipe):
+def own_figures(pipe, other=None):
     """A workload's own accounting, read from its output up to its `cpu`
-    line: ({leaf: seconds} of its `share` lines, cpu seconds)."""
+    line: ({leaf: seconds} of its `share` lines, cpu seconds); its other
+    lines go to the dict `other` if given (first word: the rest's words)."""
     shares = {}
     while True:
         words = pipe.readline().split()
@@ -100,6 +101,8 @@ def own_figures(pipe):
             shares[words[1]] = float(words[2])
         elif words[0] == "cpu":
             return shares, float(words[1])
+        elif other is not None:
+            other[words[0]] = words[1:]
 
 
 def end_workload(p, timeout):
@@ -157,9 +160,10 @@ def machine_busy():
 
 class Profiler:
     """A profiler started (its output in `tmp`/NAME.log), attached (its
-    perf events all open: their count steady for 0.1 s) and settled."""
+    perf events all open: their count steady for 0.1 s; or, for one that
+    opens none, `ready(self)` true) and settled."""
 
-    def __init__(self, name, cmd, tmp, settle=0.5):
+    def __init__(self, name, cmd, tmp, settle=0.5, ready=None):
         self.name = name
         self.log = os.path.join(tmp, f"{name}.log")
         with open(self.log, "w") as log_f:
@@ -167,12 +171,16 @@ class Profiler:
         t0 = time.monotonic()
         last, since = 0, t0
         while True:
-            n = perf_fds(self.p.pid)
             now = time.monotonic()
-            if n != last:
-                last, since = n, now
-            elif n and now - since > 0.1:
-                break
+            if ready:
+                if ready(self):
+                    break
+            else:
+                n = perf_fds(self.p.pid)
+                if n != last:
+                    last, since = n, now
+                elif n and now - since > 0.1:
+                    break
             if self.p.poll() is not None:
                 raise RuntimeError(f"{cmd[0]} exited ({self.p.returncode}): {self.tail()}")
             if now - t0 > 60:

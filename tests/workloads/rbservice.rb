@@ -6,8 +6,9 @@
 # Modes (ARGV[0]), with seconds of work in ARGV[1]:
 # - cpu: main -> serve -> handle -> parse_request (which calls the small
 #   mix in a block of Integer#times) | render_page, timing each leaf with
-#   the thread's CPU clock ("share NAME SECONDS"), then "cpu S" (the
-#   thread's CPU over the whole serve);
+#   the thread's CPU clock ("share NAME SECONDS"), "handled N calls" (the
+#   handle() calls made: the work done), then "cpu S" (the thread's CPU
+#   over the whole serve);
 # - exit: as cpu, but ruby exits right after its report;
 # - threads: a Thread runs parse_request, another render_page ("tid TID
 #   0" for the parser, "tid TID 1" for the renderer), then "tcpu TID S"
@@ -45,6 +46,7 @@ def render_page(n)
 end
 
 $spent = Hash.new(0.0)
+$handled = 0
 
 def handle
   t0 = thread_cpu
@@ -58,7 +60,10 @@ end
 
 def serve(seconds)
   deadline = now + seconds
-  handle while now < deadline
+  while now < deadline
+    handle
+    $handled += 1
+  end
 end
 
 def nap(seconds)
@@ -126,6 +131,7 @@ def main
     when "cpu", "exit"
       serve(seconds)
       $spent.each { |name, s| puts "share #{name} #{s}" }
+      puts "handled #{$handled} calls"
     when "sleep"
       nap(seconds)
     when "pipe"
