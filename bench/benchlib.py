@@ -3,7 +3,27 @@
 import os
 import signal
 import subprocess
+import sys
 import time
+
+# What a run could not measure (a peer missing, a combination refused),
+# each said once as it happens and listed again at the end.
+NOTES = []
+
+
+def note(msg):
+    if msg not in NOTES:
+        NOTES.append(msg)
+        print(f"NOTE: {msg}", file=sys.stderr, flush=True)
+
+
+def log(msg):
+    print(msg, file=sys.stderr, flush=True)
+
+
+def print_notes():
+    if NOTES:
+        print("\nNotes:\n" + "\n".join(f"- {n}" for n in NOTES))
 
 
 def perf_fds(pid):

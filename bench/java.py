@@ -86,6 +86,7 @@ import sys
 import tempfile
 import time
 
+from benchlib import log, note, print_notes
 from benchlib import Profiler as BaseProfiler
 from benchlib import (HandleCounter, end_workload, machine_busy, own_figures, sampling_prog_stats,
                       schedstat_ns)
@@ -102,19 +103,6 @@ JNAME = re.compile(r"^(?:\S+ )?([\w$]+(?:\.[\w$<>]+)+)\(")
 UNNAMED = re.compile(r"^(\[unknown\]|(0x)?[0-9a-fA-F]{6,}|.*\+0x[0-9a-fA-F]+)$")
 # serve runs this long past warm-up + window: attach, settle and stop.
 SLACK = 2.5
-NOTES = []
-
-
-def note(msg):
-    if msg not in NOTES:
-        NOTES.append(msg)
-        print(f"NOTE: {msg}", file=sys.stderr)
-
-
-def log(msg):
-    print(msg, file=sys.stderr, flush=True)
-
-
 def find_perf(arg):
     """A perf that runs (Debian's /usr/bin/perf may be a wrapper that
     finds no perf_VERSION for this kernel), or None."""
@@ -628,8 +616,7 @@ def main():
     st = report_stacks(env, results)
     ratio = report_in_kernel(kernel)
     report_peers(ov, st, ratio)
-    if NOTES:
-        print("\nNotes:\n" + "\n".join(f"- {n}" for n in NOTES))
+    print_notes()
     print(f"\n({time.monotonic() - t0:.0f} s)")
 
 

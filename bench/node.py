@@ -95,6 +95,7 @@ import sys
 import tempfile
 import time
 
+from benchlib import log, note, print_notes
 from benchlib import (HandleCounter, Profiler, cpu_ns, end_workload, machine_busy, own_figures,
                       sampling_prog_stats)
 
@@ -113,19 +114,6 @@ V8 = "V8 profiler"
 SETTLE = 0.5
 # serve runs this long past the two windows: attach, settle and stop.
 SLACK = 2.5
-NOTES = []
-
-
-def note(msg):
-    if msg not in NOTES:
-        NOTES.append(msg)
-        print(f"NOTE: {msg}", file=sys.stderr, flush=True)
-
-
-def log(msg):
-    print(msg, file=sys.stderr, flush=True)
-
-
 def node_build(major):
     """The official Node `major` build scripts/runtimes cached, or None."""
     arch = {"x86_64": "amd64", "aarch64": "arm64"}.get(platform.machine(), platform.machine())
@@ -638,8 +626,7 @@ def main():
     report_overhead(args, results)
     report_shares(args, results)
     report_in_kernel(kernel)
-    if NOTES:
-        print("\nNotes:\n" + "\n".join(f"- {n}" for n in NOTES))
+    print_notes()
     print(f"\n({time.monotonic() - t0:.0f} s; load average {loadavg()} at the end)")
 
 

@@ -48,6 +48,7 @@ import sys
 import tempfile
 import time
 
+from benchlib import log, note, print_notes
 from benchlib import Profiler, cpu_ns, end_workload, own_figures
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -55,19 +56,6 @@ WORKLOAD = os.path.join(ROOT, "tests", "workloads", "rbservice.rb")
 RBSPY_CACHE = "/var/cache/flare-bench/rbspy/bin/rbspy"
 LEAVES = ("parse_request", "render_page")
 SETTLE = 0.5
-NOTES = []
-
-
-def note(msg):
-    if msg not in NOTES:
-        NOTES.append(msg)
-        print(f"NOTE: {msg}", file=sys.stderr, flush=True)
-
-
-def log(msg):
-    print(msg, file=sys.stderr, flush=True)
-
-
 def ruby_of(version):
     """The ruby of `version` (3.1: Debian's; others: scripts/runtimes'), or None."""
     if version == "3.1" and os.path.exists("/usr/bin/ruby3.1"):
@@ -322,8 +310,7 @@ def main():
           "thread-CPU figures in parentheses; off: the larger gap of the two, in points.")
     for label, ruby, alone, res in results:
         report(args, f"{label} ({ruby})", alone, res)
-    if NOTES:
-        print("\nNotes:\n" + "\n".join(f"- {n}" for n in NOTES))
+    print_notes()
     print(f"\n({time.monotonic() - t0:.0f} s; load average {loadavg()} at the end)")
 
 
