@@ -1170,6 +1170,11 @@ fn ruby_without_root(version: &str, flags: &[&str]) {
     };
     let what = format!("Ruby {version} {flags:?} without root");
     common::ruby::check_chains(&what, &chains, &own, (want, within), &err);
+    let frames = stdout
+        .lines()
+        .filter_map(|l| Some(l.rsplit_once(' ')?.0))
+        .flat_map(|stack| stack.split(';'));
+    common::ruby::check_names(&what, frames);
 }
 
 #[test]

@@ -17,7 +17,7 @@ use std::path::Path;
 
 use common::bpf::{require_bpf, serial};
 use common::receivers::decode_pprof;
-use common::ruby::{check_chains, from_main, method, script, Chains};
+use common::ruby::{check_chains, check_names, from_main, method, script, Chains};
 use common::runtimes::ruby;
 use common::session::{under, Flare, Workload};
 
@@ -25,7 +25,11 @@ use common::session::{under, Flare, Workload};
 /// options; returns the samples' chains of the workload's own methods
 /// (from the pprof file: those whose file is the script), the program's
 /// own figures and flare's stderr.
-fn profile(ruby: &Path, flags: &[&str], mode: &str) -> (Chains, Vec<(String, f64)>, String) {
+fn profile(
+    ruby: &Path,
+    flags: &[&str],
+    mode: &str,
+) -> (Chains, Vec<(String, f64)>, String, Vec<String>) {
     let _guard = serial();
     let script = script();
     let mut args: Vec<&str> = flags.to_vec();
@@ -78,16 +82,18 @@ fn profile(ruby: &Path, flags: &[&str], mode: &str) -> (Chains, Vec<(String, f64
             (from_main(chain), sample.value[0] as u64)
         })
         .collect();
-    (chains, own, stderr)
+    let names = p.function.iter().map(|f| s(f.name).to_string()).collect();
+    (chains, own, stderr, names)
 }
 
 /// Checks the chain and the shares of a run of Ruby `version` under
 /// `flags`.
 fn check(version: &str, ruby: &Path, flags: &[&str]) {
-    let (chains, own, stderr) = profile(ruby, flags, "cpu");
+    let (chains, own, stderr, names) = profile(ruby, flags, "cpu");
     let want = if common::bpf::emulated() { 500 } else { 2000 };
     let what = format!("Ruby {version} {flags:?}");
     check_chains(&what, &chains, &own, (want, 4.0), &stderr);
+    check_names(&what, names.iter().map(String::as_str));
 }
 
 #[test]

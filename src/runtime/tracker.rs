@@ -82,6 +82,20 @@ pub enum Found<P> {
     Unsupported(String),
 }
 
+impl Found<std::convert::Infallible> {
+    /// An answer that is not a process (`No`, `NotReady`, `Unsupported`),
+    /// as any runtime's: a detector's steps say why they stop in it,
+    /// without carrying a process's room.
+    pub fn widen<P>(self) -> Found<P> {
+        match self {
+            Found::Yes(never) => match never {},
+            Found::No => Found::No,
+            Found::NotReady => Found::NotReady,
+            Found::Unsupported(why) => Found::Unsupported(why),
+        }
+    }
+}
+
 /// A runtime's processes by process id: filled by the tracker, read by
 /// the runtime's namer.
 pub type Registry<P> = Arc<Mutex<HashMap<u32, Arc<P>>>>;

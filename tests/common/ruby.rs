@@ -120,3 +120,24 @@ pub fn check_chains(
         );
     }
 }
+
+/// Checks that a run's frame names (`names`: every frame's, any order)
+/// are qualified as Ruby's own profiler API qualifies them, on every
+/// version: a method by its class (`Object#handle`; 3.1 keeps a class's
+/// path in a hidden instance variable, 3.3+ in the class), and C
+/// functions too (`Integer#to_s`; `Integer#times`, in C up to 3.2 and in
+/// Ruby since).
+pub fn check_names<'a>(what: &str, names: impl IntoIterator<Item = &'a str>) {
+    let names: Vec<&str> = names.into_iter().collect();
+    for want in [
+        "Object#handle (",
+        "Object#parse_request (",
+        "Integer#times",
+        "Integer#to_s",
+    ] {
+        assert!(
+            names.iter().any(|n| n.starts_with(want)),
+            "{what}: no frame named {want}…; names: {names:?}"
+        );
+    }
+}

@@ -55,6 +55,10 @@ use tls::{file_tls, live_tls, FileTls};
 /// What a process runs, as far as Ruby goes.
 pub type Detected = Found<Process>;
 
+/// What detection answers when it finds no process (`No`, `NotReady`,
+/// `Unsupported`).
+type NotFound = Found<std::convert::Infallible>;
+
 /// Files kept at most; past it, one is forgotten per new one.
 const MAX_OBJECTS: usize = 64;
 /// Symbol tables, relocations and `.eh_frame` read of a file at most.
@@ -104,6 +108,8 @@ struct RubyFile {
     tls: FileTls,
     /// `.data`: virtual address and size.
     data: Option<(u64, u64)>,
+    /// `rb_cObject`'s virtual address, if exported.
+    object_class: Option<u64>,
 }
 
 /// A file mapped under a Ruby name.
@@ -208,7 +214,7 @@ impl Detector {
         let bias = m.start.wrapping_sub(vaddr);
         let tls = match live_tls(file, bias, mem) {
             Ok(tls) => tls,
-            Err(not) => return not,
+            Err(not) => return not.widen(),
         };
         let global_symbols = self.global_symbols(m.dev_ino, file, bias, mem);
         Found::Yes(Process {
@@ -220,6 +226,7 @@ impl Detector {
             }),
             tls,
             global_symbols,
+            object_class: file.object_class.map(|v| v.wrapping_add(bias)),
         })
     }
 
@@ -272,6 +279,8 @@ struct DynSyms {
     current_ec: Option<DynSym>,
     /// `rb_vm_exec` (3.1 exports it): the loop's caller.
     vm_exec: Option<DynSym>,
+    /// `rb_cObject`, the variable holding the `Object` class.
+    object_class: Option<DynSym>,
     /// `ruby_run_node` imported: a `ruby` executable of a libruby.
     imports_run_node: bool,
     /// Every symbol's value, by index (for relocations naming them).
@@ -308,6 +317,9 @@ fn dynsyms(syms: &[u8], strs: &[u8]) -> DynSyms {
             }
             (b"rb_vm_exec", true) if sym.size > 0 => {
                 out.vm_exec.get_or_insert(sym);
+            }
+            (b"rb_cObject", true) if sym.size == 8 && !sym.tls => {
+                out.object_class.get_or_insert(sym);
             }
             (b"ruby_run_node", false) => out.imports_run_node = true,
             _ => {}
@@ -356,6 +368,7 @@ fn read_file<S: Source>(elf: &Elf<S>) -> Object {
         exec_caller: syms.vm_exec.map(|s| s.value..s.value + s.size),
         tls: FileTls::default(),
         data: elf.section(b".data").map(|s| (s.addr, s.size)),
+        object_class: syms.object_class.map(|s| s.value),
     };
     // The rest only for a version flare reads.
     if Layout::for_version(&file.version).is_none() {

@@ -375,6 +375,7 @@ fn x86_file(tls: FileTls) -> RubyFile {
         exec_caller: None,
         tls,
         data: None,
+        object_class: None,
     }
 }
 

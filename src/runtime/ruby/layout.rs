@@ -96,6 +96,15 @@ pub struct Layout {
     /// Where a singleton class's attached object lies
     /// (`RCLASS_EXT(klass)->as.singleton_class.attached_object`, 3.3+).
     pub class_attached: Option<u16>,
+    /// 3.1: where a class's extension (`RClass.ptr`, a
+    /// `rb_classext_t *`) lies; `None` from 3.3 on, which keep it inside
+    /// the class.
+    pub class_ext: Option<u16>,
+    /// 3.1: the extension's instance-variable table (`iv_tbl`, an
+    /// `st_table *`), which holds a class's path and a singleton class's
+    /// object as hidden instance variables (`__classpath__`,
+    /// `__attached__`).
+    pub ext_iv_tbl: u16,
     /// `RUBY_FL_SINGLETON`: `FL_USER0` up to 3.3, `FL_USER1` in 3.4.
     pub fl_singleton: u64,
 
@@ -131,6 +140,11 @@ impl Layout {
                 rarray_embed_len_mask: 0x18000,
                 class_path: None,
                 class_attached: None,
+                // RClass { basic (16), super }; rb_classext_t
+                // { iv_index_tbl, iv_tbl } (internal/class.h, with
+                // USE_RVARGC 0, 3.1's default).
+                class_ext: Some(24),
+                ext_iv_tbl: 8,
                 each_id: 3009,
                 ..Layout::V3_3
             }),
@@ -188,6 +202,8 @@ impl Layout {
         // + as.singleton_class.attached_object (96).
         class_path: Some(32 + 120),
         class_attached: Some(32 + 96),
+        class_ext: None,
+        ext_iv_tbl: 0,
         fl_singleton: 0x1000,
         last_op_id: 169,
         each_id: 3041,
@@ -249,6 +265,8 @@ mod tests {
         assert_eq!(each(|l| l.rarray_ptr.into()), [32; 3]);
         assert_eq!(all.map(|l| l.class_path), [None, Some(152), Some(152)]);
         assert_eq!(all.map(|l| l.class_attached), [None, Some(128), Some(128)]);
+        assert_eq!(all.map(|l| l.class_ext), [Some(24), None, None]);
+        assert_eq!(v31.ext_iv_tbl, 8);
         assert_eq!(each(|l| l.fl_singleton), [0x1000, 0x1000, 0x2000]);
         assert_eq!(each(|l| l.last_op_id), [169, 169, 170]);
         assert_eq!(each(|l| l.each_id), [3009, 3041, 3073]);

@@ -70,6 +70,9 @@ pub struct Process {
     /// `ruby_global_symbols` in the process, which names C functions'
     /// method ids; `None` when it was not found.
     pub global_symbols: Option<u64>,
+    /// Where `rb_cObject` (the `Object` class) lies in the process, which
+    /// 3.1's class names are found through; `None` when not exported.
+    pub object_class: Option<u64>,
 }
 
 /// The Ruby processes known, by process id: filled by the unwinder's

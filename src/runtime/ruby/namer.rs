@@ -11,7 +11,7 @@ mod names;
 
 use std::sync::Arc;
 
-use names::{full_label, Iseq, MethodEntry, METHOD_TYPE_CFUNC, METHOD_TYPE_ISEQ};
+use names::{full_label, ClassIvars, Iseq, MethodEntry, METHOD_TYPE_CFUNC, METHOD_TYPE_ISEQ};
 pub use names::{id_name, read_string};
 
 use super::{split_ids, Process, Registry};
@@ -51,6 +51,25 @@ pub struct RubyNamer {
     cfuncs: ReadCache<Process, MethodEntry>,
     /// Method ids' names, by (process id, id, `ruby_global_symbols`).
     ids: ReadCache<Process, Name>,
+    /// 3.1's hidden instance variables that name classes, by (process
+    /// id, `rb_cObject`'s address, 0).
+    class_ivars: ReadCache<Process, ClassIvars>,
+}
+
+/// 3.1's [`ClassIvars`] of process `pid`, read once from its `Object`;
+/// `None` for a version that keeps class paths in the class.
+fn class_ivars(
+    cache: &mut ReadCache<Process, ClassIvars>,
+    mem: &dyn Memory,
+    pid: u32,
+    process: &Arc<Process>,
+) -> Option<Arc<ClassIvars>> {
+    process.layout.class_ext?;
+    let var = process.object_class?;
+    cache.get_or_read((pid, var, 0), process, || {
+        let object = mem.read_u64(var).ok()?;
+        names::class_ivars(mem, &process.layout, object)
+    })
 }
 
 impl RubyNamer {
@@ -61,6 +80,7 @@ impl RubyNamer {
             methods: ReadCache::default(),
             cfuncs: ReadCache::default(),
             ids: ReadCache::default(),
+            class_ivars: ReadCache::default(),
         }
     }
 
@@ -106,7 +126,8 @@ impl RubyNamer {
             (Some(method), cme) if cme != 0 => self
                 .methods
                 .get_or_read((pid, cme, info.local_iseq), process, || {
-                    names::read_method_entry(mem, layout, cme)
+                    let ivars = class_ivars(&mut self.class_ivars, mem, pid, process);
+                    names::read_method_entry(mem, layout, cme, ivars.as_deref())
                         .filter(|m| m.def_type == METHOD_TYPE_ISEQ && m.iseqptr == info.local_iseq)
                 })
                 .map(|m| m.qualify(method)),
@@ -142,7 +163,8 @@ impl RubyNamer {
         }
         let layout = &process.layout;
         let entry = self.cfuncs.get_or_read((pid, cme, cookie), process, || {
-            names::read_method_entry(mem, layout, cme)
+            let ivars = class_ivars(&mut self.class_ivars, mem, pid, process);
+            names::read_method_entry(mem, layout, cme, ivars.as_deref())
                 .filter(|m| m.def_type == METHOD_TYPE_CFUNC && m.def == cookie)
         })?;
         let id = entry.original_id;

@@ -433,8 +433,14 @@ impl MethodEntry {
 }
 
 /// Reads the method entry at `cme`: `None` unless it is an imemo ment
-/// whose definition can be read.
-pub fn read_method_entry(mem: &dyn Memory, layout: &Layout, cme: u64) -> Option<MethodEntry> {
+/// whose definition can be read. `ivars`: 3.1's hidden instance
+/// variables, which name its class ([`class_path`]).
+pub fn read_method_entry(
+    mem: &dyn Memory,
+    layout: &Layout,
+    cme: u64,
+    ivars: Option<&ClassIvars>,
+) -> Option<MethodEntry> {
     if imemo_type(mem, cme)? != IMEMO_MENT {
         return None;
     }
@@ -451,23 +457,123 @@ pub fn read_method_entry(mem: &dyn Memory, layout: &Layout, cme: u64) -> Option<
         def_type: d.get(usize::from(layout.def_type))? & layout.def_type_mask,
         iseqptr: word(&d, layout.def_iseqptr)?,
         original_id: word(&d, layout.def_original_id)?,
-        class: class_path(mem, layout, defined_class),
+        class: class_path(mem, layout, defined_class, ivars),
+    })
+}
+
+/// 3.1's ids of the hidden instance variables that hold a class's path
+/// (`__classpath__`) and a singleton class's object (`__attached__`):
+/// found in the live process, in `Object`'s own ([`class_ivars`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ClassIvars {
+    pub classpath: u64,
+    pub attached: u64,
+}
+
+impl crate::runtime::tracker::Weight for ClassIvars {
+    fn weight(&self) -> usize {
+        std::mem::size_of::<Self>()
+    }
+}
+
+/// `st_table`'s `entries_start`, `entries_bound` and `entries`, and an
+/// entry's size (`hash`, `key`, `record`): include/ruby/st.h, the same
+/// in 3.1, 3.3 and 3.4.
+const ST_ENTRIES_START: u16 = 32;
+const ST_ENTRIES_BOUND: u16 = 40;
+const ST_ENTRIES: u16 = 48;
+const ST_ENTRY_SIZE: u64 = 24;
+/// The hash of a deleted entry (`RESERVED_HASH_VAL`).
+const ST_DELETED: u64 = u64::MAX;
+/// Most entries of a class's instance-variable table looked through: a
+/// class's path is set as it is named, among its first.
+const MAX_IVARS: u64 = 256;
+
+/// 3.1: the (id, value) entries of class `klass`'s instance-variable
+/// table (its extension's `iv_tbl`), the first [`MAX_IVARS`].
+fn class_ivar_entries(mem: &dyn Memory, layout: &Layout, klass: u64) -> Option<Vec<(u64, u64)>> {
+    let ext = field(mem, klass, layout.class_ext?)?;
+    let table = field(mem, ext, layout.ext_iv_tbl)?;
+    if table == 0 || table % 8 != 0 {
+        return None;
+    }
+    let mut t = [0u8; ST_ENTRIES as usize + 8];
+    mem.read(table, &mut t).ok()?;
+    let start = word(&t, ST_ENTRIES_START)?;
+    let bound = word(&t, ST_ENTRIES_BOUND)?;
+    if start > bound {
+        return None;
+    }
+    let n = (bound - start).min(MAX_IVARS);
+    let mut e = vec![0u8; (n * ST_ENTRY_SIZE) as usize];
+    let first = word(&t, ST_ENTRIES)?.checked_add(start.checked_mul(ST_ENTRY_SIZE)?)?;
+    mem.read(first, &mut e).ok()?;
+    Some(
+        e.chunks_exact(ST_ENTRY_SIZE as usize)
+            .filter(|c| word(c, 0) != Some(ST_DELETED))
+            .filter_map(|c| Some((word(c, 8)?, word(c, 16)?)))
+            .collect(),
+    )
+}
+
+/// 3.1: the value of class `klass`'s instance variable `id`.
+fn class_ivar(mem: &dyn Memory, layout: &Layout, klass: u64, id: u64) -> Option<u64> {
+    class_ivar_entries(mem, layout, klass)?
+        .into_iter()
+        .find_map(|(key, value)| (key == id).then_some(value))
+}
+
+/// 3.1's [`ClassIvars`], found in `Object` (the class at `object`,
+/// `rb_cObject`'s value), as Ruby names it at start-up: the id of its
+/// entry holding the String "Object" is `__classpath__`'s, and that of
+/// the entry of its singleton class holding Object itself is
+/// `__attached__`'s. `None` for a layout that keeps both in the class
+/// (3.3+), or where Object does not look so.
+pub fn class_ivars(mem: &dyn Memory, layout: &Layout, object: u64) -> Option<ClassIvars> {
+    layout.class_ext?;
+    if flags(mem, object)? & T_MASK != T_CLASS {
+        return None;
+    }
+    let classpath = class_ivar_entries(mem, layout, object)?
+        .into_iter()
+        .find(|&(_, v)| read_string(mem, layout, v).as_deref() == Some("Object"))?
+        .0;
+    let meta = field(mem, object, 8)?;
+    let f = flags(mem, meta)?;
+    if f & T_MASK != T_CLASS || f & layout.fl_singleton == 0 {
+        return None;
+    }
+    let attached = class_ivar_entries(mem, layout, meta)?
+        .into_iter()
+        .find(|&(_, v)| v == object)?
+        .0;
+    (classpath != attached).then_some(ClassIvars {
+        classpath,
+        attached,
     })
 }
 
 /// `rb_profile_frame_classpath` of `klass` (a method entry's
 /// `defined_class`) and whether it is a singleton class: a module
 /// included in a class (`T_ICLASS`) gives the module, a singleton class
-/// the class it is attached to. `None` where the layout keeps no path
-/// (3.1), or the class has none (anonymous), or the singleton is an
-/// object's rather than a class's.
-pub fn class_path(mem: &dyn Memory, layout: &Layout, klass: u64) -> Option<(String, bool)> {
-    let path_at = layout.class_path?;
+/// the class it is attached to. 3.3+ keep the path and the object in the
+/// class; 3.1 in hidden instance variables, whose ids `ivars` gives.
+/// `None` where neither is known, or the class has no path (anonymous),
+/// or the singleton is an object's rather than a class's.
+pub fn class_path(
+    mem: &dyn Memory,
+    layout: &Layout,
+    klass: u64,
+    ivars: Option<&ClassIvars>,
+) -> Option<(String, bool)> {
     let f = flags(mem, klass)?;
     let (class, singleton) = match f & T_MASK {
         T_ICLASS => (field(mem, klass, 8)?, false),
         T_CLASS if f & layout.fl_singleton != 0 => {
-            let attached = field(mem, klass, layout.class_attached?)?;
+            let attached = match layout.class_attached {
+                Some(at) => field(mem, klass, at)?,
+                None => class_ivar(mem, layout, klass, ivars?.attached)?,
+            };
             (attached, true)
         }
         T_CLASS | T_MODULE => (klass, false),
@@ -476,7 +582,10 @@ pub fn class_path(mem: &dyn Memory, layout: &Layout, klass: u64) -> Option<(Stri
     if !matches!(flags(mem, class)? & T_MASK, T_CLASS | T_MODULE) {
         return None;
     }
-    let path = field(mem, class, path_at)?;
+    let path = match layout.class_path {
+        Some(at) => field(mem, class, at)?,
+        None => class_ivar(mem, layout, class, ivars?.classpath)?,
+    };
     Some((read_string(mem, layout, path)?, singleton))
 }
 

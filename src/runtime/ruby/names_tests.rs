@@ -8,11 +8,18 @@ use std::collections::{BTreeMap, HashMap};
 use std::io;
 use std::sync::{Arc, Mutex};
 
-use super::super::{RubyNamer, NO_POSITION, UNKNOWN_CFUNC};
+use super::super::{RubyNamer, NO_POSITION};
 use super::*;
 use crate::collect::{Namer, Runtime, RuntimeFrame};
 use crate::profile::{Frame, FrameKind};
 use crate::runtime::ruby::{Process, Registry, Tls};
+
+/// Where the fake process's `rb_cObject` lies (below what
+/// [`Fake::alloc`] hands out).
+const OBJECT_VAR: u64 = 0x8_0000;
+/// 3.1's ids of `__classpath__` and `__attached__` in the fake process.
+const CLASSPATH: u64 = (3131 << 4) | 1;
+const ATTACHED: u64 = (3133 << 4) | 1;
 
 /// Memory of separate regions, with unmapped gaps between them.
 #[derive(Default)]
@@ -115,13 +122,21 @@ impl Fake {
         self.alloc(bytes)
     }
 
-    /// A class (or module, `ty`) named `path` (3.3+: its classpath).
+    /// A class (or module, `ty`) named `path`: 3.3+ keep it in the
+    /// class (its classpath), 3.1 in a hidden instance variable, whose id
+    /// the process's `Object` tells (made with the first class).
     fn class(&mut self, l: &Layout, ty: u64, path: Option<&str>) -> u64 {
+        if l.class_ext.is_some() && !self.regions.contains_key(&OBJECT_VAR) {
+            self.object(l);
+        }
         let c = self.alloc(vec![0; 160]);
         self.put64(c, 0, ty);
-        if let (Some(at), Some(p)) = (l.class_path, path) {
+        if let Some(p) = path {
             let s = self.string(l, p, false);
-            self.put64(c, at, s);
+            match l.class_path {
+                Some(at) => self.put64(c, at, s),
+                None => self.ivars(l, c, &[(CLASSPATH, s)]),
+            }
         }
         c
     }
@@ -129,10 +144,40 @@ impl Fake {
     /// The singleton class of `object`.
     fn singleton(&mut self, l: &Layout, object: u64) -> u64 {
         let c = self.class(l, T_CLASS | l.fl_singleton, None);
-        if let Some(at) = l.class_attached {
-            self.put64(c, at, object);
+        match l.class_attached {
+            Some(at) => self.put64(c, at, object),
+            None => self.ivars(l, c, &[(ATTACHED, object)]),
         }
         c
+    }
+
+    /// 3.1: the instance-variable table of class `c` (an `st_table` in
+    /// its extension), holding `ivars` after a deleted entry and another
+    /// variable (a Fixnum): the table is looked through, not hashed.
+    fn ivars(&mut self, l: &Layout, c: u64, ivars: &[(u64, u64)]) {
+        let mut entries = vec![u64::MAX, 0, 0, 0x55, (77 << 4) | 1, 7];
+        for &(id, value) in ivars {
+            entries.extend([id.wrapping_mul(31), id, value]);
+        }
+        let n = entries.len() as u64 / 3;
+        let at = self.alloc(u64s(&entries));
+        // entry_power 3, bin_power 0 (no bins), 16 bytes to num_entries,
+        // bins, entries_start, entries_bound, entries.
+        let table = self.alloc(u64s(&[3, 0, n, 0, 0, n, at]));
+        let ext = self.alloc(vec![0; 64]);
+        self.put64(ext, l.ext_iv_tbl, table);
+        self.put64(c, l.class_ext.unwrap(), ext);
+    }
+
+    /// 3.1: `Object`, named "Object", its singleton class attached to
+    /// it, and `rb_cObject` at [`OBJECT_VAR`] holding it.
+    fn object(&mut self, l: &Layout) -> u64 {
+        self.regions.insert(OBJECT_VAR, vec![0; 8]);
+        let object = self.class(l, T_CLASS, Some("Object"));
+        let meta = self.singleton(l, object);
+        self.put64(object, 8, meta);
+        self.put64(OBJECT_VAR, 0, object);
+        object
     }
 
     /// The `T_ICLASS` of `module` in some class's ancestry.
@@ -495,6 +540,7 @@ fn process(version: &str, global_symbols: Option<u64>) -> Arc<Process> {
             slots: vec![0x10],
         },
         global_symbols,
+        object_class: Some(OBJECT_VAR),
     })
 }
 
@@ -529,7 +575,6 @@ fn ruby_frames_are_qualified_as_ruby_profiles_them() {
         let p = process(v, None);
         let mut namer = RubyNamer::new(registry_with(7, &p));
         let mut m = Fake::default();
-        let classes = l.class_path.is_some();
         let service = m.class(&l, T_CLASS, Some("App::Service"));
         let (method, code) = m.iseq(&l, &Seq::default());
         let (cme, _) = m.cme(&l, service, METHOD_TYPE_ISEQ, method, 0x1234);
@@ -537,11 +582,7 @@ fn ruby_frames_are_qualified_as_ruby_profiles_them() {
 
         // A method: its class, `#`, its name; the definition's line in
         // the name, the sample's in the source.
-        let want = if classes {
-            "App::Service#handle (app/service.rb:12)"
-        } else {
-            "handle (app/service.rb:12)"
-        };
+        let want = "App::Service#handle (app/service.rb:12)";
         let got = name(&mut namer, &m, &p, &frame(method, cme, 5, code));
         assert_eq!(got, Some((want.into(), src(13))), "{v}");
         // No instruction: the first line.
@@ -568,11 +609,7 @@ fn ruby_frames_are_qualified_as_ruby_profiles_them() {
                 ..Seq::default()
             },
         );
-        let want = if classes {
-            "block (2 levels) in App::Service#handle (app/service.rb:13)"
-        } else {
-            "block (2 levels) in handle (app/service.rb:13)"
-        };
+        let want = "block (2 levels) in App::Service#handle (app/service.rb:13)";
         let got = name(&mut namer, &m, &p, &frame(block, cme, 1, block_code));
         assert_eq!(got, Some((want.into(), src(14))), "{v}");
         // A method entry of another method: not its class.
@@ -597,11 +634,7 @@ fn ruby_frames_are_qualified_as_ruby_profiles_them() {
             },
         );
         let (scme, _) = m.cme(&l, meta, METHOD_TYPE_ISEQ, klass_m, 0x1240);
-        let want = if classes {
-            "Foo.klass_m (foo.rb:3)"
-        } else {
-            "klass_m (foo.rb:3)"
-        };
+        let want = "Foo.klass_m (foo.rb:3)";
         let got = name(&mut namer, &m, &p, &frame(klass_m, scme, 0, klass_code));
         assert_eq!(got.unwrap().0, want, "{v}");
         // An object's singleton: the method's name alone.
@@ -625,11 +658,7 @@ fn ruby_frames_are_qualified_as_ruby_profiles_them() {
             },
         );
         let (mcme, _) = m.cme(&l, iclass, METHOD_TYPE_ISEQ, hello, 0x1250);
-        let want = if classes {
-            "Greeting#hello (greeting.rb:2)"
-        } else {
-            "hello (greeting.rb:2)"
-        };
+        let want = "Greeting#hello (greeting.rb:2)";
         let got = name(&mut namer, &m, &p, &frame(hello, mcme, 0, hello_code));
         assert_eq!(got.unwrap().0, want, "{v}");
 
@@ -686,7 +715,6 @@ fn c_functions_are_named_through_the_symbol_table() {
         let integer = m.class(&l, T_CLASS, Some("Integer"));
         let (each, each_def) = m.cme(&l, array, METHOD_TYPE_CFUNC, 0, each_id);
         let (add, add_def) = m.cme(&l, integer, METHOD_TYPE_CFUNC, 0, plus);
-        let classes = l.class_path.is_some();
         for (found, want, want_plus) in [
             (Some(symbols), "Array#each", "Integer#+"),
             (None, "Array#<cfunc>", "Integer#<cfunc>"),
@@ -694,11 +722,6 @@ fn c_functions_are_named_through_the_symbol_table() {
             let p = process(v, found);
             let mut namer = RubyNamer::new(registry_with(7, &p));
             let got = name(&mut namer, &m, &p, &frame(0, each, 0, each_def));
-            let (want, want_plus) = match (classes, found) {
-                (true, _) => (want, want_plus),
-                (false, Some(_)) => ("each", "+"),
-                (false, None) => (UNKNOWN_CFUNC, UNKNOWN_CFUNC),
-            };
             assert_eq!(got, Some((want.into(), None)), "{v}");
             let got = name(&mut namer, &m, &p, &frame(0, add, 0, add_def));
             assert_eq!(got.unwrap().0, want_plus);
@@ -711,6 +734,75 @@ fn c_functions_are_named_through_the_symbol_table() {
                 None
             );
         }
+    }
+}
+
+#[test]
+fn ruby_3_1_names_classes_through_objects_hidden_variables() {
+    let l = Layout::for_version("3.1.2").unwrap();
+    let mut m = Fake::default();
+    let service = m.class(&l, T_CLASS, Some("App::Service"));
+    let object = m.read_u64(OBJECT_VAR).unwrap();
+    let ivars = class_ivars(&m, &l, object);
+    assert_eq!(
+        ivars,
+        Some(ClassIvars {
+            classpath: CLASSPATH,
+            attached: ATTACHED
+        })
+    );
+    let path = |klass| class_path(&m, &l, klass, ivars.as_ref());
+    assert_eq!(path(service), Some(("App::Service".into(), false)));
+    assert_eq!(path(object), Some(("Object".into(), false)));
+    let meta = m.read_u64(object + 8).unwrap();
+    assert_eq!(path(meta), Some(("Object".into(), true)));
+    // Without the ids, or with other ids: no path.
+    assert_eq!(class_path(&m, &l, service, None), None);
+    let wrong = ClassIvars {
+        classpath: ATTACHED,
+        attached: CLASSPATH,
+    };
+    assert_eq!(class_path(&m, &l, service, Some(&wrong)), None);
+    // A layout that keeps paths in the class has no ids to find.
+    let l33 = Layout::for_version("3.3.8").unwrap();
+    assert_eq!(class_ivars(&m, &l33, object), None);
+    // An Object not named "Object", or whose singleton is not attached
+    // to it: no ids.
+    let mut other = Fake::default();
+    let foo = other.class(&l, T_CLASS, Some("Foo"));
+    assert_eq!(class_ivars(&other, &l, foo), None);
+    let object = other.read_u64(OBJECT_VAR).unwrap();
+    let meta = other.read_u64(object + 8).unwrap();
+    let stray = other.singleton(&l, foo);
+    other.put64(object, 8, stray);
+    assert_eq!(class_ivars(&other, &l, object), None);
+    other.put64(object, 8, meta);
+    assert!(class_ivars(&other, &l, object).is_some());
+    // A table whose bounds are backwards, or whose entries cannot be
+    // read: nothing.
+    let ext = other.read_u64(foo + 24).unwrap();
+    let table = other.read_u64(ext + 8).unwrap();
+    other.put64(table, 32, 9);
+    assert_eq!(class_path(&other, &l, foo, ivars.as_ref()), None);
+    other.put64(table, 32, 0);
+    other.put64(table, 48, 0x10);
+    assert_eq!(class_path(&other, &l, foo, ivars.as_ref()), None);
+
+    // The namer: qualified through the process's `rb_cObject`; without
+    // it, the method alone.
+    let (method, code) = m.iseq(&l, &Seq::default());
+    let (cme, _) = m.cme(&l, service, METHOD_TYPE_ISEQ, method, 0x1234);
+    for (object_class, want) in [
+        (Some(OBJECT_VAR), "App::Service#handle (app/service.rb:12)"),
+        (None, "handle (app/service.rb:12)"),
+    ] {
+        let p = Arc::new(Process {
+            object_class,
+            ..(*process("3.1.2", None)).clone()
+        });
+        let mut namer = RubyNamer::new(registry_with(7, &p));
+        let got = name(&mut namer, &m, &p, &frame(method, cme, 5, code));
+        assert_eq!(got.unwrap().0, want);
     }
 }
 
@@ -782,6 +874,7 @@ def fact(*a) = puts(a.join(" "))
   KEEP << s
   fact "string", Fiddle.dlwrap(s), s
 end
+fact "object", Fiddle.dlwrap(Object)
 [[Outer, false], [Outer::Inner, false], [Comparable, false], [Outer::Inner.singleton_class, true]].each do |c, single|
   fact "class", Fiddle.dlwrap(c), single, single ? c.inspect[/Class:(.*)>/, 1] : c.name
 end
@@ -879,8 +972,25 @@ STDIN.read
         let mem = ProcessMemory { pid };
         let version = format!("3.{minor}.0");
         let l = Layout::for_version(&version).unwrap();
-        let p = process(&version, None);
+        // The process as detection finds it (where its `rb_cObject` lies,
+        // which names 3.1's classes), without its symbol table.
+        let found = loop {
+            let maps = crate::unwind::procs::exec_mappings(pid).unwrap();
+            match crate::runtime::ruby::detect::Detector::new().detect(pid, &maps, &mem) {
+                crate::runtime::tracker::Found::Yes(found) => break found,
+                crate::runtime::tracker::Found::NotReady => {
+                    std::thread::sleep(std::time::Duration::from_millis(50))
+                }
+                other => panic!("3.{minor}: {other:?}"),
+            }
+        };
+        assert!(found.object_class.is_some(), "3.{minor}: rb_cObject");
+        let p = Arc::new(Process {
+            object_class: found.object_class,
+            ..(*process(&version, None)).clone()
+        });
         let mut namer = RubyNamer::new(registry_with(pid, &p));
+        let mut ivars = None;
         let (mut strings, mut classes, mut lines) = (0, 0, 0);
         let mut methods = HashMap::new();
         let mut iseqs = HashMap::new();
@@ -900,10 +1010,15 @@ STDIN.read
                     );
                     strings += 1;
                 }
+                "object" => {
+                    ivars = class_ivars(&mem, &l, addr);
+                    assert_eq!(ivars.is_some(), minor == 1, "3.{minor}");
+                }
                 "class" => {
                     let (single, path) = rest.split_once(' ').unwrap();
-                    let want = l.class_path.map(|_| (path.to_string(), single == "true"));
-                    assert_eq!(class_path(&mem, &l, addr), want, "3.{minor}: {fact}");
+                    let want = Some((path.to_string(), single == "true"));
+                    let got = class_path(&mem, &l, addr, ivars.as_ref());
+                    assert_eq!(got, want, "3.{minor}: {fact}");
                     classes += 1;
                 }
                 "method" => {
@@ -918,13 +1033,9 @@ STDIN.read
                     };
                     let cme = word(data + if minor == 1 { 24 } else { 32 });
                     assert_eq!(imemo_type(&mem, cme), Some(IMEMO_MENT), "3.{minor}");
-                    let entry = read_method_entry(&mem, &l, cme).unwrap();
+                    let entry = read_method_entry(&mem, &l, cme, ivars.as_ref()).unwrap();
                     let (class, method) = rest.split_once(['#', '.']).unwrap();
-                    if l.class_path.is_some() {
-                        assert_eq!(entry.qualify(method), rest, "3.{minor}");
-                    } else {
-                        assert_eq!(entry.class, None);
-                    }
+                    assert_eq!(entry.qualify(method), rest, "3.{minor}");
                     let cfunc = class != "Outer::Inner";
                     let ty = if cfunc {
                         METHOD_TYPE_CFUNC
@@ -993,21 +1104,16 @@ STDIN.read
         let (cme, entry) = &methods["long_method"];
         assert_eq!(entry.iseqptr, iseq, "3.{minor}");
         let (got, _) = name(&mut namer, &mem, &p, &frame(iseq, *cme, 0, code)).unwrap();
-        let want = match l.class_path {
-            Some(_) => "Outer::Inner#long_method (",
-            None => "long_method (",
-        };
-        assert!(got.starts_with(want), "3.{minor}: {got}");
+        assert!(
+            got.starts_with("Outer::Inner#long_method ("),
+            "3.{minor}: {got}"
+        );
         // C functions: without the symbol table, only their class.
         let (each, entry) = &methods["each"];
         let got = name(&mut namer, &mem, &p, &frame(0, *each, 0, entry.def))
             .unwrap()
             .0;
-        let want = match l.class_path {
-            Some(_) => "Array#<cfunc>",
-            None => UNKNOWN_CFUNC,
-        };
-        assert_eq!(got, want, "3.{minor}");
+        assert_eq!(got, "Array#<cfunc>", "3.{minor}");
         assert!(lines > 600, "{lines} instructions");
     }
 

@@ -37,6 +37,7 @@ fn process() -> Process {
             slots: vec![0x10, 0x28],
         },
         global_symbols: None,
+        object_class: None,
     }
 }
 

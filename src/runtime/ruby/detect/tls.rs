@@ -6,7 +6,7 @@
 //! the one whose value checks out as an execution context.
 
 use super::{
-    Detected, DynSyms, Rela, RubyFile, ET_EXEC, MAX_TLS_VALUE, PT_INTERP, PT_TLS,
+    DynSyms, NotFound, Rela, RubyFile, ET_EXEC, MAX_TLS_VALUE, PT_INTERP, PT_TLS,
     R_AARCH64_TLSDESC, R_X86_64_DTPMOD64, R_X86_64_DTPOFF64,
 };
 use crate::elf::{Elf, Source};
@@ -38,7 +38,7 @@ pub(super) struct FileTls {
 /// Where the execution context lies, from the file's `FileTls` and what
 /// the loader wrote in the process (libruby loaded with bias `bias`):
 /// `Err` with what to answer when it cannot be said now.
-pub(super) fn live_tls(file: &RubyFile, bias: u64, mem: &dyn Memory) -> Result<Tls, Detected> {
+pub(super) fn live_tls(file: &RubyFile, bias: u64, mem: &dyn Memory) -> Result<Tls, NotFound> {
     let t = &file.tls;
     match file.machine {
         Machine::X86_64 => {
