@@ -1146,18 +1146,25 @@ fn ruby_without_root(version: &str, flags: &[&str]) {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "stderr: {err}");
     let (own, cpu) = figures(&stdout);
-    // Folded stacks, root first: the workload's own methods of each (the
-    // workload's own lines end in no count).
-    let chains: common::ruby::Chains = stdout
+    // Folded stacks, root first, and their counts (the workload's own
+    // lines end in no count).
+    let stacks: Vec<(&str, u64)> = stdout
         .lines()
         .filter_map(|l| {
             let (stack, n) = l.rsplit_once(' ')?;
+            Some((stack, n.parse().ok()?))
+        })
+        .collect();
+    // The workload's own methods of each.
+    let chains: common::ruby::Chains = stacks
+        .iter()
+        .map(|&(stack, n)| {
             let methods = stack
                 .split(';')
                 .filter(|f| f.contains("rbservice.rb:"))
                 .map(common::ruby::method)
                 .collect();
-            Some((common::ruby::from_main(methods), n.parse().ok()?))
+            (common::ruby::from_main(methods), n)
         })
         .collect();
     let want = if common::bpf::emulated() { 500 } else { 2000 };
@@ -1170,10 +1177,7 @@ fn ruby_without_root(version: &str, flags: &[&str]) {
     };
     let what = format!("Ruby {version} {flags:?} without root");
     common::ruby::check_chains(&what, &chains, &own, (want, within), &err);
-    let frames = stdout
-        .lines()
-        .filter_map(|l| Some(l.rsplit_once(' ')?.0))
-        .flat_map(|stack| stack.split(';'));
+    let frames = stacks.iter().flat_map(|(stack, _)| stack.split(';'));
     common::ruby::check_names(&what, frames);
 }
 
