@@ -18,6 +18,11 @@ cpu,off-cpu,wall), one agent per list runs in turn on the same load, a
 report for each; with --together, all of them at once, each pushing to a
 receiver of its own: the same load for each, minute by minute.
 
+--baseline PATH runs a second agent beside each one, from another flare
+binary (say, a copy of the last commit's), with the same options and its
+own receiver: a change's figures against the build before it, measured on
+the same load in the same minutes.
+
 --load runtimes swaps livestacks for real programs in real runtimes, each
 in a loop for the whole run: pylint --jobs=1 linting astroid (pyenv's
 CPython 3.12, the venv bench/deep.py makes), javac compiling java.util,
@@ -27,7 +32,7 @@ and the TypeScript compiler on Node type-checking its own API
 runtime missing here is said and left out.
 
 usage: bench/agent.py [--seconds N] [--interval S] [--hz F] [--profiles LIST]..
-                      [--together] [--load livestacks|runtimes]
+                      [--together] [--load livestacks|runtimes] [--baseline PATH]
        (as root, after cargo build --release)
 """
 
@@ -122,10 +127,10 @@ def rss_kib(pid):
 class Agent:
     """One running agent and what is watched of it."""
 
-    def __init__(self, a, profiles):
-        self.profiles = profiles
+    def __init__(self, a, profiles, binary=FLARE):
+        self.profiles, self.binary = profiles, binary
         url, self.arrivals = receiver()
-        self.p = subprocess.Popen([FLARE, "agent", "-F", str(a.hz), "--interval", str(a.interval),
+        self.p = subprocess.Popen([binary, "agent", "-F", str(a.hz), "--interval", str(a.interval),
                                    "--profiles", profiles, "--pyroscope", url],
                                   stderr=subprocess.PIPE, text=True)
         self.t0 = time.monotonic()
@@ -142,8 +147,9 @@ class Agent:
         self.p.send_signal(signal.SIGTERM)
         _, err = self.p.communicate(timeout=60)
         wall = end_t - self.t0
-        print("flare agent -F %d --profiles %s, %g s windows, %d CPUs busy (%s), %d s"
-              % (a.hz, self.profiles, a.interval, NCPU, load, a.seconds))
+        print("flare agent -F %d --profiles %s, %g s windows, %d CPUs busy (%s), %d s%s"
+              % (a.hz, self.profiles, a.interval, NCPU, load, a.seconds,
+                 "" if self.binary == FLARE else " [baseline: %s]" % self.binary))
         steady = self.steady
         print("  CPU: %.2f %% of one core over the run; %.2f %% after the first window"
               % (100.0 * end_ticks / TICK / wall,
@@ -164,7 +170,8 @@ class Agent:
 
 def run_agents(a, lists, load):
     """Agents for `lists` at once, for a.seconds; a report for each."""
-    agents = [Agent(a, profiles) for profiles in lists]
+    binaries = [FLARE] + ([a.baseline] if a.baseline else [])
+    agents = [Agent(a, profiles, b) for profiles in lists for b in binaries]
     t0 = time.monotonic()
     try:
         while time.monotonic() - t0 < a.seconds:
@@ -231,6 +238,7 @@ def main():
     ap.add_argument("--profiles", action="append")
     ap.add_argument("--together", action="store_true")
     ap.add_argument("--load", choices=["livestacks", "runtimes"], default="livestacks")
+    ap.add_argument("--baseline", help="another flare binary, run beside each agent")
     a = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("run as root")
