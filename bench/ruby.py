@@ -28,17 +28,31 @@ Per tool:
   pooled over the rounds, against the program's own accounting in the
   same runs (its `share` lines over its `cpu` line); "off": the largest
   gap of the two leaves, in points.
+Then a real program: Debian's rubocop (`apt-get install rubocop`, on
+Ruby 3.1) linting part of its own sources (--rubocop: lib/rubocop/cop/mixin,
+70 files) with `--cache false`, through bench/workloads/rubocop.rb, which
+loads rubocop, waits for "go" and times the lint itself. The same tools at
+99 Hz, in turn each round after a run alone: the slowdown (lint wall time
+under the tool / alone, same round), the profiler's CPU, its samples with
+Ruby frames (flare's on the CPU, rbspy's on and off it), the share of
+them whose outermost Ruby frame is the driver's <main> (whole), the
+deepest; then of the samples in the lint (naming RuboCop::CLI#run), the
+--top (10) methods by rbspy's self share (method and file, without class
+or line: rbspy names no class), each tool's self share (innermost Ruby
+frame) and inclusive share (anywhere in the stack).
 Progress goes to stderr; a markdown table to stdout at the end. About
-40 s a round per Ruby at the defaults.
+40 s a round per Ruby at the defaults, and 30 s a round of rubocop.
 
 usage: bench/ruby.py [--flare PATH] [--rbspy PATH] [--rubies 3.1,3.3] [--hz 99,997] [--rounds N]
-                     [--seconds S]   (as root)
+                     [--seconds S] [--programs rbservice,rubocop] [--rubocop TREE] [--top N]
+                     (as root)
 rbspy: `cargo install rbspy --locked --root /var/cache/flare-bench/rbspy`
 (the default --rbspy is its bin/rbspy there, else rbspy on PATH); without
 it, rbspy is skipped with a note. Ruby 3.3: `scripts/runtimes ruby 3.3`.
 """
 
 import argparse
+import collections
 import os
 import re
 import shutil
@@ -56,6 +70,14 @@ WORKLOAD = os.path.join(ROOT, "tests", "workloads", "rbservice.rb")
 RBSPY_CACHE = "/var/cache/flare-bench/rbspy/bin/rbspy"
 LEAVES = ("parse_request", "render_page")
 SETTLE = 0.5
+# rubocop: Debian's (on its Ruby 3.1), linting part of its own sources.
+RUBOCOP_RUBY = "/usr/bin/ruby3.1"
+RUBOCOP_DRIVER = os.path.join(ROOT, "bench", "workloads", "rubocop.rb")
+RUBOCOP_TREE = "/usr/share/rubygems-integration/all/gems/rubocop-1.39.0/lib/rubocop/cop/mixin"
+RUBOCOP_HZ = 99
+# RuboCop::CLI#run, as ruby_frames() names it: the lint.
+LINT = ("run", "cli.rb")
+
 def ruby_of(version):
     """The ruby of `version` (3.1: Debian's; others: scripts/runtimes'), or None."""
     if version == "3.1" and os.path.exists("/usr/bin/ruby3.1"):
@@ -71,11 +93,12 @@ def ruby_version(ruby):
 
 
 class Workload:
-    """rbservice.rb cpu: started, ready, waiting for "go"."""
+    """rbservice.rb cpu (or `cmd`): started, ready, waiting for "go"."""
 
-    def __init__(self, ruby, seconds):
-        self.p = subprocess.Popen([ruby, WORKLOAD, "cpu", f"{seconds:g}"], stdin=subprocess.PIPE,
-                                  stdout=subprocess.PIPE, text=True)
+    def __init__(self, ruby, seconds, cmd=None):
+        cmd = cmd or [ruby, WORKLOAD, "cpu", f"{seconds:g}"]
+        self.p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                  cwd=tempfile.gettempdir())
         self.pid = self.p.pid
         ready = self.p.stdout.readline().strip()
         if ready != "ready":
@@ -88,11 +111,13 @@ class Workload:
         self.p.stdin.flush()
 
     def result(self):
-        """The program's accounting: (wall, {leaf: seconds}, cpu, handle() calls)."""
+        """The program's accounting: (wall, {leaf: seconds}, cpu, handle() calls);
+        its own "wall" line, where it prints one, for the wall."""
         other = {}
         spent, cpu = own_figures(self.p.stdout, other)
         calls = int(other["handled"][0]) if "handled" in other else None
-        return time.monotonic() - self.t0, spent, cpu, calls
+        wall = float(other["wall"][0]) if "wall" in other else time.monotonic() - self.t0
+        return wall, spent, cpu, calls
 
     def end(self):
         end_workload(self.p, 10)
@@ -262,6 +287,162 @@ def report(args, label, alone, res):
                   f"| {f'{off:.1f} pt' if serve else 'n/a'} |")
 
 
+def ruby_frames(stack):
+    """A folded stack's Ruby methods, root first, as (method, file) without
+    class or line: flare's `RuboCop::Cop::Base#on_send (cop/base.rb:123)`,
+    rbspy's `on_send - /usr/.../cop/base.rb:123` both give ("on_send",
+    "base.rb"); `block in X` and `block (2 levels) in X` are kept as such.
+    Frames without a Ruby file (C functions, native frames) are left out."""
+    out = []
+    for frame in stack.split(";"):
+        m = re.match(r"^(.*?)(?: \((\S+\.rb):\d+\)| - (\S+\.rb):\d+)$", frame)
+        if not m:
+            continue
+        label, path = m.group(1), m.group(2) or m.group(3)
+        block = re.match(r"^(block (?:\(\d+ levels\) )?in )(.*)$", label)
+        prefix, label = (block.group(1), block.group(2)) if block else ("", label)
+        out.append((prefix + re.split(r"[#.]", label)[-1], os.path.basename(path)))
+    return out
+
+
+def method_shares(path):
+    """A folded file's samples with Ruby frames ("ruby"), those whose
+    outermost is the driver's <main> ("whole"), the deepest in Ruby frames;
+    and of the samples inside the lint (naming RuboCop::CLI#run: not the
+    driver waiting before and after, which rbspy samples off the CPU too,
+    flare not) their count ("lint") and per (method, file) those where it
+    is the innermost Ruby frame ("own": self) and anywhere ("incl")."""
+    r = {"ruby": 0, "whole": 0, "deepest": 0, "lint": 0,
+         "own": collections.Counter(), "incl": collections.Counter()}
+    try:
+        with open(path) as f:
+            for line in f:
+                stack, _, n = line.rstrip("\n").rpartition(" ")
+                frames = ruby_frames(stack) if n.isdigit() else []
+                if not frames:
+                    continue
+                n = int(n)
+                r["ruby"] += n
+                r["whole"] += n if frames[0] == ("<main>", "rubocop.rb") else 0
+                r["deepest"] = max(r["deepest"], len(frames))
+                if LINT not in frames:
+                    continue
+                r["lint"] += n
+                r["own"][frames[-1]] += n
+                for m in set(frames):
+                    r["incl"][m] += n
+    except OSError:
+        pass
+    return r
+
+
+def rubocop_run(args, tmp, name=None, tool=None):
+    """One rubocop lint (bench/workloads/rubocop.rb), alone or under a
+    profiler: its own wall and CPU, and the profiler's figures."""
+    cmd = [RUBOCOP_RUBY, RUBOCOP_DRIVER, "--cache", "false", "--format", "progress",
+           "-o", os.devnull, args.rubocop]
+    w = Workload(RUBOCOP_RUBY, 0, cmd)
+    prof = None
+    out = os.path.join(tmp, "out.folded")
+    for f in (out, out + ".raw.gz"):
+        if os.path.exists(f):
+            os.unlink(f)
+    try:
+        if tool:
+            cmd, ready = tool
+            prof = Tool(name, cmd(w.pid, out), tmp, ready)
+        c0 = cpu_ns(prof.p.pid) if prof else 0
+        w.go()
+        wall, _, cpu, _ = w.result()
+        r = {"wall": wall, "cpu": cpu}
+        if prof:
+            r["window_cpu"] = (cpu_ns(prof.p.pid) - c0) / 1e9 / wall
+            p, prof = prof, None
+            r["total_cpu"] = p.stop()
+            if p.p.returncode not in (0, -2, 130):
+                raise RuntimeError(f"{name} exited {p.p.returncode}: {p.tail()}")
+            r["methods"] = method_shares(out)
+        return r
+    finally:
+        if prof and prof.p.poll() is None:
+            prof.stop()
+        w.end()
+
+
+def measure_rubocop(args, tmp):
+    """rubocop's runs: alone (one per round) and {tool: [runs]} at 99 Hz."""
+    alone, res, failed = [], {}, set()
+    for r in range(args.rounds):
+        x = rubocop_run(args, tmp)
+        alone.append(x)
+        log(f"   rubocop round {r + 1} {'alone':<19} {x['wall']:.2f} s, {x['cpu']:.2f} s CPU")
+        order = list(tools(args, RUBOCOP_HZ).items())
+        order = order[r % len(order):] + order[:r % len(order)]
+        for name, tool in order:
+            if name in failed:
+                continue
+            try:
+                x = dict(rubocop_run(args, tmp, name, tool), round=r)
+            except (RuntimeError, OSError) as e:
+                failed.add(name)
+                note(f"rubocop, {name}, round {r + 1} (not tried again): {e}")
+                continue
+            res.setdefault(name, []).append(x)
+            log(f"   rubocop round {r + 1} {name:<19} {x['wall']:.2f} s, "
+                f"{100 * x['window_cpu']:.1f} % CPU, {x['methods']['lint']} samples in the lint")
+    return alone, res
+
+
+def report_rubocop(args, alone, res):
+    print(f"\n## rubocop ({RUBOCOP_RUBY}, {RUBOCOP_HZ} Hz)\n")
+    print(f"`rubocop --cache false {args.rubocop}`, loaded before the profiler attaches; alone "
+          f"{med(x['wall'] for x in alone):.2f} s wall, {med(x['cpu'] for x in alone):.2f} s CPU "
+          f"(runs {min(x['wall'] for x in alone):.2f}-{max(x['wall'] for x in alone):.2f} s).\n")
+    print("slowdown: the lint's wall time under the tool / alone, same round (median); its CPU "
+          "likewise (flare's BPF walk is charged to it, rbspy's pauses are not); CPU: the profiler's.\n")
+    print("| tool | slowdown | its CPU | CPU in window | CPU start to exit | samples with Ruby frames | "
+          "from <main> | deepest | in the lint |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    pooled = {}
+    for name, rs in res.items():
+        slow = med(x["wall"] / alone[x["round"]]["wall"] for x in rs)
+        t = {k: sum(x["methods"][k] for x in rs) for k in ("ruby", "whole", "lint")}
+        own, incl = collections.Counter(), collections.Counter()
+        for x in rs:
+            own.update(x["methods"]["own"])
+            incl.update(x["methods"]["incl"])
+        pooled[name] = (t["lint"], own, incl)
+        cpu = med(x["cpu"] / alone[x["round"]]["cpu"] for x in rs)
+        print(f"| {name} | {slow:.3f} | {cpu:.3f} | {100 * med(x['window_cpu'] for x in rs):.1f} % | "
+              f"{med(x['total_cpu'] for x in rs):.2f} s | {t['ruby']} | {pct(t['whole'], t['ruby'])} | "
+              f"{max(x['methods']['deepest'] for x in rs)} | {t['lint']} |")
+    names = list(pooled)
+    if not names:
+        return
+    # The top methods by self share of the first peer (rbspy where it ran),
+    # each tool's self and inclusive shares of its samples in the lint.
+    ref = next((n for n in names if n != "flare"), names[0])
+    top = [m for m, _ in pooled[ref][1].most_common(args.top)]
+    print(f"\nTop {len(top)} methods by {ref}'s self share; self / inclusive, % of each tool's "
+          "samples in the lint:\n")
+    print("| method (file) | " + " | ".join(names) + " |")
+    print("|---|" + "---:|" * len(names))
+    gaps = {n: [0.0, 0.0] for n in names}
+    for m in top:
+        cols = []
+        for n in names:
+            total, own, incl = pooled[n]
+            a, b = (100 * own[m] / total, 100 * incl[m] / total) if total else (0, 0)
+            ra, rb = ((100 * pooled[ref][1][m] / pooled[ref][0], 100 * pooled[ref][2][m] / pooled[ref][0])
+                      if pooled[ref][0] else (0, 0))
+            gaps[n][0] = max(gaps[n][0], abs(a - ra))
+            gaps[n][1] = max(gaps[n][1], abs(b - rb))
+            cols.append(f"{a:.1f} / {b:.1f}")
+        print(f"| {m[0]} ({m[1]}) | " + " | ".join(cols) + " |")
+    print("\nLargest gap to " + ref + " over these (self / inclusive, points): "
+          + ", ".join(f"{n} {g[0]:.1f} / {g[1]:.1f}" for n, g in gaps.items() if n != ref) + ".")
+
+
 def loadavg():
     with open("/proc/loadavg") as f:
         return " ".join(f.read().split()[:3])
@@ -278,7 +459,16 @@ def main():
     ap.add_argument("--hz", default="99,997", help="sampling rates (rbspy's default is 99)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=4.0, help="each run's serve (wall time)")
+    ap.add_argument("--programs", default="rbservice,rubocop", help="rbservice, rubocop or both")
+    ap.add_argument("--rubocop", default=RUBOCOP_TREE, help="the tree rubocop lints")
+    ap.add_argument("--top", type=int, default=10, help="rubocop's methods compared")
     args = ap.parse_args()
+    programs = args.programs.split(",")
+    if "rubocop" in programs and not (os.path.exists(RUBOCOP_RUBY) and os.path.exists(args.rubocop)):
+        programs.remove("rubocop")
+        note(f"no rubocop on {RUBOCOP_RUBY} or no {args.rubocop} (apt-get install rubocop): skipped")
+    if "rbservice" not in programs:
+        args.rubies = ""
     if os.geteuid() != 0:
         sys.exit("bench/ruby.py: run as root (flare and rbspy --pid need it)")
     if not os.path.exists(args.flare):
@@ -288,7 +478,7 @@ def main():
         note(f"rbspy not found (cargo install rbspy --locked --root {os.path.dirname(os.path.dirname(RBSPY_CACHE))}): "
              "skipped")
     rubies = []
-    for v in args.rubies.split(","):
+    for v in filter(None, args.rubies.split(",")):
         ruby = ruby_of(v.strip())
         if ruby:
             rubies.append((f"Ruby {ruby_version(ruby)}", ruby))
@@ -298,18 +488,25 @@ def main():
     rv = subprocess.run([args.rbspy, "--version"], capture_output=True, text=True).stdout.strip() \
         if args.rbspy else "no rbspy"
     print(f"# bench/ruby.py\n\n{fv}; {rv}; {os.cpu_count()} CPUs; kernel {os.uname().release}; "
-          f"{args.rounds} rounds of {args.seconds:g} s runs; load average {loadavg()} at the start")
+          f"{args.rounds} rounds{f' of {args.seconds:g} s runs' if rubies else ''}; "
+          f"load average {loadavg()} at the start")
     t0 = time.monotonic()
     results = []
     with tempfile.TemporaryDirectory(prefix="flare-bench-ruby-") as tmp:
         for label, ruby in rubies:
             log(f"\n{label} ({ruby})")
             results.append((label, ruby, *measure(args, ruby, label, tmp)))
-    print("\nslowdown: handle() calls alone / under the tool, same round (median); CPU: the profiler's; "
-          "shares: samples naming the leaf among those naming serve, pooled, the program's own "
-          "thread-CPU figures in parentheses; off: the larger gap of the two, in points.")
+        if "rubocop" in programs:
+            log(f"\nrubocop ({args.rubocop})")
+            rubocop = measure_rubocop(args, tmp)
+    if results:
+        print("\nslowdown: handle() calls alone / under the tool, same round (median); CPU: the profiler's; "
+              "shares: samples naming the leaf among those naming serve, pooled, the program's own "
+              "thread-CPU figures in parentheses; off: the larger gap of the two, in points.")
     for label, ruby, alone, res in results:
         report(args, f"{label} ({ruby})", alone, res)
+    if "rubocop" in programs:
+        report_rubocop(args, *rubocop)
     print_notes()
     print(f"\n({time.monotonic() - t0:.0f} s; load average {loadavg()} at the end)")
 

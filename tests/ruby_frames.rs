@@ -5,7 +5,9 @@
 //! handle -> parse_request | render_page and times each leaf with the
 //! thread's CPU clock. flare's profile must show that chain in the Ruby
 //! frames of nearly every sample and give each leaf its share within 4
-//! points of the program's own figures.
+//! points of the program's own figures. Threads and Ractors (each on its
+//! own native thread, 3.3's M:N ones included) must each show their own
+//! chain and share.
 //!
 //! At 997 Hz for 4 s (some 4,000 samples, a binomial spread under 0.8
 //! points), 4 points is five spreads.
@@ -141,15 +143,19 @@ fn ruby34_chain_and_shares() {
     check("3.4", &ruby, &[]);
 }
 
+/// The program's own figures: its "share NAME SECONDS" lines.
+type Own = Vec<(String, f64)>;
+
 /// Runs flare with `flare_args` (then `-p PID -f`) over `rbservice.rb MODE
 /// SECONDS` on Ruby `version`: the stacks, each frame its method alone
-/// ([`method`]), and flare's stderr and output for messages.
+/// ([`method`]), flare's stderr and output for messages, and the
+/// program's own figures.
 fn folded_run(
     version: &str,
     flare_args: &[&str],
     mode: &str,
     seconds: &str,
-) -> Option<(Chains, String)> {
+) -> Option<(Chains, String, Own)> {
     let ruby = ruby(version)?;
     let _guard = serial();
     let script = script();
@@ -166,12 +172,13 @@ fn folded_run(
     } else {
         flare.stop()
     };
+    let own = w.shares();
     drop(w);
     let stacks = common::session::parse_folded(&folded)
         .into_iter()
         .map(|(f, n)| (f.iter().map(|x| method(x)).collect(), n))
         .collect();
-    Some((stacks, format!("{stderr}\n{folded}")))
+    Some((stacks, format!("{stderr}\n{folded}"), own))
 }
 
 #[test]
@@ -182,7 +189,7 @@ fn each_thread_has_its_own_stacks() {
     // Two Threads, one in parse_request, one in render_page, sharing the
     // interpreter's lock: some 700 samples each at 499 Hz for 3 s.
     let flare = ["profile", "-U", "-F", "499"];
-    let Some((stacks, ctx)) = folded_run("3.3", &flare, "threads", "3") else {
+    let Some((stacks, ctx, _)) = folded_run("3.3", &flare, "threads", "3") else {
         return;
     };
     let has = |f: &[String], name: &str| f.iter().any(|x| x == name);
@@ -226,6 +233,73 @@ fn each_thread_has_its_own_stacks() {
 }
 
 #[test]
+fn each_ractor_has_its_own_stacks() {
+    if !require_bpf() {
+        return;
+    }
+    // Two Ractors running at once, each on its own native thread (from
+    // 3.3 M:N threads: the scheduler gives each running Ractor one), each
+    // its execution context in that thread's ruby_current_ec, main waiting
+    // in Ractor#take: some 1,000 samples each at 499 Hz for 2 s on an idle
+    // machine. Each Ractor's stack starts at its block: `block (2 levels)
+    // in ractors` (Ractor.new's block inside map's), as Ruby's own
+    // backtraces name it.
+    let flare = ["profile", "-U", "-F", "499"];
+    let want = if common::bpf::emulated() { 50 } else { 200 };
+    for version in ["3.1", "3.3", "3.4"] {
+        let Some((stacks, ctx, own)) = folded_run(version, &flare, "ractors", "2") else {
+            return;
+        };
+        let ctx = format!("Ruby {version}: {own:?}\n{ctx}");
+        let has = |f: &[String], name: &str| f.iter().any(|x| x == name);
+        let count = |pred: &dyn Fn(&[String]) -> bool| -> u64 {
+            stacks.iter().filter(|(f, _)| pred(f)).map(|(_, n)| n).sum()
+        };
+        // Whole: the Ractor's block, its method, the leaf, in that order
+        // and next to each other.
+        let chain = |f: &[String], fun: &str, leaf: &str| {
+            f.windows(3)
+                .any(|w| w[0] == "block (2 levels) in ractors" && w[1] == fun && w[2] == leaf)
+        };
+        let pairs = [("ractor_a", "parse_request"), ("ractor_b", "render_page")];
+        let mut whole = Vec::new();
+        for (fun, leaf) in pairs {
+            let all = count(&|f| has(f, fun));
+            let good = count(&|f| chain(f, fun, leaf));
+            assert!(
+                all >= want && good as f64 >= 0.95 * all as f64,
+                "{all} samples in {fun}, {good} under block (2 levels) in ractors;{fun};{leaf}: {ctx}"
+            );
+            whole.push(good);
+        }
+        let mixed = count(&|f| {
+            (has(f, "ractor_a") && (has(f, "ractor_b") || has(f, "render_page")))
+                || (has(f, "ractor_b") && has(f, "parse_request"))
+        });
+        assert_eq!(mixed, 0, "stacks of both Ractors: {ctx}");
+        // Each its share by its thread's clock: 2,000 samples give a
+        // spread near 1.1 points, 800 (a busy machine) 1.8; 6 points is
+        // over three.
+        let spent: f64 = own.iter().map(|(_, s)| s).sum();
+        let sampled: u64 = whole.iter().sum();
+        for ((fun, _), good) in pairs.iter().zip(&whole) {
+            let truth = own
+                .iter()
+                .find(|(name, _)| name == fun)
+                .map(|(_, s)| 100.0 * s / spent);
+            let share = 100.0 * *good as f64 / sampled as f64;
+            eprintln!(
+                "Ruby {version}: {fun}: {share:.1} % of the samples, {truth:?} % by its clock"
+            );
+            assert!(
+                truth.is_some_and(|t| (share - t).abs() <= 6.0),
+                "{fun}: {share:.1} % of the samples, {truth:?} % by its clock: {ctx}"
+            );
+        }
+    }
+}
+
+#[test]
 fn a_ruby_process_that_exited_is_named_as_when_alive() {
     if !require_bpf() {
         return;
@@ -233,7 +307,7 @@ fn a_ruby_process_that_exited_is_named_as_when_alive() {
     // 2 s of work, then ruby exits; flare runs 4 s and names at its end.
     let flare = ["profile", "-U", "-F", "499", "4"];
     for version in ["3.1", "3.3"] {
-        let Some((stacks, ctx)) = folded_run(version, &flare, "exit", "2") else {
+        let Some((stacks, ctx, _)) = folded_run(version, &flare, "exit", "2") else {
             return;
         };
         let named = under(&stacks, "handle", "parse_request");
@@ -253,7 +327,8 @@ fn sleeping_and_pipe_reads_are_off_cpu_under_the_ruby_caller() {
     }
     for version in ["3.1", "3.3"] {
         // nap() -> Kernel#sleep for 100 ms at a time, 2 s.
-        let Some((stacks, ctx)) = folded_run(version, &["offcputime", "-U"], "sleep", "2") else {
+        let Some((stacks, ctx, _)) = folded_run(version, &["offcputime", "-U"], "sleep", "2")
+        else {
             return;
         };
         let slept = under(&stacks, "nap", "sleep");
@@ -262,7 +337,7 @@ fn sleeping_and_pipe_reads_are_off_cpu_under_the_ruby_caller() {
             "Ruby {version}: {slept} us blocked under nap;sleep: {ctx}"
         );
         // await_request() -> IO#read of a pipe, a byte every 100 ms, 2 s.
-        let Some((stacks, ctx)) = folded_run(version, &["offcputime", "-U"], "pipe", "2") else {
+        let Some((stacks, ctx, _)) = folded_run(version, &["offcputime", "-U"], "pipe", "2") else {
             return;
         };
         let read = under(&stacks, "await_request", "read");

@@ -13,6 +13,9 @@
 # - threads: a Thread runs parse_request, another render_page ("tid TID
 #   0" for the parser, "tid TID 1" for the renderer), then "tcpu TID S"
 #   for each and "cpu S";
+# - ractors: two Ractors, one in ractor_a (parse_request), one in
+#   ractor_b (render_page), main waiting in Ractor#take; "share NAME
+#   SECONDS" for each Ractor's thread CPU over its work, then "cpu S";
 # - sleep: nap() -> Kernel#sleep for 100 ms until the seconds are up;
 # - pipe: await_request() blocks in IO#read of a pipe, a byte arriving
 #   every 100 ms from a thread.
@@ -96,6 +99,35 @@ def renderer_loop(seconds)
   render_page(1500) while now < deadline
 end
 
+def ractor_a(seconds)
+  deadline = now + seconds
+  parse_request(4000) while now < deadline
+end
+
+def ractor_b(seconds)
+  deadline = now + seconds
+  render_page(1500) while now < deadline
+end
+
+# Runs each of ractor_a and ractor_b in its Ractor; prints each one's CPU.
+def ractors(seconds)
+  Warning[:experimental] = false
+  workers = %i[ractor_a ractor_b].map do |fn|
+    Ractor.new(fn, seconds) do |f, s|
+      Ractor.receive
+      t0 = thread_cpu
+      __send__(f, s)
+      [f, thread_cpu - t0]
+    end
+  end
+  puts "ready"
+  $stdin.gets
+  t0 = thread_cpu
+  workers.each { |r| r.send(true) }
+  workers.map(&:take).each { |f, s| puts "share #{f} #{s}" }
+  puts "cpu #{thread_cpu - t0}"
+end
+
 def tid
   File.readlink("/proc/thread-self").split("/").last
 end
@@ -104,7 +136,9 @@ def main
   mode = ARGV[0] || "cpu"
   seconds = Float(ARGV[1] || "4")
   $stdout.sync = true
-  if mode == "threads"
+  if mode == "ractors"
+    ractors(seconds)
+  elsif mode == "threads"
     ready = Queue.new
     go = Queue.new
     workers = [:parser_loop, :renderer_loop].each_with_index.map do |fn, index|

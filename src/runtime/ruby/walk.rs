@@ -287,6 +287,16 @@ enum Found {
     Skip,
 }
 
+/// Where [`Cursor::take`] stops.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Until {
+    /// After the first frame that ends an activation (the interpreter
+    /// loop's: its frames end there).
+    Last,
+    /// When no frames are left (JIT code, which has no frame to step by).
+    End,
+}
+
 /// The frames read, taken as the BPF walk takes them.
 struct Cursor<'a> {
     items: &'a [Item],
@@ -320,6 +330,26 @@ impl Cursor<'_> {
             (Some(f), false) => Found::Frame(f),
             (None, true) => Found::None,
             (None, false) => Found::Skip,
+        }
+    }
+
+    /// Takes frames, giving each with something to show to `put`, up to
+    /// the first that ends an activation ([`Until::Last`]) or every one
+    /// left ([`Until::End`]); whether any was given.
+    fn take(&mut self, until: Until, mut put: impl FnMut(RuntimeFrame)) -> bool {
+        let mut taken = false;
+        loop {
+            let (f, last) = match self.next() {
+                Found::Frame(f) => (f, false),
+                Found::Last(f) => (f, true),
+                Found::Skip => continue,
+                Found::None => return taken,
+            };
+            put(f);
+            taken = true;
+            if last && until == Until::Last {
+                return taken;
+            }
         }
     }
 
@@ -366,37 +396,12 @@ pub fn splice(native: &[u64], code: &Code<'_>, items: &[Item]) -> Option<Vec<Raw
                 return None;
             }
             after_exec = true;
-            let mut emitted = false;
-            loop {
-                let (f, last) = match cur.next() {
-                    Found::Frame(f) => (f, false),
-                    Found::Last(f) => (f, true),
-                    Found::Skip => continue,
-                    Found::None => break,
-                };
-                push(&mut out, &mut ruby, f);
-                emitted = true;
-                if last {
-                    break;
-                }
-            }
-            if !emitted {
+            if !cur.take(Until::Last, |f| push(&mut out, &mut ruby, f)) {
                 out.push(RawFrame::Addr(pc));
             }
         } else if (code.jit)(lookup) && cur.left() {
             // JIT code: no frame to step by; every frame left goes in.
-            loop {
-                let (f, last) = match cur.next() {
-                    Found::Frame(f) => (f, false),
-                    Found::Last(f) => (f, true),
-                    Found::Skip => continue,
-                    Found::None => break,
-                };
-                push(&mut out, &mut ruby, f);
-                if last && !cur.left() {
-                    break;
-                }
-            }
+            cur.take(Until::End, |f| push(&mut out, &mut ruby, f));
             break;
         } else {
             if !after_exec && code.caller.contains(&lookup) {
