@@ -4,7 +4,10 @@
 //! ([`PerfRuntime::stepper`], as Java's frames are stepped) and once
 //! walked ([`PerfRuntime::splice`], as Python's are read from the thread
 //! and put in place of the eval loop's), and keeps each runtime's
-//! processes by (process id, start) as [`Procs`] here say.
+//! processes by (process id, start) as [`Procs`] here say. Frames read
+//! from the live thread after its sample are only worth it while the
+//! thread has not moved on: [`late`] says when, on this machine's time
+//! scale ([`slowdown`]).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -263,5 +266,167 @@ impl<R: crate::runtime::Runtime, T> Finder<R, T> {
             self.spent.forget(pid);
         }
         entry
+    }
+}
+
+/// Whether a sample taken at `time` (monotonic nanoseconds) and read at
+/// `now` is too late for its thread's frames to be read live: later than
+/// `max_lag_ns` on a machine of the speed the bounds were measured on,
+/// `slowdown` times that on this one.
+///
+/// The bound is a measure of how far the thread may have run since its
+/// sample, and what a thread does in a millisecond depends on the
+/// machine: an emulated arm64 guest (QEMU's TCG) runs both the program
+/// and the reader some 20-50 times slower, so a fixed wall-clock bound
+/// dropped most of its reads while the thread had run no further than
+/// on real hardware. What the thread itself ran since the sample would
+/// be the exact measure, but the sample does not carry the thread's CPU
+/// time (perf events refuse `PERF_SAMPLE_READ` with `inherit` before
+/// Linux 6.12, and a per-CPU event counts one CPU's share only), and
+/// /proc gives its CPU time now, not then.
+pub fn late(time: u64, now: u64, max_lag_ns: u64, slowdown: f64) -> bool {
+    now.saturating_sub(time) as f64 > max_lag_ns as f64 * slowdown
+}
+
+/// How many times slower than the machine the lag bounds were measured
+/// on this one runs flare's kind of work, at least 1 (a faster machine
+/// keeps the bounds) and at most [`MAX_SLOWDOWN`]: measured once, the
+/// first time it is asked, by timing a fixed job ([`job`]).
+pub fn slowdown() -> f64 {
+    static SLOWDOWN: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
+    *SLOWDOWN.get_or_init(|| factor(calibrate(), REFERENCE_NS))
+}
+
+/// The most [`slowdown`] says: beyond it the bounds would keep reads of
+/// threads that have run on for a long time whatever the machine.
+pub const MAX_SLOWDOWN: f64 = 64.0;
+
+/// [`job`]'s time, the least of several runs, on the machine the lag
+/// bounds were measured on: an x86-64 cloud VM of 2 cores, beside
+/// parallel builds (113-129 µs).
+const REFERENCE_NS: u64 = 113_000;
+
+/// Runs of [`job`] timed: the least is the machine's speed, the others
+/// were interrupted or shared the core.
+const RUNS: usize = 7;
+
+/// The slowdown a job time of `measured_ns` means against
+/// `reference_ns`, within 1 and [`MAX_SLOWDOWN`].
+fn factor(measured_ns: u64, reference_ns: u64) -> f64 {
+    (measured_ns as f64 / reference_ns.max(1) as f64).clamp(1.0, MAX_SLOWDOWN)
+}
+
+/// The least time of [`RUNS`] runs of [`job`], in nanoseconds.
+fn calibrate() -> u64 {
+    let table = chain(TABLE);
+    (0..RUNS)
+        .map(|_| {
+            let started = std::time::Instant::now();
+            std::hint::black_box(job(std::hint::black_box(&table)));
+            started.elapsed().as_nanos() as u64
+        })
+        .min()
+        .unwrap_or(REFERENCE_NS)
+}
+
+/// Entries of [`job`]'s table: 16 KiB, in the first level of cache.
+const TABLE: usize = 4096;
+/// Steps of [`job`].
+const STEPS: usize = 10_000;
+
+/// One cycle through all of `n` slots, in a scrambled order (Sattolo's
+/// shuffle, driven by a fixed generator): each slot holds the next's
+/// index.
+fn chain(n: usize) -> Vec<u32> {
+    let mut order: Vec<u32> = (0..n as u32).collect();
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    for i in (1..n).rev() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        order.swap(i, (x % i as u64) as usize);
+    }
+    let mut next = vec![0u32; n];
+    for i in 0..n {
+        next[order[i] as usize] = order[(i + 1) % n];
+    }
+    next
+}
+
+/// The timed job: what an interpreter and a frame reader do most, a
+/// load that depends on the last one and a call through a table chosen
+/// by what was loaded (an interpreter's dispatch; the costliest thing to
+/// emulate); [`STEPS`] of them through `table`. Returns a sum so that
+/// none of it is left out.
+fn job(table: &[u32]) -> u64 {
+    fn add(sum: u64, v: u64) -> u64 {
+        sum.wrapping_mul(31).wrapping_add(v)
+    }
+    fn xor(sum: u64, v: u64) -> u64 {
+        sum ^ v << 3
+    }
+    fn rotate(sum: u64, v: u64) -> u64 {
+        sum.rotate_left(v as u32 & 63)
+    }
+    fn sub(sum: u64, v: u64) -> u64 {
+        sum.wrapping_sub(v)
+    }
+    let ops: [fn(u64, u64) -> u64; 4] = std::hint::black_box([add, xor, rotate, sub]);
+    let (mut i, mut sum) = (0usize, 0u64);
+    for _ in 0..STEPS {
+        let next = table[i] as usize;
+        sum = ops[next & 3](sum, next as u64);
+        i = next;
+    }
+    sum
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sample_is_late_past_the_bound_scaled_by_the_slowdown() {
+        let ms = 1_000_000;
+        assert!(!late(10 * ms, 12 * ms, 2 * ms, 1.0));
+        assert!(late(10 * ms, 12 * ms + 1, 2 * ms, 1.0));
+        // Twenty times slower: 40 ms is what 2 ms is on the reference.
+        assert!(!late(10 * ms, 50 * ms, 2 * ms, 20.0));
+        assert!(late(10 * ms, 51 * ms, 2 * ms, 20.0));
+        // Read before the sample's time (clocks of two CPUs): not late.
+        assert!(!late(10 * ms, 9 * ms, 2 * ms, 1.0));
+    }
+
+    #[test]
+    fn the_slowdown_is_never_below_one_nor_above_its_cap() {
+        assert_eq!(factor(30_000, 60_000), 1.0);
+        assert_eq!(factor(60_000, 60_000), 1.0);
+        assert_eq!(factor(1_200_000, 60_000), 20.0);
+        assert_eq!(factor(u64::MAX, 60_000), MAX_SLOWDOWN);
+        assert_eq!(factor(60_000, 0), MAX_SLOWDOWN);
+    }
+
+    #[test]
+    fn the_job_walks_one_cycle_through_every_slot() {
+        let table = chain(TABLE);
+        let (mut i, mut seen) = (0usize, vec![false; TABLE]);
+        for _ in 0..TABLE {
+            assert!(!seen[i], "slot {i} twice");
+            seen[i] = true;
+            i = table[i] as usize;
+        }
+        assert_eq!(i, 0);
+        // Deterministic: the same sum on every machine.
+        assert_eq!(job(&table), job(&chain(TABLE)));
+    }
+
+    /// The measured speed of this machine, for REFERENCE_NS (`cargo test
+    /// --release calibration -- --ignored --nocapture`).
+    #[test]
+    #[ignore]
+    fn calibration() {
+        for _ in 0..5 {
+            eprintln!("job: {} ns, slowdown {}", calibrate(), slowdown());
+        }
     }
 }

@@ -14,7 +14,7 @@ use crate::collect::RawFrame;
 use crate::collect::RuntimeFinds;
 use crate::procmaps::Mappings;
 use crate::runtime::memory::{Pages, ProcessMemory};
-use crate::runtime::perf::{Entry, NoRuntime, PerfRuntime, Procs};
+use crate::runtime::perf::{late, slowdown, Entry, NoRuntime, PerfRuntime, Procs};
 use crate::runtime::python::detect::Detector;
 use crate::runtime::python::walk::{over_root, splice, Threads};
 use crate::runtime::python::Python;
@@ -24,7 +24,9 @@ use crate::runtime::{note_unsupported, Finds};
 
 /// Samples older than this when read keep their native frames: the
 /// thread's frames now say little of what it ran then, and a backlog of
-/// samples read at once would all get the same frames.
+/// samples read at once would all get the same frames. On a machine as
+/// fast as the one measured; a slower one scales it
+/// ([`crate::runtime::perf::late`]).
 const MAX_LAG_NS: u64 = 5_000_000;
 
 /// How long a CPython whose threads cannot be told apart is tried again.
@@ -128,7 +130,7 @@ impl PerfRuntime for PerfPython {
             return None;
         };
         // Late: not worth reading.
-        if crate::procmaps::now().saturating_sub(time) > MAX_LAG_NS {
+        if late(time, crate::procmaps::now(), MAX_LAG_NS, slowdown()) {
             return None;
         }
         // Whole pages, each read once: a deep stack's frames in a few

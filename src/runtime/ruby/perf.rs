@@ -19,12 +19,14 @@ use crate::collect::{RawFrame, RuntimeFinds};
 use crate::procmaps::Mappings;
 use crate::runtime::glibc_threads;
 use crate::runtime::memory::{Pages, ProcessMemory};
-use crate::runtime::perf::{Finder, PerfRuntime};
+use crate::runtime::perf::{late, slowdown, Finder, PerfRuntime};
 use crate::runtime::{note_unsupported, Finds};
 
 /// Samples older than this when read keep their native frames: the
 /// thread's frames now say little of what it ran then, and a backlog of
-/// samples read at once would all get the same frames. Tighter than
+/// samples read at once would all get the same frames. On a machine as
+/// fast as the one measured below; a slower one scales it
+/// ([`crate::runtime::perf::late`]). Tighter than
 /// Python's 5 ms: rbservice.rb's leaves run about a millisecond each
 /// under Ruby 3.1, and most samples are read 0.1-0.5 ms after they were
 /// taken (3,373 of 3,566 in one run beside a parallel build; 190 came
@@ -86,7 +88,7 @@ impl PerfRuntime for PerfRuby {
         })?;
         let threads = found.threads.as_mut()?;
         // Late: not worth reading.
-        if crate::procmaps::now().saturating_sub(time) > MAX_LAG_NS {
+        if late(time, crate::procmaps::now(), MAX_LAG_NS, slowdown()) {
             return None;
         }
         // Whole pages, each read once: a deep stack's frames in a few
