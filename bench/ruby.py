@@ -191,9 +191,10 @@ def tools(args, hz):
     return out
 
 
-def one_run(args, ruby, tmp, name=None, tool=None):
-    """One workload run, alone or under a profiler."""
-    w = Workload(ruby, args.seconds)
+def profiled(w, tmp, name, tool, figures, read):
+    """Runs the started workload `w`, under `tool` (cmd, ready) if given:
+    `figures(result)` makes the run's dict from w.result(), and
+    `read(folded path)` adds the profile's own figures to it."""
     prof = None
     out = os.path.join(tmp, "out.folded")
     for f in (out, out + ".raw.gz"):
@@ -205,20 +206,32 @@ def one_run(args, ruby, tmp, name=None, tool=None):
             prof = Tool(name, cmd(w.pid, out), tmp, ready)
         c0 = cpu_ns(prof.p.pid) if prof else 0
         w.go()
-        wall, spent, cpu, calls = w.result()
-        r = {"wall": wall, "cpu": cpu, "spent": spent, "calls": calls}
+        r = figures(w.result())
         if prof:
-            r["window_cpu"] = (cpu_ns(prof.p.pid) - c0) / 1e9 / wall
+            r["window_cpu"] = (cpu_ns(prof.p.pid) - c0) / 1e9 / r["wall"]
             p, prof = prof, None
             r["total_cpu"] = p.stop()
             if p.p.returncode not in (0, -2, 130):
                 raise RuntimeError(f"{name} exited {p.p.returncode}: {p.tail()}")
-            r["serve"], r["leaf"] = shares(out)
+            r.update(read(out))
         return r
     finally:
         if prof and prof.p.poll() is None:
             prof.stop()
         w.end()
+
+
+def one_run(args, ruby, tmp, name=None, tool=None):
+    """One workload run, alone or under a profiler."""
+    def figures(res):
+        wall, spent, cpu, calls = res
+        return {"wall": wall, "cpu": cpu, "spent": spent, "calls": calls}
+
+    def read(out):
+        serve, leaf = shares(out)
+        return {"serve": serve, "leaf": leaf}
+
+    return profiled(Workload(ruby, args.seconds), tmp, name, tool, figures, read)
 
 
 def med(xs):
@@ -342,31 +355,9 @@ def rubocop_run(args, tmp, name=None, tool=None):
     cmd = [RUBOCOP_RUBY, RUBOCOP_DRIVER, "--cache", "false", "--format", "progress",
            "-o", os.devnull, args.rubocop]
     w = Workload(RUBOCOP_RUBY, 0, cmd)
-    prof = None
-    out = os.path.join(tmp, "out.folded")
-    for f in (out, out + ".raw.gz"):
-        if os.path.exists(f):
-            os.unlink(f)
-    try:
-        if tool:
-            cmd, ready = tool
-            prof = Tool(name, cmd(w.pid, out), tmp, ready)
-        c0 = cpu_ns(prof.p.pid) if prof else 0
-        w.go()
-        wall, _, cpu, _ = w.result()
-        r = {"wall": wall, "cpu": cpu}
-        if prof:
-            r["window_cpu"] = (cpu_ns(prof.p.pid) - c0) / 1e9 / wall
-            p, prof = prof, None
-            r["total_cpu"] = p.stop()
-            if p.p.returncode not in (0, -2, 130):
-                raise RuntimeError(f"{name} exited {p.p.returncode}: {p.tail()}")
-            r["methods"] = method_shares(out)
-        return r
-    finally:
-        if prof and prof.p.poll() is None:
-            prof.stop()
-        w.end()
+    return profiled(w, tmp, name, tool,
+                    lambda res: {"wall": res[0], "cpu": res[2]},
+                    lambda out: {"methods": method_shares(out)})
 
 
 def measure_rubocop(args, tmp):
