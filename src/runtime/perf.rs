@@ -426,7 +426,7 @@ mod tests {
     #[ignore]
     fn calibration() {
         for _ in 0..5 {
-            eprintln!("job: {} ns, slowdown {}", calibrate(), slowdown());
+            println!("job: {} ns, slowdown {}", calibrate(), slowdown());
         }
     }
 }
