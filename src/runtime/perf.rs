@@ -288,6 +288,12 @@ pub fn late(time: u64, now: u64, max_lag_ns: u64, slowdown: f64) -> bool {
     now.saturating_sub(time) as f64 > max_lag_ns as f64 * slowdown
 }
 
+/// [`late`] now, on this machine: whether a sample taken at `time` is
+/// read too late for a runtime whose bound is `max_lag_ns`.
+pub fn late_now(time: u64, max_lag_ns: u64) -> bool {
+    late(time, crate::procmaps::now(), max_lag_ns, slowdown())
+}
+
 /// How many times slower than the machine the lag bounds were measured
 /// on this one runs flare's kind of work, at least 1 (a faster machine
 /// keeps the bounds) and at most [`MAX_SLOWDOWN`]: measured once, the

@@ -14,7 +14,7 @@ use crate::collect::RawFrame;
 use crate::collect::RuntimeFinds;
 use crate::procmaps::Mappings;
 use crate::runtime::memory::{Pages, ProcessMemory};
-use crate::runtime::perf::{late, slowdown, Entry, NoRuntime, PerfRuntime, Procs};
+use crate::runtime::perf::{late_now, Entry, NoRuntime, PerfRuntime, Procs};
 use crate::runtime::python::detect::Detector;
 use crate::runtime::python::walk::{over_root, splice, Threads};
 use crate::runtime::python::Python;
@@ -130,7 +130,7 @@ impl PerfRuntime for PerfPython {
             return None;
         };
         // Late: not worth reading.
-        if late(time, crate::procmaps::now(), MAX_LAG_NS, slowdown()) {
+        if late_now(time, MAX_LAG_NS) {
             return None;
         }
         // Whole pages, each read once: a deep stack's frames in a few

@@ -19,7 +19,7 @@ use crate::collect::{RawFrame, RuntimeFinds};
 use crate::procmaps::Mappings;
 use crate::runtime::glibc_threads;
 use crate::runtime::memory::{Pages, ProcessMemory};
-use crate::runtime::perf::{late, slowdown, Finder, PerfRuntime};
+use crate::runtime::perf::{late_now, Finder, PerfRuntime};
 use crate::runtime::{note_unsupported, Finds};
 
 /// Samples older than this when read keep their native frames: the
@@ -88,7 +88,7 @@ impl PerfRuntime for PerfRuby {
         })?;
         let threads = found.threads.as_mut()?;
         // Late: not worth reading.
-        if late(time, crate::procmaps::now(), MAX_LAG_NS, slowdown()) {
+        if late_now(time, MAX_LAG_NS) {
             return None;
         }
         // Whole pages, each read once: a deep stack's frames in a few
