@@ -150,6 +150,26 @@ static __always_inline void flare_capture_stacks(void *ctx, __s64 *user_id, __s3
 }
 
 /*
+ * Sampling of blocked periods, the way Go samples its block profile: with
+ * `every` (> 0), a period of `*len` shorter than `every` is kept with
+ * probability *len / every and then counted as `every` long, so that the
+ * sum by stack stays the true time on average while a busy machine's
+ * thousands of short waits a second (preemptions, mostly) become a few
+ * records, as samples of the CPU are; longer periods are counted as they
+ * are. False when the period is left out.
+ */
+static __always_inline bool flare_sampled(__u64 *len, __u64 every)
+{
+	if (!every || *len >= every)
+		return true;
+	/* Uniform in [0, every): every < 2^32 is checked by user space. */
+	if ((((__u64)bpf_get_prandom_u32() * every) >> 32) >= *len)
+		return false;
+	*len = every;
+	return true;
+}
+
+/*
  * Adds `delta` to the counter of `key` in the hash map `map`. False when
  * the key is new and the map is full.
  */

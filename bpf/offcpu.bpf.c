@@ -36,6 +36,8 @@ const volatile __u64 state = 0;			/* --state value */
 const volatile __u64 min_us = 1;
 const volatile __u64 max_us = (__u64)-1;
 const volatile bool stacks_at_switch_in = false;
+/* Shorter blocked periods are sampled (flare_sampled), 0: none are. */
+const volatile __u64 sample_us = 0;
 
 struct offcpu_stats stats = {};
 /* Present so that the skeletons generate the key and record types. */
@@ -138,7 +140,8 @@ static __always_inline void add(struct offcpu_key *key, __u64 us, __u64 ts, __u3
 		__sync_fetch_and_add(&stats.hash_full, 1);
 }
 
-/* The blocked time in microseconds since `ts`, if within -m/-M. */
+/* The blocked time in microseconds since `ts`, if within -m/-M and kept
+ * by sampling (counted as the sampling period then). */
 static __always_inline bool blocked_us(__u64 ts, __u64 now, __u64 *us)
 {
 	if (ts > now) {
@@ -146,7 +149,7 @@ static __always_inline bool blocked_us(__u64 ts, __u64 now, __u64 *us)
 		return false;
 	}
 	*us = (now - ts) / 1000;
-	return *us >= min_us && *us <= max_us;
+	return *us >= min_us && *us <= max_us && flare_sampled(us, sample_us);
 }
 
 /* `prev` leaves the CPU (it is still current, except under kprobes). */

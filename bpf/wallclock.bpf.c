@@ -8,7 +8,8 @@
  * current thread's stacks (state WALL_ON_CPU). Off the CPU: at
  * sched_switch the thread leaving the CPU gets a `start` entry (time,
  * stacks and the state it blocks in, taken while it is still current);
- * when it runs again the time in between is added to that key. Threads
+ * when it runs again the time in between is added to that key (a period
+ * shorter than sample_ns, when set, is sampled: flare_sampled). Threads
  * still blocked are accounted by user space at each read (the `start`
  * entries are visible to it). A thread's last switch-out (it is dying)
  * starts nothing.
@@ -30,6 +31,7 @@ const volatile bool filter_state = false;	/* --state given */
 const volatile __u64 state = 0;			/* --state value (0: preempted) */
 const volatile __u64 min_ns = 0;		/* shorter blocked periods are dropped */
 const volatile __u64 period_ns = 0;		/* CPU time one sample stands for */
+const volatile __u64 sample_ns = 0;		/* shorter blocked periods are sampled */
 
 struct wallclock_stats stats = {};
 /* Present so that the skeleton generates the types for Rust. */
@@ -118,6 +120,7 @@ static __always_inline int on_switch(void *ctx, struct task_struct *prev,
 	__u64 now = bpf_ktime_get_ns();
 	__u32 tid = BPF_CORE_READ(prev, pid);
 	__u64 st = flare_task_state(prev);
+	__u64 ns;
 
 	if ((st & TASK_DEAD_STATE) || BPF_CORE_READ(prev, exit_state)) {
 		bpf_map_delete_elem(&start, &tid);
@@ -135,8 +138,11 @@ static __always_inline int on_switch(void *ctx, struct task_struct *prev,
 		return 0;
 	s = *sp;
 	bpf_map_delete_elem(&start, &tid);
-	if (now > s.ts && now - s.ts >= min_ns)
-		add(&s.key, now - s.ts, s.ts);
+	if (now <= s.ts || now - s.ts < min_ns)
+		return 0;
+	ns = now - s.ts;
+	if (flare_sampled(&ns, sample_ns))
+		add(&s.key, ns, s.ts);
 	return 0;
 }
 

@@ -117,6 +117,15 @@ pub struct AgentArgs {
     )]
     pub profiles: Vec<ProfileName>,
 
+    /// In the off-cpu and wall profiles, blocked periods shorter than this
+    /// many milliseconds are sampled: each is kept with probability (its
+    /// length / MS) and counted as MS long, so that sums stay true on
+    /// average while a busy machine's thousands of short waits a second
+    /// cost what CPU samples cost. Default: one sample period (1000/F);
+    /// 0 counts every period as it is
+    #[arg(long, value_name = "MS", value_parser = sample_ms)]
+    pub blocked_sample_ms: Option<f64>,
+
     #[command(flatten)]
     pub stacks: super::common::StacksArgs,
 
@@ -165,6 +174,16 @@ fn interval(s: &str) -> Result<f64, String> {
     }
 }
 
+/// A sampling period of blocked time: milliseconds, 0 to a second.
+fn sample_ms(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && (0.0..=1000.0).contains(&v) => Ok(v),
+        _ => Err(format!(
+            "'{s}' is not a sampling period: give 0 to 1000 milliseconds (0: no sampling)"
+        )),
+    }
+}
+
 /// A push timeout: whole seconds, 1 to an hour.
 fn push_timeout(s: &str) -> Result<u64, String> {
     match super::nonzero(s)? {
@@ -198,6 +217,12 @@ impl AgentArgs {
                  give --profiles cpu, or -p PID for the off-cpu and wall profiles"
             );
         }
+        // One sample period unless told: a second at most, as -F is 1 Hz
+        // at least.
+        let sample_us = match self.blocked_sample_ms {
+            Some(ms) => (ms * 1000.0).round() as u64,
+            None => 1_000_000 / self.frequency.max(1),
+        };
         let mut sources = Vec::new();
         for (i, name) in names.iter().enumerate() {
             if names[..i].contains(name) {
@@ -220,12 +245,14 @@ impl AgentArgs {
                         _ => offcpu::Threads::User,
                     },
                     recording,
+                    sample_us,
                     ..offcpu::Config::new(offcpu::Tool::OffCpu)
                 }),
                 ProfileName::Wall => Source::Wall(wallclock::Config {
                     target: target.clone(),
                     frequency: self.frequency,
                     recording,
+                    sample_us,
                     ..wallclock::Config::default()
                 }),
             });

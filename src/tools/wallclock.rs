@@ -86,6 +86,9 @@ pub struct Config {
     pub state: Option<u64>,
     /// Blocked periods shorter than this (microseconds) are dropped.
     pub min_us: u64,
+    /// Blocked periods shorter than this (microseconds) are sampled, as
+    /// [`crate::tools::offcpu::Config::sample_us`] says; 0: none are.
+    pub sample_us: u64,
     /// Threads that can be blocked at once and still be tracked.
     pub blocked_storage_size: u32,
     /// `None`: until stopped.
@@ -103,6 +106,7 @@ impl Default for Config {
             frequency: 49,
             state: None,
             min_us: 0,
+            sample_us: 0,
             blocked_storage_size: crate::defaults::BLOCKED_STORAGE_SIZE,
             duration: None,
             follow_children: false,
@@ -179,6 +183,7 @@ impl<'obj> Session<'obj> {
     pub fn start(config: Config, object: &'obj mut MaybeUninit<OpenObject>) -> Result<Self> {
         let plan = plan(&config);
         plan.prepare()?;
+        crate::tools::offcpu::check_sampling(config.sample_us)?;
         if config.frequency == 0 || config.frequency > 1_000_000_000 {
             return Err(Error::Unsupported(
                 "-F must be between 1 and 1000000000 Hertz".into(),
@@ -198,6 +203,7 @@ impl<'obj> Session<'obj> {
             ro.state = config.state.unwrap_or(0);
             ro.min_ns = config.min_us.saturating_mul(1000);
             ro.period_ns = 1_000_000_000 / config.frequency;
+            ro.sample_ns = config.sample_us.saturating_mul(1000);
         })?;
         open.progs.flare_wall_switch_btf.set_autoload(!raw_tp);
         open.progs.flare_wall_switch_raw.set_autoload(raw_tp);

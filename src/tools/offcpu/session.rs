@@ -119,6 +119,7 @@ impl<'obj> Session<'obj> {
             ro.state = config.state.unwrap_or(0);
             ro.min_us = config.min_us;
             ro.max_us = config.max_us;
+            ro.sample_us = config.sample_us;
             ro.stacks_at_switch_in = attach == Attach::Kprobe;
         })?;
         let waker = config.tool != Tool::OffCpu;
