@@ -170,6 +170,22 @@ static __always_inline bool flare_sampled(__u64 *len, __u64 every)
 }
 
 /*
+ * With blocked periods sampled, a thread preempted (still runnable as it
+ * leaves the CPU: state 0) is tracked one time in `every`, its period
+ * then standing for `every` of them (a scale of `every`): it waits for a
+ * few scheduler slices, less than the sampling period, so it would be
+ * kept with probability length / period anyway, and its stacks need not
+ * be walked and stored at each of a busy machine's thousands of
+ * preemptions a second. Returns the scale, or 0 when it is not tracked.
+ */
+static __always_inline __u64 flare_preempt_scale(__u64 state, __u32 every)
+{
+	if (every <= 1 || state != 0)
+		return 1;
+	return bpf_get_prandom_u32() % every ? 0 : every;
+}
+
+/*
  * Adds `delta` to the counter of `key` in the hash map `map`. False when
  * the key is new and the map is full.
  */

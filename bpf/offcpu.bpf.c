@@ -38,6 +38,8 @@ const volatile __u64 max_us = (__u64)-1;
 const volatile bool stacks_at_switch_in = false;
 /* Shorter blocked periods are sampled (flare_sampled), 0: none are. */
 const volatile __u64 sample_us = 0;
+/* With sampling, one preemption in this many is tracked (flare_preempt_scale). */
+const volatile __u32 preempt_every = 1;
 
 struct offcpu_stats stats = {};
 /* Present so that the skeletons generate the key and record types. */
@@ -140,16 +142,19 @@ static __always_inline void add(struct offcpu_key *key, __u64 us, __u64 ts, __u3
 		__sync_fetch_and_add(&stats.hash_full, 1);
 }
 
-/* The blocked time in microseconds since `ts`, if within -m/-M and kept
- * by sampling (counted as the sampling period then). */
-static __always_inline bool blocked_us(__u64 ts, __u64 now, __u64 *us)
+/* The blocked time in microseconds since `ts` (times `scale`), if within
+ * -m/-M and kept by sampling (counted as the sampling period then). */
+static __always_inline bool blocked_us(__u64 ts, __u64 now, __u64 scale, __u64 *us)
 {
 	if (ts > now) {
 		__sync_fetch_and_add(&stats.negative, 1);
 		return false;
 	}
 	*us = (now - ts) / 1000;
-	return *us >= min_us && *us <= max_us && flare_sampled(us, sample_us);
+	if (*us < min_us || *us > max_us)
+		return false;
+	*us *= scale;
+	return flare_sampled(us, sample_us);
 }
 
 /* `prev` leaves the CPU (it is still current, except under kprobes). */
@@ -162,6 +167,10 @@ static __always_inline void switch_out(void *ctx, struct task_struct *prev,
 	if (!thread_allowed(prev))
 		return;
 	if (mode != OFFCPU_MODE_WAKEUP && !state_allowed(prev))
+		return;
+	s.scale = mode == OFFCPU_MODE_OFFCPU ?
+		  flare_preempt_scale(flare_task_state(prev), preempt_every) : 1;
+	if (!s.scale)
 		return;
 	s.ts = now;
 	if (mode != OFFCPU_MODE_WAKEUP && !stacks_at_switch_in) {
@@ -183,13 +192,14 @@ static __always_inline void switch_in(void *ctx, struct task_struct *next,
 	struct offcpu_key key = {};
 	struct offcpu_start *sp;
 	struct offcpu_task *woke;
-	__u64 tkey, ts, us;
+	__u64 tkey, ts, us, scale;
 
 	tkey = task_key(BPF_CORE_READ(next, pid));
 	sp = bpf_map_lookup_elem(&start, &tkey);
 	if (!sp)
 		return;
 	ts = sp->ts;
+	scale = sp->scale;
 	key.target = sp->task;
 	bpf_map_delete_elem(&start, &tkey);
 	if (mode == OFFCPU_MODE_OFFWAKE) {
@@ -200,7 +210,7 @@ static __always_inline void switch_in(void *ctx, struct task_struct *next,
 			bpf_map_delete_elem(&wokeby, &tkey);
 		}
 	}
-	if (!blocked_us(ts, now, &us))
+	if (!blocked_us(ts, now, scale, &us))
 		return;
 	if (stacks_at_switch_in)
 		fill_current(ctx, &key.target);	/* next is current */
@@ -244,7 +254,7 @@ static __always_inline int on_waking(void *ctx, struct task_struct *p)
 		return 0;
 	ts = sp->ts;
 	bpf_map_delete_elem(&start, &tkey);
-	if (!blocked_us(ts, bpf_ktime_get_ns(), &us))
+	if (!blocked_us(ts, bpf_ktime_get_ns(), 1, &us))
 		return 0;
 	BPF_CORE_READ_STR_INTO(&key.target.comm, p, comm);
 	fill_current(ctx, &key.waker);

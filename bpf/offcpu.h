@@ -48,9 +48,10 @@ _Static_assert(sizeof(struct offcpu_key) == 104, "offcpu_key layout");
 struct offcpu_start {
 	__u64 ts;		/* bpf_ktime_get_ns() at switch-out */
 	struct offcpu_task task;
+	__u64 scale;		/* what the period stands for: 1, or preempt_every */
 };
 
-_Static_assert(sizeof(struct offcpu_start) == 56, "offcpu_start layout");
+_Static_assert(sizeof(struct offcpu_start) == 64, "offcpu_start layout");
 
 /* Counters of what could not be recorded. */
 struct offcpu_stats {

@@ -32,6 +32,7 @@ const volatile __u64 state = 0;			/* --state value (0: preempted) */
 const volatile __u64 min_ns = 0;		/* shorter blocked periods are dropped */
 const volatile __u64 period_ns = 0;		/* CPU time one sample stands for */
 const volatile __u64 sample_ns = 0;		/* shorter blocked periods are sampled */
+const volatile __u32 preempt_every = 1;		/* one preemption in this many is tracked */
 
 struct wallclock_stats stats = {};
 /* Present so that the skeleton generates the types for Rust. */
@@ -125,7 +126,7 @@ static __always_inline int on_switch(void *ctx, struct task_struct *prev,
 	if ((st & TASK_DEAD_STATE) || BPF_CORE_READ(prev, exit_state)) {
 		bpf_map_delete_elem(&start, &tid);
 	} else if ((!filter_state || (state == 0 ? st == 0 : (st & state))) &&
-		   fill_current(ctx, &s.key)) {
+		   flare_preempt_scale(st, preempt_every) && fill_current(ctx, &s.key)) {
 		s.ts = now;
 		s.key.state = (__u32)st;
 		if (bpf_map_update_elem(&start, &tid, &s, BPF_ANY))
@@ -141,6 +142,10 @@ static __always_inline int on_switch(void *ctx, struct task_struct *prev,
 	if (now <= s.ts || now - s.ts < min_ns)
 		return 0;
 	ns = now - s.ts;
+	/* A preemption tracked one time in preempt_every stands for them all
+	 * (user space scales its own reads of `start` alike). */
+	if (s.key.state == 0 && preempt_every > 1)
+		ns *= preempt_every;
 	if (flare_sampled(&ns, sample_ns))
 		add(&s.key, ns, s.ts);
 	return 0;

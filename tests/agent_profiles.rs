@@ -114,10 +114,16 @@ fn add_otlp(sums: &mut HashMap<String, Sums>, req: &otlp::ExportProfilesServiceR
 /// wallwork, started by a shell that waits for a line first: the pid the
 /// agent is given is the workload's from its first instruction.
 fn held_wallwork(args: &str) -> Child {
+    held_wallwork_by("", args)
+}
+
+/// [`held_wallwork`], exec'd through `prefix` (`taskset -c 0`), which
+/// execs it in turn.
+fn held_wallwork_by(prefix: &str, args: &str) -> Child {
     let exe = workload("wallwork");
     Command::new("sh")
         .arg("-c")
-        .arg(format!("read _ && exec {} {args}", exe.display()))
+        .arg(format!("read _ && exec {prefix} {} {args}", exe.display()))
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -290,34 +296,43 @@ fn every_destination_gets_cpu_off_cpu_and_wall_windows() {
     );
 }
 
-/// wallwork run to its end beside an agent with `args`, pushing to
-/// Pyroscope: its figures and the windows received.
-fn wallwork_beside_agent(
-    workload: &str,
-    args: &[&str],
-) -> ((f64, f64, f64), Vec<proto::Profile>, u32) {
-    let mut w = held_wallwork(workload);
-    let pid = w.id();
+/// Each wallwork's figures (cpu, wall, in compute()) and pid.
+type Figures = Vec<((f64, f64, f64), u32)>;
+
+/// wallworks (`held_wallwork_by` children) run to their end beside an
+/// agent with `args` on their pids, pushing to Pyroscope: each one's
+/// figures and pid, and the windows received.
+fn wallworks_beside_agent(mut works: Vec<Child>, args: &[&str]) -> (Figures, Vec<proto::Profile>) {
     let pyroscope = HttpReceiver::start(0);
-    let pid_arg = pid.to_string();
+    let pid_arg = works
+        .iter()
+        .map(|w| w.id().to_string())
+        .collect::<Vec<_>>()
+        .join(",");
     let url = pyroscope.url();
     let mut all = vec!["-p", &pid_arg, "--interval", "1", "--pyroscope", &url];
     all.extend_from_slice(args);
     let agent = Agent::start(&all);
     pyroscope.wait_for(2, LIMIT);
-    w.stdin
-        .take()
-        .expect("sh's stdin")
-        .write_all(b"go\n")
-        .expect("starting wallwork");
-    let status = w.wait().expect("waiting for wallwork");
-    let mut err = String::new();
-    w.stderr
-        .take()
-        .expect("wallwork's stderr")
-        .read_to_string(&mut err)
-        .expect("reading wallwork's stderr");
-    assert!(status.success(), "wallwork: {err}");
+    for w in &mut works {
+        w.stdin
+            .take()
+            .expect("sh's stdin")
+            .write_all(b"go\n")
+            .expect("starting wallwork");
+    }
+    let mut figures = Vec::new();
+    for mut w in works {
+        let status = w.wait().expect("waiting for wallwork");
+        let mut err = String::new();
+        w.stderr
+            .take()
+            .expect("wallwork's stderr")
+            .read_to_string(&mut err)
+            .expect("reading wallwork's stderr");
+        assert!(status.success(), "wallwork: {err}");
+        figures.push((common::bpf::wallwork_figures(&err), w.id()));
+    }
     std::thread::sleep(Duration::from_millis(1500));
     agent.terminate();
     let windows = pyroscope
@@ -325,7 +340,7 @@ fn wallwork_beside_agent(
         .iter()
         .map(|r| decode_pprof(&r.body))
         .collect();
-    (common::bpf::wallwork_figures(&err), windows, pid)
+    (figures, windows)
 }
 
 /// Sleeps of 2.4 ms, 2,000 of them, sampled over 20.4 ms (49 Hz): each is
@@ -348,8 +363,11 @@ fn short_blocked_periods_are_sampled_and_sum_true() {
         true => "6 20 20",
         false => "6 20 3",
     };
-    let ((_, wall, in_compute), windows, pid) =
-        wallwork_beside_agent(workload, &["-F", "49", "--profiles", "off-cpu,wall"]);
+    let (figures, windows) = wallworks_beside_agent(
+        vec![held_wallwork(workload)],
+        &["-F", "49", "--profiles", "off-cpu,wall"],
+    );
+    let ((_, wall, in_compute), pid) = figures[0];
     let rest_ns = (wall - in_compute) * 1e9;
     let period_ns = 1_000_000 / 49 * 1000;
     let mut sums: HashMap<String, Sums> = HashMap::new();
@@ -381,6 +399,67 @@ fn short_blocked_periods_are_sampled_and_sum_true() {
         );
     }
     assert!(values > 0 && whole * 2 >= values, "{why}");
+}
+
+/// Two wallworks computing 3 s each on one CPU, all the time: each is
+/// preempted for about half of its 6 s, in slices of a few ms. Sampled over 20.4 ms
+/// (49 Hz), one preemption in 5 is tracked and stands for 5: the time
+/// the two spend preempted in compute() (their wall time there less
+/// their CPU time) is their off-CPU time there within 25 % (about four
+/// standard deviations of the 290 periods kept), and their wall-clock
+/// time in compute() their own within 25 %. (Here, with 6 s each: +5 %
+/// and -0.1 %.)
+#[test]
+fn preemptions_tracked_one_in_many_sum_true() {
+    if !require_bpf() {
+        return;
+    }
+    let _serial = serial();
+    let works = (0..2)
+        .map(|_| held_wallwork_by("taskset -c 0", "3 100"))
+        .collect();
+    let (figures, windows) =
+        wallworks_beside_agent(works, &["-F", "49", "--profiles", "off-cpu,wall"]);
+    let (mut off, mut wall) = (0i64, 0i64);
+    for p in &windows {
+        for r in resolve(p) {
+            let ours = figures
+                .iter()
+                .any(|(_, pid)| r.labels.get("pid") == Some(&pid.to_string()));
+            if !ours || !r.functions.iter().any(|f| f == "compute") {
+                continue;
+            }
+            match pprof_type(p).as_str() {
+                "offcpu/nanoseconds" => off += r.value,
+                "wall/nanoseconds" => wall += r.value,
+                _ => {}
+            }
+        }
+    }
+    let in_compute: f64 = figures.iter().map(|((_, _, c), _)| c).sum::<f64>() * 1e9;
+    let cpu: f64 = figures.iter().map(|((c, _, _), _)| c).sum::<f64>() * 1e9;
+    let preempted = in_compute - cpu;
+    let why = format!(
+        "the two spent {:.3} s in compute(), {:.3} s of it on the CPU; flare: off-CPU {:.3} s, \
+         wall-clock {:.3} s there",
+        in_compute / 1e9,
+        cpu / 1e9,
+        off as f64 / 1e9,
+        wall as f64 / 1e9
+    );
+    println!("{why}");
+    assert!(
+        preempted > 0.25 * in_compute,
+        "one CPU shared by two: {why}"
+    );
+    assert!(
+        (off as f64 - preempted).abs() <= 0.25 * preempted,
+        "off-CPU time in compute(); {why}"
+    );
+    assert!(
+        (wall as f64 - in_compute).abs() <= 0.25 * in_compute,
+        "wall-clock time in compute(); {why}"
+    );
 }
 
 #[test]

@@ -102,6 +102,33 @@ pub(crate) fn transient(path: &Path) -> Vec<(u64, Arc<str>)> {
     syms
 }
 
+/// Transient functions by start address, sorted ([`transient`]).
+pub(crate) type Transient = Arc<[(u64, Arc<str>)]>;
+
+/// The ids of the BPF programs loaded now, in order, or `None` when they
+/// cannot be listed (without CAP_SYS_ADMIN). Listing them is some system
+/// calls; reading /proc/kallsyms expands every kernel symbol (about
+/// 20 ms of CPU here), so [`transient`]'s list is read again only when
+/// this set changed: BPF programs and their trampolines are what comes
+/// and goes in a kernel stack.
+pub(crate) fn bpf_programs() -> Option<Vec<u32>> {
+    let mut ids = Vec::new();
+    let mut id = 0u32;
+    loop {
+        let mut next = 0u32;
+        // SAFETY: `next` is a valid u32 the call writes the next id into;
+        // the call reads no other memory of ours.
+        let r = unsafe { libbpf_rs::libbpf_sys::bpf_prog_get_next_id(id, &mut next) };
+        if r != 0 {
+            // ENOENT: the last one was listed; anything else: not allowed.
+            let done = std::io::Error::last_os_error().raw_os_error() == Some(libc::ENOENT);
+            return done.then_some(ids);
+        }
+        ids.push(next);
+        id = next;
+    }
+}
+
 /// The transient function holding `addr`: the last one starting at or
 /// before it (kallsyms gives no sizes), its start and name.
 pub(crate) fn find(syms: &[(u64, Arc<str>)], addr: u64) -> Option<&(u64, Arc<str>)> {

@@ -61,6 +61,9 @@ pub struct Symbolizer {
     /// there is none), and when it was looked for: a run without end
     /// (the agent) looks again, as modules come and go.
     kallsyms: Option<(Option<kallsyms::Copy>, Instant)>,
+    /// The transient functions read last, with the BPF programs loaded
+    /// then ([`kallsyms::bpf_programs`]): read again when those change.
+    transient: Option<(Vec<u32>, kallsyms::Transient)>,
     /// Runtime frames' namers and what they named (shared with a thread
     /// that learns while the symbolizer warms up: [`background`]).
     runtimes: runtime::Shared,
@@ -146,6 +149,7 @@ impl Symbolizer {
             options,
             mappings,
             kernel_cache: HashMap::new(),
+            transient: None,
             objects: objects::ObjectCache::default(),
             vdso: None,
             kallsyms: None,
@@ -184,7 +188,7 @@ impl Symbolizer {
             // The rest is read apart from /proc/kallsyms (its few
             // transient functions), not through a second whole parse.
             if !rest.is_empty() {
-                let syms = kallsyms::transient(std::path::Path::new("/proc/kallsyms"));
+                let syms = self.transient();
                 for a in rest {
                     let frames = match kallsyms::find(&syms, a) {
                         Some((start, name)) => vec![Frame {
@@ -204,6 +208,22 @@ impl Symbolizer {
             .iter()
             .map(|a| (*a, self.kernel_cache[a].clone()))
             .collect()
+    }
+
+    /// The transient functions (BPF programs, trampolines) as
+    /// /proc/kallsyms lists them now: read again only when the BPF
+    /// programs loaded changed, or when they cannot be listed.
+    fn transient(&mut self) -> kallsyms::Transient {
+        let programs = kallsyms::bpf_programs();
+        if let (Some(now), Some((then, syms))) = (&programs, &self.transient) {
+            if now == then {
+                return Arc::clone(syms);
+            }
+        }
+        let syms: kallsyms::Transient =
+            kallsyms::transient(std::path::Path::new("/proc/kallsyms")).into();
+        self.transient = programs.map(|p| (p, Arc::clone(&syms)));
+        syms
     }
 
     /// Names kernel addresses through blazesym from the kallsyms at

@@ -204,6 +204,7 @@ impl<'obj> Session<'obj> {
             ro.min_ns = config.min_us.saturating_mul(1000);
             ro.period_ns = 1_000_000_000 / config.frequency;
             ro.sample_ns = config.sample_us.saturating_mul(1000);
+            ro.preempt_every = crate::tools::offcpu::preempt_every(config.sample_us);
         })?;
         open.progs.flare_wall_switch_btf.set_autoload(!raw_tp);
         open.progs.flare_wall_switch_raw.set_autoload(raw_tp);
@@ -280,7 +281,13 @@ impl<'obj> Session<'obj> {
             if s.ts >= now {
                 continue;
             }
-            out.push((s.key, now - s.ts, s.ts));
+            // A preemption tracked one time in `preempt_every` stands for
+            // them all, as the kernel counts it at the switch back.
+            let scale = match s.key.state {
+                0 => u64::from(crate::tools::offcpu::preempt_every(self.config.sample_us)),
+                _ => 1,
+            };
+            out.push((s.key, (now - s.ts).saturating_mul(scale), s.ts));
             if clear {
                 value[..8].copy_from_slice(&now.to_ne_bytes());
                 // Only if still blocked: a thread that ran meanwhile was

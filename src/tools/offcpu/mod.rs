@@ -154,6 +154,16 @@ impl Config {
     }
 }
 
+/// With blocked periods sampled over `sample_us`, one preemption in this
+/// many is tracked (and stands for as many): a preempted thread waits a
+/// few scheduler slices, under 4 ms, which sampling keeps with
+/// probability length / `sample_us` anyway, so tracking one in
+/// `sample_us` / 4 ms loses nothing for those, and spares walking and
+/// storing the stacks of the rest (BPF's flare_preempt_scale). 1: all.
+pub fn preempt_every(sample_us: u64) -> u32 {
+    u32::try_from(sample_us / 4000).unwrap_or(u32::MAX).max(1)
+}
+
 /// Blocked periods are sampled over at most a second (the BPF side draws
 /// within 2^32 nanoseconds).
 pub fn check_sampling(sample_us: u64) -> Result<()> {
@@ -263,5 +273,14 @@ mod tests {
         let w = Config::new(Tool::Wakeup);
         assert!(!w.recording.stacks.user && w.recording.stacks.kernel);
         assert_eq!((w.min_us, w.max_us), (1, u64::MAX));
+    }
+
+    #[test]
+    fn one_preemption_in_the_sampling_period_over_4_ms_is_tracked() {
+        assert_eq!(preempt_every(0), 1, "no sampling: every one");
+        assert_eq!(preempt_every(5_025), 1, "199 Hz");
+        assert_eq!(preempt_every(20_408), 5, "49 Hz");
+        assert_eq!(preempt_every(52_631), 13, "19 Hz, the agent's");
+        assert_eq!(preempt_every(1_000_000), 250);
     }
 }

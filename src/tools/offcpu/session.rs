@@ -120,6 +120,7 @@ impl<'obj> Session<'obj> {
             ro.min_us = config.min_us;
             ro.max_us = config.max_us;
             ro.sample_us = config.sample_us;
+            ro.preempt_every = super::preempt_every(config.sample_us);
             ro.stacks_at_switch_in = attach == Attach::Kprobe;
         })?;
         let waker = config.tool != Tool::OffCpu;
