@@ -89,7 +89,13 @@ pub(crate) struct PerfMaps {
     refused: HashSet<u32>,
     /// When the pending processes were last looked at.
     retried: Option<Instant>,
+    /// Each process's pid in its own namespace (what its map is named
+    /// by), read once: a pending JVM was read again every retry.
+    nspids: HashMap<u32, u32>,
 }
+
+/// Past this many namespace pids kept, all are forgotten.
+const MAX_NSPIDS: usize = 4096;
 
 /// Pending processes are looked at again at most this often: a JIT
 /// runtime without a perf map (qemu, a JVM without an agent) would
@@ -132,6 +138,9 @@ impl PerfMaps {
             if !alive || self.try_open(pid) || self.refused.contains(&pid) {
                 self.pending.remove(&pid);
             }
+            if !alive {
+                self.nspids.remove(&pid);
+            }
         }
     }
 
@@ -140,13 +149,27 @@ impl PerfMaps {
         self.open.remove(&pid);
         self.pending.remove(&pid);
         self.refused.remove(&pid);
+        self.nspids.remove(&pid);
+    }
+
+    /// `pid`'s pid in its own namespace.
+    fn namespace_pid(&mut self, pid: u32) -> Option<u32> {
+        if let Some(&n) = self.nspids.get(&pid) {
+            return Some(n);
+        }
+        let n = namespace_pid(pid)?;
+        if self.nspids.len() >= MAX_NSPIDS {
+            self.nspids.clear();
+        }
+        self.nspids.insert(pid, n);
+        Some(n)
     }
 
     /// Opens `pid`'s map if it exists and may be used: a regular file,
     /// reached without a symbolic link out of the process's root or at the
     /// end ([`crate::untrusted`]), owned by the process's user or root.
     fn try_open(&mut self, pid: u32) -> bool {
-        let Some(nspid) = namespace_pid(pid) else {
+        let Some(nspid) = self.namespace_pid(pid) else {
             return false;
         };
         let root = format!("/proc/{pid}/root");

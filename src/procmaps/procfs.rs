@@ -110,16 +110,7 @@ fn object_for(pid: u32, line: &MapsLine, path: &str, store: &mut ObjectStore) ->
 /// suspended since boot; a suspend after the start makes a process look
 /// older, never younger. False when the process cannot be read.
 pub(crate) fn started_after(pid: u32, time: u64) -> bool {
-    let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return false;
-    };
-    // The name may hold spaces; starttime is field 22, the 20th after it.
-    let ticks = stat
-        .rfind(')')
-        .and_then(|i| stat.get(i + 1..))
-        .and_then(|rest| rest.split_whitespace().nth(19))
-        .and_then(|t| t.parse::<u64>().ok());
-    let Some(ticks) = ticks else {
+    let Some(ticks) = start_ticks(pid) else {
         return false;
     };
     // SAFETY: sysconf has no preconditions.
@@ -128,6 +119,17 @@ pub(crate) fn started_after(pid: u32, time: u64) -> bool {
     let suspended = super::clock_ns(libc::CLOCK_BOOTTIME).saturating_sub(super::now());
     let started = ticks.saturating_mul(tick).saturating_sub(suspended);
     started > time.saturating_add(tick + super::START_SLACK)
+}
+
+/// When process `pid` started, in clock ticks after boot (`/proc/PID/stat`'s
+/// starttime): with the pid, an identity no later process shares.
+pub(crate) fn start_ticks(pid: u32) -> Option<u64> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The name may hold spaces; starttime is field 22, the 20th after it.
+    stat.rfind(')')
+        .and_then(|i| stat.get(i + 1..))
+        .and_then(|rest| rest.split_whitespace().nth(19))
+        .and_then(|t| t.parse::<u64>().ok())
 }
 
 /// The effective user id of a live process (`/proc/PID/status`).

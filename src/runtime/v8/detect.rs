@@ -108,7 +108,13 @@ impl Detector {
             }
             tried.push(m.dev_ino);
             if let Some(file) = self.object(pid, m) {
-                return found(&file, m.dev_ino, maps, mem);
+                return match found(&file, m.dev_ino, maps, mem) {
+                    Found::Yes(p) => Found::Yes(Process {
+                        started: crate::procmaps::procfs::start_ticks(pid).unwrap_or(0),
+                        ..p
+                    }),
+                    other => other,
+                };
             }
         }
         Found::No
@@ -301,6 +307,7 @@ fn found(file: &NodeFile, dev_ino: (u64, u64), maps: &[ExecMapping], mem: &dyn M
         blobs: blobs.into_iter().map(|(r, _)| r).collect(),
         dispatch,
         slots,
+        started: 0,
     })
 }
 

@@ -23,6 +23,7 @@ pub mod detect;
 pub mod heap;
 pub mod inlining;
 pub mod layout;
+mod lines;
 pub mod machine_code;
 pub mod namer;
 pub mod perf;

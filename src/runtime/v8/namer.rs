@@ -118,7 +118,8 @@ pub struct V8Namer {
     /// By (process id, shared function info, its name-or-scope-info
     /// word).
     functions: ReadCache<Process, Function>,
-    /// By (process id, script, its source's word).
+    /// By (process id, script, its source's word), for a process whose
+    /// start is unknown (else in [`super::lines`], shared).
     lines: ReadCache<Process, LineTable>,
     /// By (process id, bytecode array, its table's word).
     positions: ReadCache<Process, Positions>,
@@ -310,9 +311,14 @@ impl V8Namer {
     ) -> Option<u32> {
         let script = function.script?;
         let source = heap.word(script, process.layout.script_source)?;
-        let table = self
-            .lines
-            .get_or_read((pid, script, source), process, || heap.line_table(script))?;
+        let read = || heap.line_table(script);
+        let table = match process.started {
+            // Known across collectors: read once for all of them.
+            0 => self
+                .lines
+                .get_or_read((pid, script, source), process, read)?,
+            started => super::lines::get_or_read((pid, started, script, source), read)?,
+        };
         table.line(at)
     }
 }

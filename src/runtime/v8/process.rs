@@ -40,6 +40,10 @@ pub struct Process {
     /// The frame slots BPF reads, as indices ([`bpf_slots`]): marker,
     /// function, bytecode array, bytecode offset.
     pub slots: [u8; 4],
+    /// When the process started (`/proc/PID/stat` ticks; 0 unknown): with
+    /// the pid, what tells it apart for what every collector's namer
+    /// shares ([`crate::runtime::v8::namer`]'s line tables).
+    pub started: u64,
 }
 
 /// `slots` as indices into the [`FRAME_WORDS`] words BPF reads from
