@@ -91,6 +91,35 @@ struct Key {
     kernel: Option<Arc<[RawFrame]>>,
 }
 
+/// Thread `tid`'s name: from the kernel's records (`comms`), else read
+/// now under `proc`. A thread gone before its samples are read (the
+/// reader behind on a busy machine, its records lost) takes its
+/// process's main thread's name, which it was born with, rather than
+/// none: its stacks then stay under their process's name (an arm64
+/// guest's run lost 958 samples and put a worker's 292 under
+/// `[unknown]`).
+fn thread_comm(
+    comms: &mut HashMap<u32, Arc<str>>,
+    proc: &std::path::Path,
+    pid: u32,
+    tid: u32,
+) -> Arc<str> {
+    if let Some(c) = comms.get(&tid) {
+        return c.clone();
+    }
+    let read = |path: std::path::PathBuf| {
+        std::fs::read_to_string(path)
+            .ok()
+            .map(|s| Arc::<str>::from(crate::profile::clean_name(s.trim_end_matches('\n'))))
+    };
+    let c = read(proc.join(format!("{pid}/task/{tid}/comm")))
+        .or_else(|| comms.get(&pid).cloned())
+        .or_else(|| read(proc.join(format!("{pid}/comm"))))
+        .unwrap_or_else(|| "[unknown]".into());
+    comms.insert(tid, c.clone());
+    c
+}
+
 /// What the samples read so far came to.
 struct State {
     layout: Layout,
@@ -154,16 +183,9 @@ impl State {
         s
     }
 
+    /// Thread `tid`'s name ([`thread_comm`]).
     fn comm(&mut self, pid: u32, tid: u32) -> Arc<str> {
-        if let Some(c) = self.comms.get(&tid) {
-            return c.clone();
-        }
-        let c: Arc<str> = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm"))
-            .map(|s| crate::profile::clean_name(s.trim_end_matches('\n')).into_owned())
-            .unwrap_or_else(|_| "[unknown]".into())
-            .into();
-        self.comms.insert(tid, c.clone());
-        c
+        thread_comm(&mut self.comms, std::path::Path::new("/proc"), pid, tid)
     }
 
     /// Counts one sample.
@@ -545,5 +567,33 @@ fn hold_after_listing() {
     let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
     while file.exists() && std::time::Instant::now() < until {
         std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
+#[cfg(test)]
+mod comm_tests {
+    use super::*;
+
+    #[test]
+    fn a_thread_gone_takes_its_process_name() {
+        let proc = tempfile::tempdir().expect("temp dir");
+        let dir = proc.path().join("7/task/8");
+        std::fs::create_dir_all(&dir).expect("dirs");
+        std::fs::write(proc.path().join("7/comm"), "app\n").expect("comm");
+        std::fs::write(dir.join("comm"), "worker 1\n").expect("comm");
+        let mut comms = HashMap::new();
+        assert_eq!(&*thread_comm(&mut comms, proc.path(), 7, 8), "worker 1");
+        assert_eq!(&*thread_comm(&mut comms, proc.path(), 7, 9), "app", "gone");
+        assert_eq!(
+            &*thread_comm(&mut comms, proc.path(), 5, 6),
+            "[unknown]",
+            "process gone too"
+        );
+        comms.insert(11, Arc::from("named"));
+        assert_eq!(
+            &*thread_comm(&mut comms, proc.path(), 11, 12),
+            "named",
+            "the main thread's recorded name first"
+        );
     }
 }
