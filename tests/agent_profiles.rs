@@ -131,6 +131,42 @@ fn held_wallwork_by(prefix: &str, args: &str) -> Child {
         .expect("starting sh")
 }
 
+/// Lets a held wallwork go.
+fn go(w: &mut Child) {
+    w.stdin
+        .take()
+        .expect("sh's stdin")
+        .write_all(b"go\n")
+        .expect("starting wallwork");
+}
+
+/// Waits for wallwork to end, successfully: its figures.
+fn figures_of(w: &mut Child) -> (f64, f64, f64) {
+    let status = w.wait().expect("waiting for wallwork");
+    let mut err = String::new();
+    w.stderr
+        .take()
+        .expect("wallwork's stderr")
+        .read_to_string(&mut err)
+        .expect("reading wallwork's stderr");
+    assert!(status.success(), "wallwork: {err}");
+    common::bpf::wallwork_figures(&err)
+}
+
+/// Waits until `pyroscope` holds a window of each of `kinds` profiles
+/// (sample types): every collector is attached, not only the first.
+fn wait_for_kinds(pyroscope: &HttpReceiver, kinds: usize) {
+    let seen = || {
+        pyroscope
+            .requests()
+            .iter()
+            .map(|r| pprof_type(&decode_pprof(&r.body)))
+            .collect::<std::collections::BTreeSet<_>>()
+    };
+    common::receivers::wait(LIMIT, || (seen().len() >= kinds).then_some(()))
+        .unwrap_or_else(|| panic!("windows of {:?}, not of {kinds} profiles", seen()));
+}
+
 /// Checks one destination's sums against the workload's figures.
 fn check(what: &str, sums: &HashMap<String, Sums>, truth: (f64, f64, f64)) {
     let (_, wall, in_compute) = truth;
@@ -219,22 +255,9 @@ fn every_destination_gets_cpu_off_cpu_and_wall_windows() {
         "-o",
         dir.path().to_str().unwrap(),
     ]);
-    // A window of each kind has arrived: every collector is attached.
-    pyroscope.wait_for(3, LIMIT);
-    w.stdin
-        .take()
-        .expect("sh's stdin")
-        .write_all(b"go\n")
-        .expect("starting wallwork");
-    let status = w.wait().expect("waiting for wallwork");
-    let mut err = String::new();
-    w.stderr
-        .take()
-        .expect("wallwork's stderr")
-        .read_to_string(&mut err)
-        .expect("reading wallwork's stderr");
-    assert!(status.success(), "wallwork: {err}");
-    let truth = common::bpf::wallwork_figures(&err);
+    wait_for_kinds(&pyroscope, 3);
+    go(&mut w);
+    let truth = figures_of(&mut w);
     // The window holding wallwork's end is whole before the agent stops.
     std::thread::sleep(Duration::from_millis(1500));
     let agent_err = agent.terminate();
@@ -313,26 +336,14 @@ fn wallworks_beside_agent(mut works: Vec<Child>, args: &[&str]) -> (Figures, Vec
     let mut all = vec!["-p", &pid_arg, "--interval", "1", "--pyroscope", &url];
     all.extend_from_slice(args);
     let agent = Agent::start(&all);
-    pyroscope.wait_for(2, LIMIT);
-    for w in &mut works {
-        w.stdin
-            .take()
-            .expect("sh's stdin")
-            .write_all(b"go\n")
-            .expect("starting wallwork");
-    }
-    let mut figures = Vec::new();
-    for mut w in works {
-        let status = w.wait().expect("waiting for wallwork");
-        let mut err = String::new();
-        w.stderr
-            .take()
-            .expect("wallwork's stderr")
-            .read_to_string(&mut err)
-            .expect("reading wallwork's stderr");
-        assert!(status.success(), "wallwork: {err}");
-        figures.push((common::bpf::wallwork_figures(&err), w.id()));
-    }
+    let profiles = args
+        .iter()
+        .skip_while(|a| **a != "--profiles")
+        .nth(1)
+        .map_or(1, |list| list.split(',').count());
+    wait_for_kinds(&pyroscope, profiles);
+    works.iter_mut().for_each(go);
+    let figures = works.iter_mut().map(|w| (figures_of(w), w.id())).collect();
     std::thread::sleep(Duration::from_millis(1500));
     agent.terminate();
     let windows = pyroscope
