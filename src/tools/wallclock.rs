@@ -266,6 +266,9 @@ impl<'obj> Session<'obj> {
         let start = &self.skel.maps.start;
         let size = std::mem::size_of::<types::wallclock_start>();
         let mut out = Vec::new();
+        // A preemption tracked one time in this many stands for them
+        // all, as the kernel counts it at the switch back.
+        let preempted = u64::from(crate::tools::offcpu::preempt_every(self.config.sample_us));
         for key in start.keys() {
             let Ok(Some(mut value)) = start.lookup(&key, MapFlags::ANY) else {
                 continue;
@@ -281,12 +284,7 @@ impl<'obj> Session<'obj> {
             if s.ts >= now {
                 continue;
             }
-            // A preemption tracked one time in `preempt_every` stands for
-            // them all, as the kernel counts it at the switch back.
-            let scale = match s.key.state {
-                0 => u64::from(crate::tools::offcpu::preempt_every(self.config.sample_us)),
-                _ => 1,
-            };
+            let scale = if s.key.state == 0 { preempted } else { 1 };
             out.push((s.key, (now - s.ts).saturating_mul(scale), s.ts));
             if clear {
                 value[..8].copy_from_slice(&now.to_ne_bytes());
