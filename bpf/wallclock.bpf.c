@@ -12,7 +12,7 @@
  * shorter than sample_ns, when set, is sampled: flare_sampled). Threads
  * still blocked are accounted by user space at each read (the `start`
  * entries are visible to it). A thread's last switch-out (it is dying)
- * starts nothing.
+ * starts nothing, nor, with user_blocked_only, a kernel thread's.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -23,6 +23,7 @@
 #include "targets.h"
 
 #define TASK_DEAD_STATE 0x80
+#define PF_KTHREAD 0x00200000
 
 /* Knobs fixed for a run, set before load. */
 const volatile bool filter_pid = false;		/* tgid in `targets` (or followed) */
@@ -33,6 +34,7 @@ const volatile __u64 min_ns = 0;		/* shorter blocked periods are dropped */
 const volatile __u64 period_ns = 0;		/* CPU time one sample stands for */
 const volatile __u64 sample_ns = 0;		/* shorter blocked periods are sampled */
 const volatile __u32 preempt_every = 1;		/* one preemption in this many is tracked */
+const volatile bool user_blocked_only = false;	/* kernel threads' blocked time is not kept */
 
 struct wallclock_stats stats = {};
 /* Present so that the skeleton generates the types for Rust. */
@@ -126,6 +128,7 @@ static __always_inline int on_switch(void *ctx, struct task_struct *prev,
 	if ((st & TASK_DEAD_STATE) || BPF_CORE_READ(prev, exit_state)) {
 		bpf_map_delete_elem(&start, &tid);
 	} else if ((!filter_state || (state == 0 ? st == 0 : (st & state))) &&
+		   !(user_blocked_only && (BPF_CORE_READ(prev, flags) & PF_KTHREAD)) &&
 		   flare_preempt_scale(st, preempt_every) && fill_current(ctx, &s.key)) {
 		s.ts = now;
 		s.key.state = (__u32)st;

@@ -2,11 +2,12 @@
 //! through the [`crate::pipeline`] into the push exporters' sink
 //! ([`crate::export::sink::PushSink`]), without end.
 //!
-//! Each chosen [`Source`] (CPU samples, off-CPU time, wall-clock time)
-//! runs its own collector on its own thread; every interval each one's
-//! counts are read and cleared, symbolized locally and reported as one
-//! window of its kind, so a window of each kind reaches every
-//! destination. The senders deliver on their own threads, so collection
+//! The chosen [`Source`]s (CPU samples, off-CPU time, wall-clock time)
+//! share one wall-clock collector when there are several ([`views`]: each
+//! stack is then walked and named once, not once per profile); a single
+//! one runs its own. Every interval the collector's counts are read and
+//! cleared, symbolized locally and reported as one window of each chosen
+//! kind, so a window of each kind reaches every destination. The senders deliver on their own threads, so collection
 //! never waits for a network. Long runs stay flat: each collector is
 //! renewed every [`Config::renew`] (about two minutes, a whole number of
 //! windows), or sooner once it has seen [`RENEW_PROCESSES`] processes or
@@ -18,6 +19,8 @@
 //! processes grow by 170 KiB/s without renewal. The few milliseconds
 //! between two runs are not sampled. On stop the last, partial window of
 //! each kind is sent too.
+
+mod views;
 
 use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -34,6 +37,8 @@ use crate::pipeline::{self, Mode, Plan, Sink, Times};
 use crate::profile::Kind;
 use crate::symbolize;
 use crate::tools::{offcpu, profile, wallclock};
+
+pub use views::{runs, Run, View, Views};
 
 /// Processes a run may see before it is renewed.
 pub const RENEW_PROCESSES: usize = 512;
@@ -140,8 +145,8 @@ pub fn run(config: &Config, sink: &mut PushSink, stop: Receiver<()>) -> Result<(
     // Each source's pipeline ends a run on a stop or at its duration;
     // which one is told by this flag, set before the stop is passed on.
     let stopped = Arc::new(AtomicBool::new(false));
-    let channels: Vec<(Sender<()>, Receiver<()>)> =
-        config.sources.iter().map(|_| mpsc::channel()).collect();
+    let runs = runs(&config.sources);
+    let channels: Vec<(Sender<()>, Receiver<()>)> = runs.iter().map(|_| mpsc::channel()).collect();
     let senders: Vec<Sender<()>> = channels.iter().map(|(tx, _)| tx.clone()).collect();
     let stop_all = {
         let stopped = Arc::clone(&stopped);
@@ -166,16 +171,15 @@ pub fn run(config: &Config, sink: &mut PushSink, stop: Receiver<()>) -> Result<(
         })?;
     let shared = Mutex::new(std::mem::replace(sink, PushSink::new(Vec::new(), "")));
     let results: Vec<Result<()>> = std::thread::scope(|scope| {
-        let handles: Vec<_> = config
-            .sources
+        let handles: Vec<_> = runs
             .iter()
             .zip(channels)
-            .map(|(source, (tx, rx))| {
+            .map(|(run, (tx, rx))| {
                 let (shared, stopped, stop_all) = (&shared, &*stopped, &stop_all);
                 std::thread::Builder::new()
-                    .name(format!("flare-{}", source.name()))
+                    .name(format!("flare-{}", run.source.name()))
                     .spawn_scoped(scope, move || {
-                        let r = run_source(config, source, shared, stopped, tx, &rx);
+                        let r = run_source(config, run, shared, stopped, tx, &rx);
                         if r.is_err() {
                             stop_all();
                         }
@@ -208,10 +212,10 @@ pub fn run(config: &Config, sink: &mut PushSink, stop: Receiver<()>) -> Result<(
 /// (306 MiB beside busy runtimes, each source's own peak 133-138 MiB).
 static WINDOWS: Mutex<()> = Mutex::new(());
 
-/// Runs one source, renewed run after run, until the agent stops.
+/// Runs one collector, renewed run after run, until the agent stops.
 fn run_source(
     config: &Config,
-    source: &Source,
+    run: &Run,
     shared: &Mutex<PushSink>,
     stopped: &AtomicBool,
     renew: Sender<()>,
@@ -226,7 +230,7 @@ fn run_source(
         symbolize: symbolize::Options::default(),
         gate: Some(&WINDOWS),
     };
-    let kind = source.kind();
+    let kinds = run.kinds();
     loop {
         // A renewal asked for as the last run ended at its duration is
         // void; a stop sets the flag before its message, so draining
@@ -236,11 +240,21 @@ fn run_source(
             return Ok(());
         }
         let mut object = MaybeUninit::uninit();
-        let collector = source.start(&mut object)?;
-        lock(shared).restart(kind, RENEW_PROCESSES, renew.clone());
+        let collector = run.source.start(&mut object)?;
+        for &kind in &kinds {
+            lock(shared).restart(kind, RENEW_PROCESSES, renew.clone());
+        }
         let mut sink = Shared(shared);
+        let mut views = Views {
+            views: &run.views,
+            inner: &mut sink,
+        };
         let mut trim = Trim;
-        let mut sinks: [&mut dyn Sink; 2] = [&mut sink, &mut trim];
+        let sink: &mut dyn Sink = match run.views.is_empty() {
+            true => views.inner,
+            false => &mut views,
+        };
+        let mut sinks: [&mut dyn Sink; 2] = [sink, &mut trim];
         pipeline::run(collector, &mut sinks, &plan, rx)?;
         release_free_memory();
     }

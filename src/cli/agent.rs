@@ -253,6 +253,9 @@ impl AgentArgs {
                     frequency: self.frequency,
                     recording,
                     sample_us,
+                    // As the off-CPU profile's: a kernel thread's wait for
+                    // work says nothing of a service.
+                    user_blocked_only: true,
                     ..wallclock::Config::default()
                 }),
             });

@@ -13,6 +13,7 @@
 //! stack, named as it is by the symbolizer; tidy drops the tracing frames
 //! the kernel stack was taken in, below it.
 
+use std::hash::BuildHasher;
 use std::mem::MaybeUninit;
 use std::time::Duration;
 
@@ -91,6 +92,9 @@ pub struct Config {
     pub sample_us: u64,
     /// Threads that can be blocked at once and still be tracked.
     pub blocked_storage_size: u32,
+    /// Time off the CPU of user threads only: kernel threads wait for
+    /// work most of their lives (the agent, as its off-CPU profile).
+    pub user_blocked_only: bool,
     /// `None`: until stopped.
     pub duration: Option<Duration>,
     /// With [`Target::Pids`] of one launched command: its children too.
@@ -108,6 +112,7 @@ impl Default for Config {
             min_us: 0,
             sample_us: 0,
             blocked_storage_size: crate::defaults::BLOCKED_STORAGE_SIZE,
+            user_blocked_only: false,
             duration: None,
             follow_children: false,
             recording: Recording::default(),
@@ -164,6 +169,8 @@ pub struct Session<'obj> {
     raw_tp: bool,
     /// Feeds the BPF unwinder (not with --unwind fp).
     unwinder: Option<Unwinder>,
+    /// Draws which blocked periods counted by user space are kept.
+    random: std::hash::RandomState,
 }
 
 /// What start-up needs to know of these options.
@@ -205,6 +212,7 @@ impl<'obj> Session<'obj> {
             ro.period_ns = 1_000_000_000 / config.frequency;
             ro.sample_ns = config.sample_us.saturating_mul(1000);
             ro.preempt_every = crate::tools::offcpu::preempt_every(config.sample_us);
+            ro.user_blocked_only = config.user_blocked_only;
         })?;
         open.progs.flare_wall_switch_btf.set_autoload(!raw_tp);
         open.progs.flare_wall_switch_raw.set_autoload(raw_tp);
@@ -227,6 +235,7 @@ impl<'obj> Session<'obj> {
             periodic: Periodic::default(),
             raw_tp,
             unwinder,
+            random: std::hash::RandomState::new(),
         };
         session.attach()?;
         Ok(session)
@@ -269,6 +278,7 @@ impl<'obj> Session<'obj> {
         // A preemption tracked one time in this many stands for them
         // all, as the kernel counts it at the switch back.
         let preempted = u64::from(crate::tools::offcpu::preempt_every(self.config.sample_us));
+        let every = self.config.sample_us.saturating_mul(1000);
         for key in start.keys() {
             let Ok(Some(mut value)) = start.lookup(&key, MapFlags::ANY) else {
                 continue;
@@ -285,7 +295,12 @@ impl<'obj> Session<'obj> {
                 continue;
             }
             let scale = if s.key.state == 0 { preempted } else { 1 };
-            out.push((s.key, (now - s.ts).saturating_mul(scale), s.ts));
+            let ns = (now - s.ts).saturating_mul(scale);
+            // Sampled as the kernel samples the periods it counts.
+            let random = self.random.hash_one(now ^ s.ts ^ u64::from(key_tid(&key))) as u32;
+            if let Some(ns) = crate::tools::offcpu::sampled(ns, every, random) {
+                out.push((s.key, ns, s.ts));
+            }
             if clear {
                 value[..8].copy_from_slice(&now.to_ne_bytes());
                 // Only if still blocked: a thread that ran meanwhile was
@@ -297,6 +312,13 @@ impl<'obj> Session<'obj> {
     }
 }
 
+/// The thread id a `start` map key holds.
+fn key_tid(key: &[u8]) -> u32 {
+    key.get(..4)
+        .and_then(|b| b.try_into().ok())
+        .map_or(0, u32::from_ne_bytes)
+}
+
 /// `trace` with the frame of state `STATES[index]` as its leaf.
 fn with_state(trace: RawTrace, index: usize) -> RawTrace {
     let mut frames = vec![RawFrame::label(state_frame_name(index))];
@@ -304,19 +326,49 @@ fn with_state(trace: RawTrace, index: usize) -> RawTrace {
     RawTrace::Frames(frames.into())
 }
 
+/// True when `trace` begins with the frame of a state off the CPU.
+fn leads_with_state(trace: &Trace) -> bool {
+    trace
+        .frames()
+        .first()
+        .is_some_and(|f| f.kind == FrameKind::Label && f.name.starts_with("[off-cpu: "))
+}
+
+/// Whether `sample` of a wall-clock profile is time off the CPU.
+pub fn is_off_cpu(sample: &Sample) -> bool {
+    leads_with_state(&sample.task.kernel) || leads_with_state(&sample.task.user)
+}
+
+/// If `sample` of a wall-clock profile is time off the CPU, the sample
+/// without the state's frame, as an off-CPU profile (`offcputime`) has
+/// it.
+pub fn off_cpu_part(sample: &Sample) -> Option<Sample> {
+    if !is_off_cpu(sample) {
+        return None;
+    }
+    let kernel = leads_with_state(&sample.task.kernel);
+    let mut s = sample.clone();
+    let trace = match kernel {
+        true => &mut s.task.kernel,
+        false => &mut s.task.user,
+    };
+    if let Trace::Frames(frames) = trace {
+        frames.remove(0);
+    }
+    s.extra = Box::default();
+    Some(s)
+}
+
 /// Drops the tracing frames below a state's frame at the leaf of `trace`
 /// (the kernel stack was taken inside the sched_switch tracepoint); true
 /// when there is a state's frame.
 fn tidy_state(trace: &mut Trace) -> bool {
+    if !leads_with_state(trace) {
+        return false;
+    }
     let Trace::Frames(frames) = trace else {
         return false;
     };
-    if frames
-        .first()
-        .is_none_or(|f| f.kind != FrameKind::Label || !f.name.starts_with("[off-cpu: "))
-    {
-        return false;
-    }
     frames.retain(|f| !is_tracing_frame(&f.name) && !f.name.starts_with("__traceiter_"));
     true
 }

@@ -12,6 +12,7 @@ mod tidy;
 
 use std::time::Duration;
 
+pub(crate) use session::meta;
 pub use session::Session;
 pub use tidy::{is_tracing_frame, tidy_samples};
 
@@ -164,6 +165,18 @@ pub fn preempt_every(sample_us: u64) -> u32 {
     u32::try_from(sample_us / 4000).unwrap_or(u32::MAX).max(1)
 }
 
+/// A blocked period of `len` counted by user space, sampled over
+/// `every` as BPF's flare_sampled samples those the kernel counts: one
+/// shorter than `every` is kept with probability `len` / `every` and then
+/// counts `every`; `None` when it is not kept. `random` is uniform over
+/// the u32s.
+pub fn sampled(len: u64, every: u64, random: u32) -> Option<u64> {
+    if every == 0 || len >= every {
+        return Some(len);
+    }
+    ((u64::from(random) * every) >> 32 < len).then_some(every)
+}
+
 /// Blocked periods are sampled over at most a second (the BPF side draws
 /// within 2^32 nanoseconds).
 pub fn check_sampling(sample_us: u64) -> Result<()> {
@@ -282,5 +295,25 @@ mod tests {
         assert_eq!(preempt_every(20_408), 5, "49 Hz");
         assert_eq!(preempt_every(52_631), 13, "19 Hz, the agent's");
         assert_eq!(preempt_every(1_000_000), 250);
+    }
+
+    #[test]
+    fn periods_counted_in_user_space_are_sampled_as_the_kernel_does() {
+        let every = 20_000_000;
+        assert_eq!(sampled(5, 0, 0), Some(5), "not sampled");
+        assert_eq!(
+            sampled(every + 1, every, 0),
+            Some(every + 1),
+            "long: as it is"
+        );
+        // A quarter of a period is kept for a quarter of the draws.
+        let kept = (0..1024u32)
+            .filter_map(|i| sampled(every / 4, every, i << 22))
+            .collect::<Vec<_>>();
+        assert_eq!(kept.len(), 256);
+        assert!(
+            kept.iter().all(|&v| v == every),
+            "each counts a whole period"
+        );
     }
 }

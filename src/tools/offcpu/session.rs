@@ -243,6 +243,18 @@ impl<'obj> Session<'obj> {
     }
 }
 
+/// What a profile made with `c` is of.
+pub(crate) fn meta(c: &Config) -> Meta {
+    let (kind, event) = match c.tool {
+        Tool::OffCpu => (Kind::OffCpu, "sched_switch"),
+        Tool::Wakeup => (Kind::Wakeup, "sched_waking"),
+        Tool::OffWake => (Kind::OffWake, "sched_switch"),
+    };
+    let mut meta = Meta::new(kind, event);
+    meta.target = thread_context(&c.threads);
+    meta
+}
+
 impl Collector for Session<'_> {
     fn share_mappings(&self, mappings: &Mappings) {
         start::share_mappings(self.unwinder.as_ref(), mappings);
@@ -257,14 +269,7 @@ impl Collector for Session<'_> {
     }
 
     fn meta(&self) -> Meta {
-        let (kind, event) = match self.config.tool {
-            Tool::OffCpu => (Kind::OffCpu, "sched_switch"),
-            Tool::Wakeup => (Kind::Wakeup, "sched_waking"),
-            Tool::OffWake => (Kind::OffWake, "sched_switch"),
-        };
-        let mut meta = Meta::new(kind, event);
-        meta.target = thread_context(&self.config.threads);
-        meta
+        meta(&self.config)
     }
 
     fn header(&self) -> String {
