@@ -40,16 +40,35 @@ pub fn write<W: Write>(w: W, profile: &Profile) -> io::Result<()> {
 /// What makes a location distinct: mapping, address, (function, line)s.
 type LocationKey = (u64, u64, Vec<(u64, i64)>);
 
-/// Interning tables for strings and the profile's lists.
-struct Builder {
+/// Interning tables for strings and the profile's lists, for a
+/// profile borrowed for `'p`.
+struct Builder<'p> {
     out: proto::Profile,
     strings: AHashMap<String, i64>,
+    /// Strings of the profile by address and length: frames cloned from
+    /// one symbolized frame share their names', files' and objects'
+    /// text, so most lookups hash two words instead of a long name.
+    /// While the profile is borrowed no other text can be at an address
+    /// one of its strings is at.
+    held: AHashMap<(usize, usize), i64>,
+    _profile: std::marker::PhantomData<&'p Profile>,
     functions: AHashMap<(i64, i64), u64>,
     mappings: AHashMap<(i64, Option<u64>), u64>,
     locations: AHashMap<LocationKey, u64>,
 }
 
-impl Builder {
+impl<'p> Builder<'p> {
+    /// [`Builder::string`] of text the profile holds.
+    fn held(&mut self, s: &'p str) -> i64 {
+        let key = (s.as_ptr() as usize, s.len());
+        if let Some(&i) = self.held.get(&key) {
+            return i;
+        }
+        let i = self.string(s);
+        self.held.insert(key, i);
+        i
+    }
+
     fn string(&mut self, s: &str) -> i64 {
         if let Some(&i) = self.strings.get(s) {
             return i;
@@ -67,8 +86,8 @@ impl Builder {
         }
     }
 
-    fn function(&mut self, name: &str, file: Option<&str>) -> u64 {
-        let key = (self.string(name), self.string(file.unwrap_or("")));
+    fn function(&mut self, name: &'p str, file: Option<&'p str>) -> u64 {
+        let key = (self.held(name), self.held(file.unwrap_or("")));
         if let Some(&id) = self.functions.get(&key) {
             return id;
         }
@@ -90,7 +109,7 @@ impl Builder {
     /// (`address - memory_start + file_offset`), so that a server can
     /// symbolize by build id. Frames whose offset is unknown share one
     /// mapping per path.
-    fn mapping(&mut self, frame: &Frame) -> u64 {
+    fn mapping(&mut self, frame: &'p Frame) -> u64 {
         let (file, object) = match (frame.kind, &frame.object) {
             (FrameKind::Kernel, _) => (KERNEL_MAPPING, None),
             (FrameKind::Native, Some(o)) => (&*o.path, Some(o)),
@@ -102,7 +121,7 @@ impl Builder {
             // a label only a function: neither lies in a mapping.
             (FrameKind::Native, None) | (FrameKind::Interpreted | FrameKind::Label, _) => return 0,
         };
-        let name = self.string(file);
+        let name = self.held(file);
         // The load bias: where offset 0 of the file would be in memory.
         let bias = frame
             .offset_in_object()
@@ -146,7 +165,7 @@ impl Builder {
 
     /// The location of a group of frames, innermost inlined first and the
     /// real (not inlined) frame last.
-    fn location(&mut self, group: &[PathFrame<'_>]) -> u64 {
+    fn location(&mut self, group: &[PathFrame<'p>]) -> u64 {
         let mut lines = Vec::with_capacity(group.len());
         for p in group {
             let file = p.frame.and_then(Frame::file);
@@ -193,9 +212,17 @@ impl Builder {
         id
     }
 
-    fn labels(&mut self, task: &TaskStack, prefix: &str, out: &mut Vec<proto::Label>) {
-        let num = |b: &mut Self, key: &str, n: u32| proto::Label {
-            key: b.string(&format!("{prefix}{key}")),
+    /// The label key `key` with `prefix`.
+    fn label_key(&mut self, prefix: &str, key: &'static str) -> i64 {
+        match prefix {
+            "" => self.held(key),
+            _ => self.string(&format!("{prefix}{key}")),
+        }
+    }
+
+    fn labels(&mut self, task: &'p TaskStack, prefix: &str, out: &mut Vec<proto::Label>) {
+        let num = |b: &mut Self, key: &'static str, n: u32| proto::Label {
+            key: b.label_key(prefix, key),
             num: n as i64,
             ..Default::default()
         };
@@ -206,8 +233,8 @@ impl Builder {
             out.push(num(self, "tid", tid));
         }
         out.push(proto::Label {
-            key: self.string(&format!("{prefix}comm")),
-            str: self.string(&task.comm),
+            key: self.label_key(prefix, "comm"),
+            str: self.held(&task.comm),
             ..Default::default()
         });
     }
@@ -254,6 +281,8 @@ pub fn build(profile: &Profile, time_nanos: i64) -> proto::Profile {
         functions: AHashMap::new(),
         mappings: AHashMap::new(),
         locations: AHashMap::new(),
+        held: AHashMap::new(),
+        _profile: std::marker::PhantomData,
     };
     b.string("");
     let meta = &profile.meta;

@@ -92,14 +92,97 @@ impl crate::runtime::tracker::Weight for LineTable {
     }
 }
 
-/// A string's code units, as read so far.
+/// A string's code units, as read so far: kept (a name), or only
+/// counted into line ends (a script's source, megabytes long, is never
+/// held whole).
 struct Units {
     out: Vec<u16>,
+    lines: Option<Lines>,
+    /// Units taken so far.
+    taken: usize,
     /// Units taken at most.
     limit: usize,
     /// Parts read so far.
     parts: u32,
 }
+
+impl Units {
+    fn new(limit: usize, lines: bool) -> Self {
+        Units {
+            out: Vec::new(),
+            lines: lines.then(Lines::default),
+            taken: 0,
+            limit,
+            parts: 0,
+        }
+    }
+
+    fn extend(&mut self, units: impl Iterator<Item = u16>) {
+        match &mut self.lines {
+            Some(lines) => {
+                for u in units {
+                    lines.push(u);
+                    self.taken += 1;
+                }
+            }
+            None => {
+                self.out.extend(units);
+                self.taken = self.out.len();
+            }
+        }
+    }
+}
+
+/// Line ends counted unit by unit as V8 computes them
+/// (`String::CalculateLineEnds`): `\n`, a `\r` not before `\n`, U+2028
+/// and U+2029 end a line.
+#[derive(Default)]
+struct Lines {
+    ends: Vec<u32>,
+    /// Units seen.
+    at: u32,
+    /// The last unit seen was a `\r`.
+    cr: bool,
+}
+
+impl Lines {
+    fn push(&mut self, c: u16) {
+        if std::mem::take(&mut self.cr) && c != 0x0a {
+            self.ends.push(self.at - 1);
+        }
+        match c {
+            0x0a | 0x2028 | 0x2029 => self.ends.push(self.at),
+            0x0d => self.cr = true,
+            _ => {}
+        }
+        self.at = self.at.saturating_add(1);
+    }
+
+    /// The table; the source's length ends the last line when `whole`
+    /// (else positions past the last terminator have no line, and a `\r`
+    /// last may be the first half of a `\r\n` cut off).
+    fn finish(mut self, whole: bool) -> LineTable {
+        let covers = if whole {
+            if self.cr {
+                self.ends.push(self.at - 1);
+            }
+            self.ends.push(self.at);
+            self.at
+        } else {
+            self.ends.last().copied().unwrap_or(0)
+        };
+        LineTable {
+            ends: self.ends,
+            covers,
+            from: LineSource::Source,
+        }
+    }
+}
+
+/// The most bytes of a string read at once: a source is read and counted
+/// a piece at a time into one buffer, which the allocator reuses, rather
+/// than into megabytes of fresh pages each time.
+const READ_CHUNK: usize = 64 << 10;
 
 /// The words of a feedback vector searched for code: its header and the
 /// slots of a function with some 120 feedback sites.
@@ -394,8 +477,10 @@ impl<'a> Heap<'a> {
         }
         let source = self.word(script, l.script_source)?;
         let len = self.string_length(source)?.1;
-        let units = self.units(source, MAX_SOURCE)?;
-        Some(count_lines(&units, units.len() == len))
+        let mut u = Units::new(MAX_SOURCE, true);
+        self.append(source, 0, usize::MAX, &mut u, 0)?;
+        let whole = u.taken == len;
+        Some(u.lines?.finish(whole))
     }
 
     /// The line ends in FixedArray `ends`: Smis, ascending.
@@ -444,11 +529,7 @@ impl<'a> Heap<'a> {
 
     /// String `obj`'s first `limit` code units at most.
     fn units(&self, obj: u64, limit: usize) -> Option<Vec<u16>> {
-        let mut u = Units {
-            out: Vec::new(),
-            limit,
-            parts: 0,
-        };
+        let mut u = Units::new(limit, false);
         self.append(obj, 0, usize::MAX, &mut u, 0)?;
         Some(u.out)
     }
@@ -465,7 +546,7 @@ impl<'a> Heap<'a> {
         let n = len
             .saturating_sub(skip)
             .min(max)
-            .min(u.limit.saturating_sub(u.out.len()));
+            .min(u.limit.saturating_sub(u.taken));
         if n == 0 {
             return Some(());
         }
@@ -486,9 +567,9 @@ impl<'a> Heap<'a> {
             if first_len > len {
                 return None;
             }
-            let before = u.out.len();
+            let before = u.taken;
             self.append(first, skip, n, u, depth + 1)?;
-            let taken = u.out.len() - before;
+            let taken = u.taken - before;
             self.append(
                 second,
                 skip.saturating_sub(first_len),
@@ -528,55 +609,37 @@ impl<'a> Heap<'a> {
         u: &mut Units,
     ) -> Option<()> {
         let width = if one_byte { 1 } else { 2 };
-        let start = at.checked_add(u64::try_from(skip.checked_mul(width)?).ok()?)?;
-        let mut bytes = vec![0u8; n.checked_mul(width)?];
-        self.mem.read(start, &mut bytes).ok()?;
-        if one_byte {
-            u.out.extend(bytes.iter().map(|&b| u16::from(b)));
-        } else {
-            u.out.extend(
-                bytes
-                    .chunks_exact(2)
-                    .map(|c| u16::from_ne_bytes([c[0], c[1]])),
-            );
+        let mut start = at.checked_add(u64::try_from(skip.checked_mul(width)?).ok()?)?;
+        let mut left = n.checked_mul(width)?;
+        let mut buf = vec![0u8; left.min(READ_CHUNK)];
+        while left > 0 {
+            let bytes = &mut buf[..left.min(READ_CHUNK)];
+            self.mem.read(start, bytes).ok()?;
+            if one_byte {
+                u.extend(bytes.iter().map(|&b| u16::from(b)));
+            } else {
+                u.extend(
+                    bytes
+                        .chunks_exact(2)
+                        .map(|c| u16::from_ne_bytes([c[0], c[1]])),
+                );
+            }
+            left -= bytes.len();
+            start = start.checked_add(bytes.len() as u64)?;
         }
         Some(())
     }
 }
 
-/// The line ends of source `units` as V8 computes them
-/// (`String::CalculateLineEnds`): `\n`, a `\r` not before `\n`, U+2028
-/// and U+2029 end a line; the source's length ends the last one when
-/// `whole` (else positions past the last terminator have no line).
+/// The line ends of source `units` (all of it when `whole`), as
+/// [`Lines`] counts them.
+#[cfg(test)]
 fn count_lines(units: &[u16], whole: bool) -> LineTable {
-    let mut ends = Vec::new();
-    for (i, &c) in units.iter().enumerate() {
-        let next = units.get(i + 1).copied();
-        let ends_line = match c {
-            0x0a | 0x2028 | 0x2029 => true,
-            0x0d => next != Some(0x0a),
-            _ => false,
-        };
-        if ends_line {
-            ends.push(i as u32);
-        }
+    let mut lines = Lines::default();
+    for &u in units {
+        lines.push(u);
     }
-    let covers = if whole {
-        let len = units.len() as u32;
-        ends.push(len);
-        len
-    } else {
-        // A `\r` last may be the first half of a `\r\n` cut off.
-        if units.last() == Some(&0x0d) {
-            ends.pop();
-        }
-        ends.last().copied().unwrap_or(0)
-    };
-    LineTable {
-        ends,
-        covers,
-        from: LineSource::Source,
-    }
+    lines.finish(whole)
 }
 
 #[cfg(test)]

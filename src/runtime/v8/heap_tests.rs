@@ -448,6 +448,30 @@ fn scripts_name_their_functions_files() {
 }
 
 #[test]
+fn a_source_longer_than_a_read_is_counted_across_its_pieces() {
+    // Two-byte text whose "\r\n" straddles the end of the first read
+    // (READ_CHUNK bytes: READ_CHUNK / 2 code units).
+    let half = READ_CHUNK / 2;
+    let mut text = "x".repeat(half - 1);
+    text.push_str("\r\nline two\u{2028}three");
+    let mut f = Fake::default();
+    let source = f.two_byte(&text);
+    let undefined = f.object(ODDBALL, &[0, 0]);
+    let script = f.object(SCRIPT, &[source, 0, 0, 0, 0, 0, undefined]);
+    let l = layout();
+    let mem = f.memory();
+    let heap = Heap::new(&l, &mem);
+    let table = heap.line_table(script).unwrap();
+    let units: Vec<u16> = text.encode_utf16().collect();
+    assert_eq!(table, count_lines(&units, true), "as if read at once");
+    // One end at the "\n" (not two), one at U+2028, and the length.
+    assert_eq!(
+        table.ends,
+        [half as u32, half as u32 + 9, units.len() as u32]
+    );
+}
+
+#[test]
 fn line_ends_v8_filled_are_taken_when_sane() {
     let mut f = Fake::default();
     let source = f.one_byte(b"not read");
