@@ -7,8 +7,9 @@
 //! stack is then walked and named once, not once per profile); a single
 //! one runs its own. Every interval the collector's counts are read and
 //! cleared, symbolized locally and reported as one window of each chosen
-//! kind, so a window of each kind reaches every destination. The senders deliver on their own threads, so collection
-//! never waits for a network. Long runs stay flat: each collector is
+//! kind, so a window of each kind reaches every destination. The
+//! senders deliver on their own threads, so collection never waits for
+//! a network. Long runs stay flat: each collector is
 //! renewed every [`Config::renew`] (about two minutes, a whole number of
 //! windows), or sooner once it has seen [`RENEW_PROCESSES`] processes or
 //! a window lost stacks for want of room — a fresh BPF session, whose

@@ -634,7 +634,7 @@ impl<'a> Heap<'a> {
 /// The line ends of source `units` (all of it when `whole`), as
 /// [`Lines`] counts them.
 #[cfg(test)]
-fn count_lines(units: &[u16], whole: bool) -> LineTable {
+pub(super) fn count_lines(units: &[u16], whole: bool) -> LineTable {
     let mut lines = Lines::default();
     for &u in units {
         lines.push(u);

@@ -1,12 +1,14 @@
 //! Line tables shared by every collector's V8 namer. A script's line
 //! table is counted from its source, read out of the process: for the
 //! TypeScript compiler, 9 MiB of UTF-16 read and scanned per process.
-//! The agent runs a collector per profile (CPU, off-CPU, wall-clock),
-//! each with its namer, and each read it again: 10 % of the agent's time
-//! beside a tsc loop. Here it is read once per process and script, kept
-//! under what identifies them across collectors — pid, the process's
-//! start (`/proc/PID/stat`), the script's address and its source's word —
-//! never under the file or the text, which another process may fake.
+//! Every collector of the flare process (the agent's, run after run as
+//! it renews them) has its own namer, and each read it again: 10 % of
+//! the agent's time beside a tsc loop when it ran three. Here it is read
+//! once per process and script, kept under what identifies them across
+//! collectors — pid, the process's start (`/proc/PID/stat`), the
+//! script's address and its source's word — never under the file or the
+//! text, which another process may fake. Tables of processes that exited
+//! go first when they add up.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -21,6 +23,12 @@ type Key = (u32, u64, u64, u64);
 /// worth of the largest real scripts (tsc's: 1.1 MiB of line ends).
 const MAX_BYTES: usize = 16 << 20;
 
+/// Past this many bytes, the tables of processes that exited are
+/// forgotten first: once a process is gone nothing more of it can be
+/// read to name, so its tables only hold memory (a tsc loop leaves one
+/// 1.1 MiB table per run).
+const PRUNE_BYTES: usize = MAX_BYTES / 4;
+
 /// What one entry costs besides its table.
 const ENTRY: usize = 64;
 
@@ -28,6 +36,49 @@ const ENTRY: usize = 64;
 struct Shared {
     tables: HashMap<Key, Option<Arc<LineTable>>>,
     bytes: usize,
+}
+
+impl Shared {
+    /// [`get_or_read`], with `alive` telling whether the process of a
+    /// pid and start is still there.
+    fn get_or_read(
+        &mut self,
+        key: Key,
+        read: impl FnOnce() -> Option<LineTable>,
+        alive: impl Fn(u32, u64) -> bool,
+    ) -> Option<Arc<LineTable>> {
+        if let Some(known) = self.tables.get(&key) {
+            return known.clone();
+        }
+        let table = read().map(Arc::new);
+        let weight = ENTRY + table.as_ref().map_or(0, |t| t.weight());
+        if self.bytes + weight > PRUNE_BYTES {
+            self.prune(&alive);
+        }
+        if self.bytes + weight > MAX_BYTES {
+            self.tables.clear();
+            self.bytes = 0;
+        }
+        self.tables.insert(key, table.clone());
+        self.bytes += weight;
+        table
+    }
+
+    /// Forgets the tables of processes no longer `alive`.
+    fn prune(&mut self, alive: &impl Fn(u32, u64) -> bool) {
+        let mut checked: HashMap<(u32, u64), bool> = HashMap::new();
+        let mut freed = 0;
+        self.tables.retain(|&(pid, start, _, _), table| {
+            let keep = *checked
+                .entry((pid, start))
+                .or_insert_with(|| alive(pid, start));
+            if !keep {
+                freed += ENTRY + table.as_ref().map_or(0, |t| t.weight());
+            }
+            keep
+        });
+        self.bytes = self.bytes.saturating_sub(freed);
+    }
 }
 
 static SHARED: Mutex<Option<Shared>> = Mutex::new(None);
@@ -38,18 +89,9 @@ static SHARED: Mutex<Option<Shared>> = Mutex::new(None);
 pub fn get_or_read(key: Key, read: impl FnOnce() -> Option<LineTable>) -> Option<Arc<LineTable>> {
     let mut guard = SHARED.lock().unwrap_or_else(|e| e.into_inner());
     let shared = guard.get_or_insert_with(Shared::default);
-    if let Some(known) = shared.tables.get(&key) {
-        return known.clone();
-    }
-    let table = read().map(Arc::new);
-    let weight = ENTRY + table.as_ref().map_or(0, |t| t.weight());
-    if shared.bytes + weight > MAX_BYTES {
-        shared.tables.clear();
-        shared.bytes = 0;
-    }
-    shared.tables.insert(key, table.clone());
-    shared.bytes += weight;
-    table
+    shared.get_or_read(key, read, |pid, start| {
+        crate::procmaps::procfs::start_ticks(pid) == Some(start)
+    })
 }
 
 #[cfg(test)]
@@ -74,5 +116,32 @@ mod tests {
         assert_eq!(reads.get(), 2, "a later process with the pid reads its own");
         get((pid, start, 0x1000, 0x3000));
         assert_eq!(reads.get(), 3, "a new source of the script is read");
+    }
+
+    #[test]
+    fn tables_of_exited_processes_go_first() {
+        let mut shared = Shared::default();
+        // A table of `n` lines.
+        let table = |n: usize| move || Some(super::super::heap::count_lines(&vec![0x0a; n], true));
+        // About a third of the pruning bound each: the third is over it.
+        let n = PRUNE_BYTES / 3 / 4;
+        let alive = |pid: u32, _| pid != 1;
+        shared.get_or_read((1, 5, 0x10, 0x20), table(n), alive);
+        shared.get_or_read((2, 5, 0x10, 0x20), table(n), alive);
+        assert_eq!(shared.tables.len(), 2);
+        shared.get_or_read((3, 5, 0x10, 0x20), table(n), alive);
+        let mut pids: Vec<u32> = shared.tables.keys().map(|k| k.0).collect();
+        pids.sort();
+        assert_eq!(
+            pids,
+            [2, 3],
+            "the exited process's table went, not the live one's"
+        );
+        let weights: usize = shared
+            .tables
+            .values()
+            .map(|t| ENTRY + t.as_ref().map_or(0, |t| t.weight()))
+            .sum();
+        assert_eq!(shared.bytes, weights, "the count follows what is kept");
     }
 }
