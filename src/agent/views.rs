@@ -87,14 +87,12 @@ impl View {
         out.sort_ascending();
         Some(out)
     }
-}
 
-impl View {
     /// `s`, a wall-clock profile's sample, as this view has it, if it
-    /// has it.
+    /// has it ([`View::Wall`] has no view of its own: see [`View::of`]).
     fn pick(&self, s: &Sample) -> Option<Sample> {
         match self {
-            View::Wall => Some(s.clone()),
+            View::Wall => None,
             View::Cpu {
                 period_ns,
                 per_thread,

@@ -36,6 +36,10 @@ const ENTRY: usize = 64;
 struct Shared {
     tables: HashMap<Key, Option<Arc<LineTable>>>,
     bytes: usize,
+    /// The bytes the last pruning left: the next waits for a quarter of
+    /// [`PRUNE_BYTES`] more, so that live processes' tables past the
+    /// bound are not checked again at every new table.
+    pruned: usize,
 }
 
 impl Shared {
@@ -51,13 +55,15 @@ impl Shared {
             return known.clone();
         }
         let table = read().map(Arc::new);
-        let weight = ENTRY + table.as_ref().map_or(0, |t| t.weight());
-        if self.bytes + weight > PRUNE_BYTES {
+        let weight = weight(&table);
+        if self.bytes + weight > PRUNE_BYTES.max(self.pruned + PRUNE_BYTES / 4) {
             self.prune(&alive);
+            self.pruned = self.bytes + weight;
         }
         if self.bytes + weight > MAX_BYTES {
             self.tables.clear();
             self.bytes = 0;
+            self.pruned = 0;
         }
         self.tables.insert(key, table.clone());
         self.bytes += weight;
@@ -73,12 +79,17 @@ impl Shared {
                 .entry((pid, start))
                 .or_insert_with(|| alive(pid, start));
             if !keep {
-                freed += ENTRY + table.as_ref().map_or(0, |t| t.weight());
+                freed += weight(table);
             }
             keep
         });
         self.bytes = self.bytes.saturating_sub(freed);
     }
+}
+
+/// What an entry holding `table` costs.
+fn weight(table: &Option<Arc<LineTable>>) -> usize {
+    ENTRY + table.as_ref().map_or(0, |t| t.weight())
 }
 
 static SHARED: Mutex<Option<Shared>> = Mutex::new(None);
@@ -137,11 +148,31 @@ mod tests {
             [2, 3],
             "the exited process's table went, not the live one's"
         );
-        let weights: usize = shared
-            .tables
-            .values()
-            .map(|t| ENTRY + t.as_ref().map_or(0, |t| t.weight()))
-            .sum();
+        let weights: usize = shared.tables.values().map(weight).sum();
         assert_eq!(shared.bytes, weights, "the count follows what is kept");
+    }
+
+    #[test]
+    fn live_tables_past_the_bound_are_not_checked_at_every_table() {
+        let mut shared = Shared::default();
+        let table = |n: usize| move || Some(super::super::heap::count_lines(&vec![0x0a; n], true));
+        let n = PRUNE_BYTES / 3 / 4;
+        let checks = std::cell::Cell::new(0);
+        let alive = |_: u32, _| {
+            checks.set(checks.get() + 1);
+            true
+        };
+        for pid in 1..=3 {
+            shared.get_or_read((pid, 5, 0x10, 0x20), table(n), alive);
+        }
+        assert_eq!(checks.get(), 2, "the third table pruned, checking both");
+        // Small tables after it: no pruning until a quarter more is kept.
+        for pid in 4..=10 {
+            shared.get_or_read((pid, 5, 0x10, 0x20), table(16), alive);
+        }
+        assert_eq!(checks.get(), 2, "a fruitless pruning is not redone");
+        shared.get_or_read((11, 5, 0x10, 0x20), table(PRUNE_BYTES / 4 / 4), alive);
+        assert!(checks.get() > 2, "a quarter more prunes again");
+        assert_eq!(shared.tables.len(), 11, "every live table is kept");
     }
 }
