@@ -24,12 +24,16 @@ pub struct Regs {
 }
 
 /// What is known of the interrupted (leaf) frame's registers besides pc,
-/// sp and the frame pointer: the interpreter's bytecode pointer register
-/// (r13 on x86-64, x22 on arm64) and arm64's link register, x30.
+/// sp and the frame pointer: HotSpot's interpreter's bytecode pointer
+/// register (r13 on x86-64, x22 on arm64), arm64's link register, x30,
+/// and CRuby's loop's instruction pointer and control frame registers
+/// (r14 and r15; x19 and x20).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Leaf {
     pub bcp: u64,
     pub lr: u64,
+    pub ruby_pc: u64,
+    pub ruby_cfp: u64,
 }
 
 /// What one sample's walk asks of a runtime: the frame at `regs`, when it
@@ -68,10 +72,11 @@ pub trait PerfRuntime: Send {
         None
     }
 
-    /// The user stack `pcs` (leaf first) of a sample of thread `tid` of
-    /// process `pid` (started at `start`) taken at `time` (monotonic
-    /// nanoseconds) with the runtime's frames in place, when the process
-    /// runs it and they could be read.
+    /// The user stack `pcs` (leaf first, its registers `leaf`) of a
+    /// sample of thread `tid` of process `pid` (started at `start`) taken
+    /// at `time` (monotonic nanoseconds) with the runtime's frames in
+    /// place, when the process runs it and they could be read.
+    #[allow(clippy::too_many_arguments)]
     fn splice(
         &mut self,
         _pid: u32,
@@ -79,6 +84,7 @@ pub trait PerfRuntime: Send {
         _tid: u32,
         _time: u64,
         _pcs: &[u64],
+        _leaf: Leaf,
         _mappings: &Mappings,
     ) -> Option<Vec<RawFrame>> {
         None

@@ -104,7 +104,10 @@ impl Jvm {
 
     /// An x86-64 step (`bcp` the leaf's r13).
     fn step(&self, regs: Regs, return_address: bool, bcp: u64) -> Option<Stepped> {
-        let leaf = Leaf { bcp, lr: 0 };
+        let leaf = Leaf {
+            bcp,
+            ..Leaf::default()
+        };
         self.step_on(Machine::X86_64, regs, return_address, leaf)
     }
 
@@ -346,7 +349,10 @@ fn an_arm64_leaf_takes_its_return_address_from_x30_outside_its_built_frame() {
     j.stack[3] = (interp + 0x140) | 0x002a_0000_0000_0000;
     j.stack[2] = STACK + 0x100;
     let lr = interp + 0x160;
-    let leaf = Leaf { bcp: 0, lr };
+    let leaf = Leaf {
+        lr,
+        ..Leaf::default()
+    };
     let at = |pc: u64| Regs {
         pc,
         sp: STACK,
@@ -390,8 +396,8 @@ fn an_arm64_stub_leaf_before_its_frame_returns_to_x30() {
     let mut j = Jvm::new(Jdk::J17);
     let stub = j.blob(2, 30, 8, 4, 0x20);
     let leaf = Leaf {
-        bcp: 0,
         lr: 0x40_5678,
+        ..Leaf::default()
     };
     let regs = Regs {
         pc: stub + 0x108,
@@ -417,7 +423,10 @@ fn an_arm64_frameless_stub_leaf_returns_to_x30_and_one_with_a_record_by_it() {
     // A stub without a frame size (as StubRoutines' copy routines).
     let stub = j.blob(2, 30, 8, 0, -1);
     let lr = 0x40_5678;
-    let leaf = Leaf { bcp: 0, lr };
+    let leaf = Leaf {
+        lr,
+        ..Leaf::default()
+    };
     // x29 is the caller's: its record holds the caller's return address.
     j.stack[8] = STACK + 0x200;
     j.stack[9] = 0x40_9999;

@@ -14,7 +14,7 @@ use crate::collect::RawFrame;
 use crate::collect::RuntimeFinds;
 use crate::procmaps::Mappings;
 use crate::runtime::memory::{Pages, ProcessMemory};
-use crate::runtime::perf::{late_now, Entry, NoRuntime, PerfRuntime, Procs};
+use crate::runtime::perf::{late_now, Entry, Leaf, NoRuntime, PerfRuntime, Procs};
 use crate::runtime::python::detect::Detector;
 use crate::runtime::python::walk::{over_root, splice, Threads};
 use crate::runtime::python::Python;
@@ -121,6 +121,7 @@ impl PerfRuntime for PerfPython {
         tid: u32,
         time: u64,
         pcs: &[u64],
+        _leaf: Leaf,
         mappings: &Mappings,
     ) -> Option<Vec<RawFrame>> {
         if Entry::due(self.procs.get_mut(&(pid, start)), pid, mappings) {

@@ -46,6 +46,13 @@ const ADDR_MASK: u64 = (1 << 48) - 1;
 /// `rb_iseq_t.body` and `body->iseq_encoded` (bpf/ruby.h reads these).
 const ISEQ_BODY: u64 = 16;
 const BODY_ENCODED: u64 = 8;
+const _: () = assert!(
+    BODY_ENCODED == 8,
+    "at_sample reads the code as the body's second word"
+);
+/// `body->iseq_size` (unsigned int, in words of code), in the body's
+/// first word: its high half.
+const BODY_SIZE: u64 = 4;
 /// `rb_method_definition_t *` in a C function's method entry.
 const CME_DEF: u64 = 16;
 /// Control frames read per thread at most (a cycle-free stack deeper
@@ -358,6 +365,68 @@ impl Cursor<'_> {
         self.items[self.at.min(self.items.len())..]
             .iter()
             .any(|i| matches!(i, Item::Frame { frame: Some(_), .. }))
+    }
+}
+
+/// What the registers of a sample taken in the interpreter's loop say of
+/// the control frames read after it ([`at_sample`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AtSample {
+    /// The frames the sample ran: from the loop's frame register on.
+    From(Stack),
+    /// The frame the sample ran has returned since: the frames read are
+    /// another moment's.
+    Gone,
+    /// The registers hold no control frame of the stack (a build that
+    /// does not keep the loop's frame in its register): nothing known.
+    Unknown,
+}
+
+/// Most bytes of control frames between a frame and the stack's last:
+/// past it a register is not one of the stack's frames.
+const MAX_FRAMES_BYTES: u64 = MAX_FRAMES as u64 * 64;
+
+/// The frames a sample ran, from its registers: `cfp` and `pc`, where
+/// CRuby's loop (`vm_exec_core`) keeps its control frame and its
+/// instruction pointer (`reg_cfp`, `reg_pc`: r15 and r14 on x86-64, x20
+/// and x19 on arm64), against `stack`, the thread's frames read after
+/// the sample. Between the sample and the read the thread ran on: the
+/// frames it pushed since are dropped, and a frame it returned from (or
+/// whose slot holds another method's frame now) makes the read another
+/// moment's. Only for a sample whose leaf is in the loop: elsewhere the
+/// registers may hold anything.
+pub fn at_sample(p: &Process, stack: Stack, pc: u64, cfp: u64, mem: &dyn Memory) -> AtSample {
+    let size = u64::from(p.layout.cfp_size);
+    let of_stack = size > 0
+        && cfp <= stack.last
+        && stack.last - cfp < MAX_FRAMES_BYTES
+        && (stack.last - cfp) % size == 0;
+    if !of_stack {
+        return AtSample::Unknown;
+    }
+    // Returned from: the frames above it may be other calls' now (a
+    // frame read there once was another method's, pushed in its slot).
+    if cfp < stack.cfp {
+        return AtSample::Gone;
+    }
+    // The frame at `cfp` now runs the code `pc` is in.
+    let runs = words5(mem, cfp).is_some_and(|f| {
+        let iseq = f[2];
+        let Ok(body) = mem.read_u64(iseq.wrapping_add(ISEQ_BODY)) else {
+            return false;
+        };
+        // The body's first two words: type and size, the code.
+        let mut w = [0u64; 2];
+        if body == 0 || read_words(mem, body, &mut w).is_none() {
+            return false;
+        }
+        let (words, code) = (w[0] >> (BODY_SIZE * 8), w[1]);
+        code != 0 && pc >= code && pc - code < words * 8
+    });
+    if runs {
+        AtSample::From(Stack { cfp, ..stack })
+    } else {
+        AtSample::Gone
     }
 }
 

@@ -71,6 +71,9 @@ enum Kind {
     C(u64),
 }
 
+/// Each sequence's size, in words of code.
+const CODE_WORDS: u64 = 8;
+
 fn iseq(i: u64) -> u64 {
     ISEQS + i * 0x100
 }
@@ -110,6 +113,7 @@ fn thread(frames: &[(Kind, bool)]) -> (Buffer, Vec<u64>) {
         match kind {
             Kind::Method(i, pos) => {
                 m.put(iseq(i) + ISEQ_BODY, iseq(i) + 0x40);
+                m.put(iseq(i) + 0x40, CODE_WORDS << 32);
                 m.put(iseq(i) + 0x40 + BODY_ENCODED, code(i));
                 m.put(cfp, code(i) + 8 * (pos + 1));
                 m.put(cfp + 16, iseq(i));
@@ -119,6 +123,7 @@ fn thread(frames: &[(Kind, bool)]) -> (Buffer, Vec<u64>) {
             }
             Kind::Block(i, parent) => {
                 m.put(iseq(i) + ISEQ_BODY, iseq(i) + 0x40);
+                m.put(iseq(i) + 0x40, CODE_WORDS << 32);
                 m.put(iseq(i) + 0x40 + BODY_ENCODED, code(i));
                 m.put(cfp, code(i) + 8);
                 m.put(cfp + 16, iseq(i));
@@ -224,6 +229,54 @@ fn frames_read_as_rb_frame_reads_them() {
             item(method(4, 0), true, false),
         ]
     );
+}
+
+#[test]
+fn a_sample_in_the_loop_tells_which_frame_ran() {
+    let p = process();
+    let (mem, cfps) = thread(&[(Kind::Method(3, 7), false), (Kind::Method(4, 0), true)]);
+    let (_, now) = begin(&p, TP, &mem).expect("an execution context");
+    assert_eq!(now.cfp, cfps[0]);
+    // The sample ran method 4: method 3 was called since, and goes.
+    assert_eq!(
+        at_sample(&p, now, code(4) + 16, cfps[1], &mem),
+        AtSample::From(Stack {
+            cfp: cfps[1],
+            ..now
+        })
+    );
+    // It ran method 3, still running.
+    assert_eq!(
+        at_sample(&p, now, code(3) + 8 * 7, cfps[0], &mem),
+        AtSample::From(now)
+    );
+    // Its frame's slot holds another method's now: another moment.
+    assert_eq!(
+        at_sample(&p, now, code(4) + 16, cfps[0], &mem),
+        AtSample::Gone
+    );
+    // Past the code of the frame's sequence.
+    assert_eq!(
+        at_sample(&p, now, code(3) + 8 * CODE_WORDS, cfps[0], &mem),
+        AtSample::Gone
+    );
+    // The thread returned from the frame the sample ran.
+    let shallower = Stack {
+        cfp: cfps[1],
+        ..now
+    };
+    assert_eq!(
+        at_sample(&p, shallower, code(3), cfps[0], &mem),
+        AtSample::Gone
+    );
+    // Registers that hold no frame of the stack say nothing.
+    for cfp in [0, cfps[0] + 8, now.last + 0x40, u64::MAX] {
+        assert_eq!(
+            at_sample(&p, now, code(3), cfp, &mem),
+            AtSample::Unknown,
+            "{cfp:#x}"
+        );
+    }
 }
 
 #[test]

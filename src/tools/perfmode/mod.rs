@@ -196,6 +196,12 @@ impl State {
         };
         // Whether the user stack was cut at a depth limit.
         let mut cut = false;
+        let leaf = Leaf {
+            bcp: s.bcp,
+            lr: s.lr,
+            ruby_pc: s.ruby_regs.0,
+            ruby_cfp: s.ruby_regs.1,
+        };
         let user = match (self.user, self.mode, s.regs) {
             (false, ..) => None,
             (true, Mode::Fp, _) => {
@@ -212,10 +218,6 @@ impl State {
                 let first = walk::Start {
                     machine: Machine::HOST,
                     regs,
-                    lr: s.lr,
-                };
-                let leaf = Leaf {
-                    bcp: s.bcp,
                     lr: s.lr,
                 };
                 let runtimes = &mut self.runtimes;
@@ -249,7 +251,7 @@ impl State {
                 .then(|| {
                     runtimes
                         .iter_mut()
-                        .find_map(|r| r.splice(s.pid, start, s.tid, s.time, &pcs, mappings))
+                        .find_map(|r| r.splice(s.pid, start, s.tid, s.time, &pcs, leaf, mappings))
                 })
                 .flatten();
             spliced.unwrap_or_else(|| crate::collect::stacks::decode(&pcs))

@@ -24,21 +24,35 @@ mod regs {
     const REG_IP: u64 = 8;
     /// Where HotSpot's interpreter keeps its bytecode pointer.
     const REG_R13: u64 = 21;
+    /// Where CRuby's interpreter loop keeps its instruction pointer and
+    /// its control frame (`vm_exec_core`'s `reg_pc`, `reg_cfp`).
+    const REG_R14: u64 = 22;
+    const REG_R15: u64 = 23;
     /// The user registers asked for; they come in register-number order.
-    pub const MASK: u64 = 1 << REG_BP | 1 << REG_SP | 1 << REG_IP | 1 << REG_R13;
+    pub const MASK: u64 =
+        1 << REG_BP | 1 << REG_SP | 1 << REG_IP | 1 << REG_R13 | 1 << REG_R14 | 1 << REG_R15;
 }
 
 /// arm64 perf register numbers (arch/arm64/include/uapi/asm/perf_regs.h):
+/// CRuby's loop's instruction pointer and control frame (x19, x20),
 /// HotSpot's bytecode pointer (x22), the frame pointer, the link register,
 /// sp and pc.
 #[cfg(target_arch = "aarch64")]
 mod regs {
+    const REG_X19: u64 = 19;
+    const REG_X20: u64 = 20;
     const REG_X22: u64 = 22;
     const REG_X29: u64 = 29;
     const REG_LR: u64 = 30;
     const REG_SP: u64 = 31;
     const REG_PC: u64 = 32;
-    pub const MASK: u64 = 1 << REG_X22 | 1 << REG_X29 | 1 << REG_LR | 1 << REG_SP | 1 << REG_PC;
+    pub const MASK: u64 = 1 << REG_X19
+        | 1 << REG_X20
+        | 1 << REG_X22
+        | 1 << REG_X29
+        | 1 << REG_LR
+        | 1 << REG_SP
+        | 1 << REG_PC;
 }
 
 pub use regs::MASK as REGS_MASK;
@@ -79,6 +93,10 @@ pub struct Sample<'a> {
     /// Where a HotSpot interpreter keeps its bytecode pointer: r13 (x22 on
     /// arm64; 0 without registers).
     pub bcp: u64,
+    /// Where CRuby's interpreter loop keeps its instruction pointer and
+    /// its control frame: r14 and r15 (x19 and x20 on arm64; 0 without
+    /// registers).
+    pub ruby_regs: (u64, u64),
     /// The copied user stack, from sp up (only the bytes the kernel
     /// really copied).
     pub stack: &'a [u8],
@@ -148,9 +166,10 @@ pub fn parse_sample(rec: &[u8], layout: Layout) -> Option<Sample<'_>> {
     if layout.user_stack {
         let abi = r.u64()?;
         if abi != 0 {
-            // In register-number order: x86-64 bp, sp, ip, r13; arm64
-            // x22, x29, x30, sp, pc.
+            // In register-number order: x86-64 bp, sp, ip, r13, r14, r15;
+            // arm64 x19, x20, x22, x29, x30, sp, pc.
             if cfg!(target_arch = "aarch64") {
+                s.ruby_regs = (r.u64()?, r.u64()?);
                 s.bcp = r.u64()?;
                 let (a, b, c, d) = (r.u64()?, r.u64()?, r.u64()?, r.u64()?);
                 s.regs = Some((d, c, a));
@@ -159,6 +178,7 @@ pub fn parse_sample(rec: &[u8], layout: Layout) -> Option<Sample<'_>> {
                 let (a, b, c, d) = (r.u64()?, r.u64()?, r.u64()?, r.u64()?);
                 s.regs = Some((c, b, a));
                 s.bcp = d;
+                s.ruby_regs = (r.u64()?, r.u64()?);
             }
         }
         let size = usize::try_from(r.u64()?).ok()?;
@@ -245,6 +265,8 @@ mod tests {
                 0x7000_0000,
                 0x401000,
                 0x7000_0042, // r13
+                0x5000_0014, // r14
+                0x5000_0015, // r15
                 16,          // size
                 0xaa,
                 0xbb,
@@ -257,6 +279,7 @@ mod tests {
         assert_eq!(s.user, vec![0x401000, 0x402000]);
         assert_eq!(s.regs, Some((0x401000, 0x7000_0000, 0x7000_0100)));
         assert_eq!(s.bcp, 0x7000_0042);
+        assert_eq!(s.ruby_regs, (0x5000_0014, 0x5000_0015));
         assert_eq!(s.stack, &0xaau64.to_ne_bytes());
         assert_eq!(time(&rec), 99);
         assert_eq!(
