@@ -21,6 +21,7 @@
 //! between two runs are not sampled. On stop the last, partial window of
 //! each kind is sent too.
 
+mod trim;
 mod views;
 
 use std::mem::MaybeUninit;
@@ -38,6 +39,7 @@ use crate::pipeline::{self, Mode, Plan, Sink, Times};
 use crate::profile::Kind;
 use crate::symbolize;
 use crate::tools::{offcpu, profile, wallclock};
+use trim::{release_free_memory, Trim};
 
 pub use views::{runs, Run, View, Views};
 
@@ -277,30 +279,6 @@ impl Sink for Shared<'_> {
 
     fn report(&mut self, profile: &crate::profile::Profile) -> Result<()> {
         lock(self.0).report(profile)
-    }
-}
-
-/// Gives the allocator's free memory back to the system after each
-/// window. Symbolizing a window and building unwind tables for the
-/// processes that appeared in it allocate and free megabytes at a time;
-/// without this, the freed pages stay in the process's heaps and the
-/// agent's RSS climbs to the largest such moment and stays there.
-struct Trim;
-
-impl Sink for Trim {
-    fn report(&mut self, _profile: &crate::profile::Profile) -> Result<()> {
-        release_free_memory();
-        Ok(())
-    }
-}
-
-/// Asks the C allocator to give free memory back to the system.
-pub fn release_free_memory() {
-    #[cfg(target_env = "gnu")]
-    // SAFETY: malloc_trim has no preconditions; it only releases free
-    // memory of the allocator's own heaps.
-    unsafe {
-        libc::malloc_trim(0);
     }
 }
 
