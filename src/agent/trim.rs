@@ -9,6 +9,7 @@ use std::ops::Range;
 
 use crate::error::Result;
 use crate::pipeline::Sink;
+use crate::procmaps::procfs::is_file_path;
 
 /// Gives memory back after each window. Symbolizing a window and
 /// building unwind tables for the processes that appeared in it allocate
@@ -62,7 +63,7 @@ fn read_only_file_maps(maps: &str) -> Vec<Range<u64>> {
             let mut f = line.split_whitespace();
             let (range, perms) = (f.next()?, f.next()?);
             let path = f.nth(3)?;
-            if !path.starts_with('/') || path.starts_with("/dev/") {
+            if !is_file_path(path) || path.starts_with("/dev/") {
                 return None;
             }
             let (a, b) = range.split_once('-')?;
