@@ -9,7 +9,7 @@ use std::ops::Range;
 
 use crate::error::Result;
 use crate::pipeline::Sink;
-use crate::procmaps::procfs::is_file_path;
+use crate::procmaps::procfs::{is_file_path, parse_any_line, MapsLine};
 
 /// Gives memory back after each window. Symbolizing a window and
 /// building unwind tables for the processes that appeared in it allocate
@@ -56,31 +56,21 @@ pub fn release_free_memory() {
 /// whose read-only data it uses all the time: left alone; so are
 /// devices.
 fn read_only_file_maps(maps: &str) -> Vec<Range<u64>> {
-    // (range, permissions, path) of each file mapping.
-    let rows: Vec<(Range<u64>, &str, &str)> = maps
+    let rows: Vec<(MapsLine, &str)> = maps
         .lines()
-        .filter_map(|line| {
-            let mut f = line.split_whitespace();
-            let (range, perms) = (f.next()?, f.next()?);
-            let path = f.nth(3)?;
-            if !is_file_path(path) || path.starts_with("/dev/") {
-                return None;
-            }
-            let (a, b) = range.split_once('-')?;
-            let range = u64::from_str_radix(a, 16).ok()?..u64::from_str_radix(b, 16).ok()?;
-            Some((range, perms, path))
-        })
+        .filter_map(parse_any_line)
+        .filter(|(l, _)| is_file_path(&l.path) && !l.path.starts_with("/dev/"))
         .collect();
     let code: std::collections::HashSet<&str> = rows
         .iter()
-        .filter(|(_, perms, _)| perms.contains('x'))
-        .map(|&(_, _, path)| path)
+        .filter(|(_, perms)| perms.contains('x'))
+        .map(|(l, _)| l.path.as_str())
         .collect();
-    rows.into_iter()
-        .filter(|(r, perms, path)| {
-            matches!(*perms, "r--p" | "r--s") && !code.contains(path) && r.end > r.start
+    rows.iter()
+        .filter(|(l, perms)| {
+            matches!(*perms, "r--p" | "r--s") && !code.contains(l.path.as_str()) && l.end > l.start
         })
-        .map(|(r, _, _)| r)
+        .map(|(l, _)| l.start..l.end)
         .collect()
 }
 

@@ -9,7 +9,8 @@ use std::sync::Arc;
 use super::objects::{Object, ObjectStore};
 use super::{Backing, Mapping};
 
-/// One executable line of `/proc/PID/maps`.
+/// One line of `/proc/PID/maps` (an executable one but for
+/// [`parse_any_line`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct MapsLine {
     pub start: u64,
@@ -36,17 +37,22 @@ pub(crate) fn parse_maps(text: &str) -> Vec<MapsLine> {
 
 /// One line of `/proc/PID/maps`, if it is executable.
 pub(crate) fn parse_line(line: &str) -> Option<MapsLine> {
+    parse_any_line(line)
+        .filter(|(_, perms)| perms.as_bytes().get(2) == Some(&b'x'))
+        .map(|(l, _)| l)
+}
+
+/// One line of `/proc/PID/maps`, whatever its permissions, and those
+/// (`r-xp`).
+pub(crate) fn parse_any_line(line: &str) -> Option<(MapsLine, &str)> {
     let mut f = line.splitn(6, ' ');
     let (start, end) = f.next()?.split_once('-')?;
     let perms = f.next()?;
-    if perms.as_bytes().get(2) != Some(&b'x') {
-        return None;
-    }
     let offset = u64::from_str_radix(f.next()?, 16).ok()?;
     let (major, minor) = f.next()?.split_once(':')?;
     let ino = f.next()?.parse().ok()?;
     let path = f.next().unwrap_or("").trim_start().to_string();
-    Some(MapsLine {
+    let line = MapsLine {
         start: u64::from_str_radix(start, 16).ok()?,
         end: u64::from_str_radix(end, 16).ok()?,
         offset,
@@ -56,7 +62,8 @@ pub(crate) fn parse_line(line: &str) -> Option<MapsLine> {
         ),
         ino,
         path,
-    })
+    };
+    Some((line, perms))
 }
 
 /// True for a path that names a file (not `[vdso]`, `//anon`, empty).
