@@ -38,7 +38,7 @@ use crate::error::{Error, Result};
 use crate::procmaps::perf::Ring;
 use crate::procmaps::{procfs, Mappings};
 use crate::profile::{Event, Lost, Meta, UNKNOWN_CPU};
-use crate::runtime::perf::{Leaf, PerfRuntime};
+use crate::runtime::perf::PerfRuntime;
 use crate::system;
 use crate::tools::profile::Config;
 use crate::unwind::cache::DiskCache;
@@ -196,12 +196,7 @@ impl State {
         };
         // Whether the user stack was cut at a depth limit.
         let mut cut = false;
-        let leaf = Leaf {
-            bcp: s.bcp,
-            lr: s.lr,
-            ruby_pc: s.ruby_regs.0,
-            ruby_cfp: s.ruby_regs.1,
-        };
+        let leaf = s.leaf;
         let user = match (self.user, self.mode, s.regs) {
             (false, ..) => None,
             (true, Mode::Fp, _) => {
@@ -218,7 +213,7 @@ impl State {
                 let first = walk::Start {
                     machine: Machine::HOST,
                     regs,
-                    lr: s.lr,
+                    lr: leaf.lr,
                 };
                 let runtimes = &mut self.runtimes;
                 let mut walk_over = |data: &[u8]| {

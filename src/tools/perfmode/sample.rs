@@ -7,6 +7,8 @@
 
 use libbpf_rs::libbpf_sys as sys;
 
+use crate::runtime::perf::Leaf;
+
 /// Which optional parts samples carry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Layout {
@@ -88,15 +90,10 @@ pub struct Sample<'a> {
     /// ip, sp, bp: `None` when the sample interrupted no user code (a
     /// kernel thread).
     pub regs: Option<(u64, u64, u64)>,
-    /// arm64's link register, x30 (0 on x86-64 or without registers).
-    pub lr: u64,
-    /// Where a HotSpot interpreter keeps its bytecode pointer: r13 (x22 on
-    /// arm64; 0 without registers).
-    pub bcp: u64,
-    /// Where CRuby's interpreter loop keeps its instruction pointer and
-    /// its control frame: r14 and r15 (x19 and x20 on arm64; 0 without
-    /// registers).
-    pub ruby_regs: (u64, u64),
+    /// The other registers runtimes read ([`Leaf`]: arm64's link
+    /// register, HotSpot's bytecode pointer, CRuby's loop's registers; 0
+    /// where the architecture has none or without registers).
+    pub leaf: Leaf,
     /// The copied user stack, from sp up (only the bytes the kernel
     /// really copied).
     pub stack: &'a [u8],
@@ -169,16 +166,18 @@ pub fn parse_sample(rec: &[u8], layout: Layout) -> Option<Sample<'_>> {
             // In register-number order: x86-64 bp, sp, ip, r13, r14, r15;
             // arm64 x19, x20, x22, x29, x30, sp, pc.
             if cfg!(target_arch = "aarch64") {
-                s.ruby_regs = (r.u64()?, r.u64()?);
-                s.bcp = r.u64()?;
+                s.leaf.ruby_pc = r.u64()?;
+                s.leaf.ruby_cfp = r.u64()?;
+                s.leaf.bcp = r.u64()?;
                 let (a, b, c, d) = (r.u64()?, r.u64()?, r.u64()?, r.u64()?);
                 s.regs = Some((d, c, a));
-                s.lr = b;
+                s.leaf.lr = b;
             } else {
                 let (a, b, c, d) = (r.u64()?, r.u64()?, r.u64()?, r.u64()?);
                 s.regs = Some((c, b, a));
-                s.bcp = d;
-                s.ruby_regs = (r.u64()?, r.u64()?);
+                s.leaf.bcp = d;
+                s.leaf.ruby_pc = r.u64()?;
+                s.leaf.ruby_cfp = r.u64()?;
             }
         }
         let size = usize::try_from(r.u64()?).ok()?;
@@ -278,8 +277,11 @@ mod tests {
         assert_eq!(s.kernel, vec![0xffff_ffff_8100_0000]);
         assert_eq!(s.user, vec![0x401000, 0x402000]);
         assert_eq!(s.regs, Some((0x401000, 0x7000_0000, 0x7000_0100)));
-        assert_eq!(s.bcp, 0x7000_0042);
-        assert_eq!(s.ruby_regs, (0x5000_0014, 0x5000_0015));
+        assert_eq!(s.leaf.bcp, 0x7000_0042);
+        assert_eq!(
+            (s.leaf.ruby_pc, s.leaf.ruby_cfp),
+            (0x5000_0014, 0x5000_0015)
+        );
         assert_eq!(s.stack, &0xaau64.to_ne_bytes());
         assert_eq!(time(&rec), 99);
         assert_eq!(
