@@ -135,6 +135,14 @@ pub trait Namer: Send {
     /// identifiers point at no longer matches the cookie). The symbolizer
     /// asks once per (process, identifiers, cookie) and keeps the answer.
     fn name(&mut self, pid: u32, frame: &RuntimeFrame) -> Option<Vec<Frame>>;
+
+    /// [`Namer::name`] of each of `frames`, all of process `pid`: a
+    /// window's new frames of one process, named together so that a
+    /// namer reads the process's memory once for them all (a page at a
+    /// time, where field by field cost a system call each).
+    fn name_all(&mut self, pid: u32, frames: &[RuntimeFrame]) -> Vec<Option<Vec<Frame>>> {
+        frames.iter().map(|f| self.name(pid, f)).collect()
+    }
 }
 
 /// Namers, each with the runtime whose frames it names.

@@ -75,7 +75,8 @@ const MAX_PAGES: usize = 256;
 /// words (a CPython frame's fields and its code object's), which sit on
 /// a few pages (3.11's frames share the thread's data stack chunk, and a
 /// recursion repeats its code objects): a few system calls instead of
-/// thousands. A page is what the process held when it was read; the
+/// thousands. Reads longer than a page go to the memory whole. A page is
+/// what the process held when it was read; the
 /// walk's own checks (code objects' types, cookies) stay the judge of
 /// what it finds there.
 pub struct Pages<M> {
@@ -118,6 +119,11 @@ impl<M: Memory> Pages<M> {
 
 impl<M: Memory> Memory for Pages<M> {
     fn read(&self, addr: u64, buf: &mut [u8]) -> io::Result<()> {
+        // A read of more than a page (a line table, a name's bytes) is one
+        // system call of its own, not one per page it covers.
+        if buf.len() > PAGE as usize {
+            return self.mem.read(addr, buf);
+        }
         let mut done = 0;
         while done < buf.len() {
             let at = addr
@@ -203,6 +209,24 @@ mod tests {
         assert!(pages.read_u64(0x20008).is_err());
         assert_eq!(reads.get(), 3);
         assert!(pages.read_u64(u64::MAX - 3).is_err());
+    }
+
+    #[test]
+    fn a_read_longer_than_a_page_is_one_read() {
+        let b = Buffer {
+            base: 0x10000,
+            bytes: (0..4 * PAGE).map(|i| (i % 251) as u8).collect(),
+        };
+        let reads = std::cell::Cell::new(0);
+        let pages = Pages::new(Counted(&b, &reads));
+        let mut buf = vec![0u8; 2 * PAGE as usize + 8];
+        pages.read(0x10ff8, &mut buf).unwrap();
+        assert_eq!(buf[..], b.bytes[0xff8..0xff8 + buf.len()]);
+        assert_eq!(reads.get(), 1);
+        assert!(pages.pages.borrow().is_empty(), "not kept as pages");
+        // Past the end: an error, as the memory gives it.
+        let mut buf = vec![0u8; 2 * PAGE as usize];
+        assert!(pages.read(0x10000 + 3 * PAGE, &mut buf).is_err());
     }
 
     #[test]

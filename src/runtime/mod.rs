@@ -34,7 +34,7 @@ use crate::collect::{Namers, Runtime as Kind, RuntimeFinds, Runtimes};
 use crate::unwind::procs::ExecMapping;
 use crate::unwind::RuntimeHooks;
 
-use self::memory::ProcessMemory;
+use self::memory::Memory;
 use self::tracker::{Found, Registry, Tracker};
 
 /// One runtime, as the unwinder's loader and perf-event mode use it.
@@ -56,7 +56,7 @@ pub trait Runtime: 'static {
         detector: &mut Self::Detector,
         pid: u32,
         maps: &[ExecMapping],
-        mem: &ProcessMemory,
+        mem: &dyn Memory,
     ) -> Found<Self::Process>;
 
     /// The process as its BPF map holds it.

@@ -243,7 +243,7 @@ impl<R: crate::runtime::Runtime, T> Finder<R, T> {
         let Some(maps) = crate::unwind::procs::tracked_mappings(mappings, pid) else {
             return Entry::Native;
         };
-        let mem = crate::runtime::memory::ProcessMemory { pid };
+        let mem = crate::runtime::memory::Pages::new(crate::runtime::memory::ProcessMemory { pid });
         let started = std::time::Instant::now();
         let detected = R::detect(&mut self.detector, pid, &maps, &mem);
         let took = started.elapsed();

@@ -16,8 +16,10 @@ use std::time::{Duration, Instant};
 
 use libbpf_rs::{MapCore, MapFlags, MapHandle};
 
-use super::memory::ProcessMemory;
+use super::memory::{Memory, Pages, ProcessMemory};
 use super::{note_unsupported, Runtime};
+use crate::collect::RuntimeFrame;
+use crate::profile::Frame;
 use crate::unwind::procs::ExecMapping;
 use crate::unwind::Watcher;
 
@@ -113,6 +115,30 @@ pub fn lookup<P>(registry: &Registry<P>, pid: u32) -> Option<Arc<P>> {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
         .get(&pid)
         .cloned()
+}
+
+/// [`crate::collect::Namer::name_all`] for a runtime's namer: each of
+/// `frames` of `runtime`, of process `pid` (`process`, as the registry
+/// holds it), named by `name` from one [`Pages`] of the process's memory,
+/// so that the frames' many small reads cost a system call per page.
+pub fn name_all<P>(
+    process: Option<Arc<P>>,
+    pid: u32,
+    runtime: crate::collect::Runtime,
+    frames: &[RuntimeFrame],
+    mut name: impl FnMut(&dyn Memory, &Arc<P>, &RuntimeFrame) -> Option<Vec<Frame>>,
+) -> Vec<Option<Vec<Frame>>> {
+    let Some(process) = process else {
+        return vec![None; frames.len()];
+    };
+    let mem = Pages::new(ProcessMemory { pid });
+    frames
+        .iter()
+        .map(|f| match f.runtime == runtime {
+            true => name(&mem, &process, f),
+            false => None,
+        })
+        .collect()
 }
 
 /// What a namer read in its processes' memory, by (process id, address,
@@ -224,7 +250,7 @@ impl<R: Runtime> Tracker<R> {
     /// Looks for the runtime in process `pid`, mapping `maps`.
     pub fn load(&mut self, pid: u32, maps: &[ExecMapping]) {
         let started = Instant::now();
-        let mem = ProcessMemory { pid };
+        let mem = Pages::new(ProcessMemory { pid });
         let mut found = R::detect(&mut self.detector, pid, maps, &mem);
         if matches!(found, Found::NotReady) {
             if let Some(why) = self.spent.over_budget(pid, started.elapsed(), R::NAME) {

@@ -9,7 +9,7 @@
 //! read in BPF beside the identifiers, keeps a code object freed and
 //! reused at the same address from taking the old name.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::collect::{Namer, Namers, RawFrame, RawSample, Runtime, RuntimeFrame};
@@ -87,16 +87,22 @@ impl Runtimes {
         if self.named.len() > MAX_NAMED {
             self.named.clear();
         }
+        let mut todo: HashMap<Runtime, Vec<RuntimeFrame>> = HashMap::new();
+        let mut seen = HashSet::new();
         for f in frames {
-            let key = (pid, start, *f);
-            if self.named.contains_key(&key) {
-                continue;
+            if !self.named.contains_key(&(pid, start, *f)) && seen.insert(*f) {
+                todo.entry(f.runtime).or_default().push(*f);
             }
-            let Some(namer) = self.namers.get_mut(&f.runtime) else {
+        }
+        for (runtime, frames) in todo {
+            let Some(namer) = self.namers.get_mut(&runtime) else {
                 continue;
             };
-            if let Some(frames) = namer.name(pid, f) {
-                self.named.insert(key, frames.into());
+            let named = namer.name_all(pid, &frames);
+            for (f, named) in frames.into_iter().zip(named) {
+                if let Some(named) = named {
+                    self.named.insert((pid, start, f), named.into());
+                }
             }
         }
     }
@@ -147,5 +153,70 @@ impl Namer for TestNamer {
                 FrameKind::Interpreted,
             )
         }])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The batches a namer was given: process and frames.
+    type Given = Arc<Mutex<Vec<(u32, Vec<RuntimeFrame>)>>>;
+
+    /// Names every frame `f<first id>` but id 0, and keeps the batches.
+    struct Batches(Given);
+
+    impl Namer for Batches {
+        fn name(&mut self, _: u32, _: &RuntimeFrame) -> Option<Vec<Frame>> {
+            unreachable!("learn names a process's frames together")
+        }
+
+        fn name_all(&mut self, pid: u32, frames: &[RuntimeFrame]) -> Vec<Option<Vec<Frame>>> {
+            self.0
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push((pid, frames.to_vec()));
+            frames
+                .iter()
+                .map(|f| {
+                    (f.ids[0] != 0)
+                        .then(|| vec![Frame::named(format!("f{}", f.ids[0]), FrameKind::Jit)])
+                })
+                .collect()
+        }
+    }
+
+    fn frame(id: u64) -> RuntimeFrame {
+        RuntimeFrame {
+            runtime: Runtime::Java,
+            ids: [id, 0],
+            cookie: 7,
+        }
+    }
+
+    #[test]
+    fn a_process_new_frames_are_named_in_one_batch_once_each() {
+        let batches = Arc::new(Mutex::new(Vec::new()));
+        let mut runtimes = Runtimes::default();
+        runtimes.set(vec![(Runtime::Java, Box::new(Batches(batches.clone())))]);
+        runtimes.learn(5, 1, &[frame(1), frame(2), frame(1), frame(0)]);
+        runtimes.learn(5, 1, &[frame(2), frame(3), frame(0)]);
+        runtimes.learn(6, 1, &[frame(2)]);
+        let got = batches.lock().unwrap().clone();
+        assert_eq!(
+            got,
+            vec![
+                (5, vec![frame(1), frame(2), frame(0)]),
+                // Named ones are not asked again; unnamed ones are.
+                (5, vec![frame(3), frame(0)]),
+                (6, vec![frame(2)]),
+            ]
+        );
+        assert_eq!(runtimes.get(Some(5), 1, &frame(3))[0].name, "f3".into());
+        assert!(runtimes.get(Some(5), 1, &frame(0))[0].unnamed);
+        assert!(
+            runtimes.get(Some(5), 2, &frame(1))[0].unnamed,
+            "another start"
+        );
     }
 }

@@ -15,7 +15,7 @@ use super::{FrameId, Kind, Layout, Process, Registry, NO_BCI};
 use crate::collect::{Namer, Namers, Runtime, RuntimeFrame};
 use crate::profile::{clean_name_within, Frame, FrameKind, SourceLine, MAX_RUNTIME_NAME};
 use crate::runtime::memory::{Memory, ProcessMemory};
-use crate::runtime::tracker::{lookup, ReadCache};
+use crate::runtime::tracker::{lookup, name_all, ReadCache};
 
 /// Names [`Runtime::Java`] frames of the processes in a [`Registry`].
 pub struct JavaNamer {
@@ -151,6 +151,13 @@ impl Namer for JavaNamer {
         }
         let process = lookup(&self.registry, pid)?;
         self.name_in(&ProcessMemory { pid }, pid, &process, frame)
+    }
+
+    fn name_all(&mut self, pid: u32, frames: &[RuntimeFrame]) -> Vec<Option<Vec<Frame>>> {
+        let process = lookup(&self.registry, pid);
+        name_all(process, pid, Runtime::Java, frames, |mem, p, f| {
+            self.name_in(mem, pid, p, f)
+        })
     }
 }
 

@@ -10,8 +10,8 @@ use super::code::{read_code, CodeInfo};
 use super::{Process, Registry};
 use crate::collect::{Namer, Runtime, RuntimeFrame};
 use crate::profile::{clean_name_within, Frame, FrameKind, SourceLine, MAX_RUNTIME_NAME};
-use crate::runtime::memory::ProcessMemory;
-use crate::runtime::tracker::{lookup, ReadCache};
+use crate::runtime::memory::{Memory, ProcessMemory};
+use crate::runtime::tracker::{lookup, name_all, ReadCache};
 
 /// Names [`Runtime::Python`] frames of the processes in a [`Registry`].
 pub struct PythonNamer {
@@ -33,30 +33,27 @@ impl PythonNamer {
     /// BPF read; read once for all its instructions.
     fn code(
         &mut self,
+        mem: &dyn Memory,
         pid: u32,
         process: &Arc<Process>,
         frame: &RuntimeFrame,
     ) -> Option<Arc<CodeInfo>> {
         self.codes
             .get_or_read((pid, frame.ids[0], frame.cookie), process, || {
-                read_code(
-                    &ProcessMemory { pid },
-                    &process.layout,
-                    process.code_type,
-                    frame.ids[0],
-                )
-                .filter(|c| c.cookie == frame.cookie)
+                read_code(mem, &process.layout, process.code_type, frame.ids[0])
+                    .filter(|c| c.cookie == frame.cookie)
             })
     }
-}
 
-impl Namer for PythonNamer {
-    fn name(&mut self, pid: u32, frame: &RuntimeFrame) -> Option<Vec<Frame>> {
-        if frame.runtime != Runtime::Python {
-            return None;
-        }
-        let process = lookup(&self.registry, pid)?;
-        let code = self.code(pid, &process, frame)?;
+    /// The frame `frame` of process `pid` stands for, read through `mem`.
+    fn name_in(
+        &mut self,
+        mem: &dyn Memory,
+        pid: u32,
+        process: &Arc<Process>,
+        frame: &RuntimeFrame,
+    ) -> Option<Vec<Frame>> {
+        let code = self.code(mem, pid, process, frame)?;
         let file = clean_name_within(&code.filename, MAX_RUNTIME_NAME);
         let name = display_name(&code, &file);
         Some(vec![Frame {
@@ -66,6 +63,23 @@ impl Namer for PythonNamer {
             })),
             ..Frame::named(name, FrameKind::Interpreted)
         }])
+    }
+}
+
+impl Namer for PythonNamer {
+    fn name(&mut self, pid: u32, frame: &RuntimeFrame) -> Option<Vec<Frame>> {
+        if frame.runtime != Runtime::Python {
+            return None;
+        }
+        let process = lookup(&self.registry, pid)?;
+        self.name_in(&ProcessMemory { pid }, pid, &process, frame)
+    }
+
+    fn name_all(&mut self, pid: u32, frames: &[RuntimeFrame]) -> Vec<Option<Vec<Frame>>> {
+        let process = lookup(&self.registry, pid);
+        name_all(process, pid, Runtime::Python, frames, |mem, p, f| {
+            self.name_in(mem, pid, p, f)
+        })
     }
 }
 

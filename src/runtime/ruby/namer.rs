@@ -18,7 +18,7 @@ use super::{split_ids, Process, Registry};
 use crate::collect::{Namer, Runtime, RuntimeFrame};
 use crate::profile::{clean_name_within, Frame, FrameKind, SourceLine, MAX_RUNTIME_NAME};
 use crate::runtime::memory::{Memory, ProcessMemory};
-use crate::runtime::tracker::{lookup, ReadCache, Weight};
+use crate::runtime::tracker::{lookup, name_all, ReadCache, Weight};
 
 /// The instruction index BPF gives when it has none (the pc at or past
 /// the 16 bits it keeps): the frame shows its first line.
@@ -190,6 +190,13 @@ impl Namer for RubyNamer {
         let process = lookup(&self.registry, pid)?;
         let frame = self.name_in(&ProcessMemory { pid }, pid, &process, frame)?;
         Some(vec![frame])
+    }
+
+    fn name_all(&mut self, pid: u32, frames: &[RuntimeFrame]) -> Vec<Option<Vec<Frame>>> {
+        let process = lookup(&self.registry, pid);
+        name_all(process, pid, Runtime::Ruby, frames, |mem, p, f| {
+            self.name_in(mem, pid, p, f).map(|f| vec![f])
+        })
     }
 }
 

@@ -53,7 +53,7 @@ impl crate::runtime::Runtime for V8 {
         detector: &mut detect::Detector,
         pid: u32,
         maps: &[crate::unwind::procs::ExecMapping],
-        mem: &crate::runtime::memory::ProcessMemory,
+        mem: &dyn crate::runtime::memory::Memory,
     ) -> detect::Detected {
         detector.detect(pid, maps, mem)
     }

@@ -22,7 +22,7 @@ use super::{Process, Registry};
 use crate::collect::{Namer, Namers, Runtime, RuntimeFrame};
 use crate::profile::{clean_name_within, Frame, FrameKind, SourceLine, MAX_RUNTIME_NAME};
 use crate::runtime::memory::{Memory, ProcessMemory};
-use crate::runtime::tracker::{lookup, ReadCache, Weight};
+use crate::runtime::tracker::{lookup, name_all, ReadCache, Weight};
 
 /// What a V8 frame's identifiers say it was (the top byte of the
 /// second).
@@ -330,6 +330,13 @@ impl Namer for V8Namer {
         }
         let process = lookup(&self.registry, pid)?;
         self.name_in(&ProcessMemory { pid }, pid, &process, frame)
+    }
+
+    fn name_all(&mut self, pid: u32, frames: &[RuntimeFrame]) -> Vec<Option<Vec<Frame>>> {
+        let process = lookup(&self.registry, pid);
+        name_all(process, pid, self.runtime, frames, |mem, p, f| {
+            self.name_in(mem, pid, p, f)
+        })
     }
 }
 
