@@ -14,6 +14,10 @@
 use std::ops::Range;
 
 use super::layout::{FunctionCode, Layout, ScopeInfoLayout};
+use super::units::Units;
+#[cfg(test)]
+pub(super) use super::units::{count_lines, scan_lines};
+pub use super::units::{LineSource, LineTable};
 use crate::runtime::memory::Memory;
 
 /// What a function without a name is called (as in V8's stack traces).
@@ -51,132 +55,6 @@ pub fn smi(word: u64) -> Option<i64> {
 /// Whether `word` is a heap object's (tagged) address.
 fn is_object(word: u64) -> bool {
     word & 3 == 1
-}
-
-/// Where a script's line table came from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LineSource {
-    /// `Script.line_ends`, which V8 fills the first time it needs a line.
-    LineEnds,
-    /// The source's line terminators, counted here.
-    Source,
-}
-
-/// Where a script's lines end: a line's number from a source position.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct LineTable {
-    /// The position of each line's terminator, ascending (V8's
-    /// `line_ends`, the source's length last).
-    ends: Vec<u32>,
-    /// Positions up to here have a line.
-    covers: u32,
-    pub from: LineSource,
-}
-
-impl LineTable {
-    /// The 1-based line of source position `position` (a UTF-16 offset),
-    /// as V8 counts it (`Script::GetPositionInfo`): the first line whose
-    /// end is at or past it. `None` past what the table covers.
-    pub fn line(&self, position: u32) -> Option<u32> {
-        if position > self.covers {
-            return None;
-        }
-        let index = self.ends.partition_point(|&end| end < position);
-        u32::try_from(index).ok()?.checked_add(1)
-    }
-}
-
-impl crate::runtime::tracker::Weight for LineTable {
-    fn weight(&self) -> usize {
-        self.ends.len() * std::mem::size_of::<u32>() + std::mem::size_of::<Self>()
-    }
-}
-
-/// A string's code units, as read so far: kept (a name), or only
-/// counted into line ends (a script's source, megabytes long, is never
-/// held whole).
-struct Units {
-    out: Vec<u16>,
-    lines: Option<Lines>,
-    /// Units taken so far.
-    taken: usize,
-    /// Units taken at most.
-    limit: usize,
-    /// Parts read so far.
-    parts: u32,
-}
-
-impl Units {
-    fn new(limit: usize, lines: bool) -> Self {
-        Units {
-            out: Vec::new(),
-            lines: lines.then(Lines::default),
-            taken: 0,
-            limit,
-            parts: 0,
-        }
-    }
-
-    fn extend(&mut self, units: impl Iterator<Item = u16>) {
-        match &mut self.lines {
-            Some(lines) => {
-                for u in units {
-                    lines.push(u);
-                    self.taken += 1;
-                }
-            }
-            None => {
-                self.out.extend(units);
-                self.taken = self.out.len();
-            }
-        }
-    }
-}
-
-/// Line ends counted unit by unit as V8 computes them
-/// (`String::CalculateLineEnds`): `\n`, a `\r` not before `\n`, U+2028
-/// and U+2029 end a line.
-#[derive(Default)]
-struct Lines {
-    ends: Vec<u32>,
-    /// Units seen.
-    at: u32,
-    /// The last unit seen was a `\r`.
-    cr: bool,
-}
-
-impl Lines {
-    fn push(&mut self, c: u16) {
-        if std::mem::take(&mut self.cr) && c != 0x0a {
-            self.ends.push(self.at - 1);
-        }
-        match c {
-            0x0a | 0x2028 | 0x2029 => self.ends.push(self.at),
-            0x0d => self.cr = true,
-            _ => {}
-        }
-        self.at = self.at.saturating_add(1);
-    }
-
-    /// The table; the source's length ends the last line when `whole`
-    /// (else positions past the last terminator have no line, and a `\r`
-    /// last may be the first half of a `\r\n` cut off).
-    fn finish(mut self, whole: bool) -> LineTable {
-        let covers = if whole {
-            if self.cr {
-                self.ends.push(self.at - 1);
-            }
-            self.ends.push(self.at);
-            self.at
-        } else {
-            self.ends.last().copied().unwrap_or(0)
-        };
-        LineTable {
-            ends: self.ends,
-            covers,
-            from: LineSource::Source,
-        }
-    }
 }
 
 /// The most bytes of a string read at once: a source is read and counted
@@ -615,31 +493,12 @@ impl<'a> Heap<'a> {
         while left > 0 {
             let bytes = &mut buf[..left.min(READ_CHUNK)];
             self.mem.read(start, bytes).ok()?;
-            if one_byte {
-                u.extend(bytes.iter().map(|&b| u16::from(b)));
-            } else {
-                u.extend(
-                    bytes
-                        .chunks_exact(2)
-                        .map(|c| u16::from_ne_bytes([c[0], c[1]])),
-                );
-            }
+            u.extend(bytes, one_byte);
             left -= bytes.len();
             start = start.checked_add(bytes.len() as u64)?;
         }
         Some(())
     }
-}
-
-/// The line ends of source `units` (all of it when `whole`), as
-/// [`Lines`] counts them.
-#[cfg(test)]
-pub(super) fn count_lines(units: &[u16], whole: bool) -> LineTable {
-    let mut lines = Lines::default();
-    for &u in units {
-        lines.push(u);
-    }
-    lines.finish(whole)
 }
 
 #[cfg(test)]

@@ -498,6 +498,43 @@ fn line_ends_v8_filled_are_taken_when_sane() {
 }
 
 #[test]
+fn lines_scanned_in_runs_end_where_unit_by_unit_they_do() {
+    // Every terminator, doubled and mixed, control characters that end
+    // no line, and text: counted whole and in pieces of several sizes,
+    // so that "\r" and "\n" fall on both sides of a piece's end.
+    let mut units: Vec<u16> = Vec::new();
+    let parts: [&[u16]; 9] = [
+        &[0x0d, 0x0a],
+        &[0x0d],
+        &[0x0a],
+        &[0x2028],
+        &[0x2029],
+        &[0x09, 0x0b, 0x0c],
+        &[0x0d, 0x0d, 0x0a],
+        &[0x2027, 0x202a, 0x41, 0x42],
+        &[0xd83d, 0xde00, 0x0e],
+    ];
+    let mut seed = 0x2545_f491_u32;
+    for _ in 0..4000 {
+        seed ^= seed << 13;
+        seed ^= seed >> 17;
+        seed ^= seed << 5;
+        units.extend_from_slice(parts[seed as usize % parts.len()]);
+        units.extend(std::iter::repeat_n(0x61, seed as usize % 5));
+    }
+    for whole in [true, false] {
+        let want = count_lines(&units, whole);
+        assert!(want.ends.len() > 2000, "{}", want.ends.len());
+        for cuts in [&[usize::MAX][..], &[1], &[2, 3], &[7, 1, 64], &[4096]] {
+            assert_eq!(scan_lines(&units, cuts, whole), want, "cuts {cuts:?}");
+        }
+        // Ending on a "\r" cut off.
+        let cut = &units[..units.iter().rposition(|&u| u == 0x0d).unwrap() + 1];
+        assert_eq!(scan_lines(cut, &[5, 9], whole), count_lines(cut, whole));
+    }
+}
+
+#[test]
 fn a_source_cut_short_has_lines_up_to_its_last_end() {
     let cut: Vec<u16> = "a\nbc\r".encode_utf16().collect();
     let t = count_lines(&cut, false);

@@ -30,6 +30,7 @@ pub mod perf;
 pub mod process;
 pub mod source;
 pub mod symbols;
+mod units;
 pub mod walk;
 
 pub use process::Process;
