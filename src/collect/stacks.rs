@@ -21,9 +21,53 @@ const EEXIST: i64 = 17;
 
 /// Stacks already read, by id. The storage is never cleared and an entry
 /// is never replaced, so an id names the same stack for a whole run and
-/// periodic readers can keep this across reads. It holds at most one
-/// entry per slot of the storage.
-pub type StackCache = HashMap<i64, RawTrace>;
+/// periodic readers keep this across reads. But a run without end meets
+/// most stacks for a while only (processes come and go, the agent's
+/// beside a build held thousands of stacks of exited processes), so a
+/// stack not met in the last two reads is dropped, and read again from
+/// the storage if it is met later. It holds at most one entry per slot
+/// of the storage.
+#[derive(Debug, Default)]
+pub struct StackCache {
+    /// Met in this read.
+    now: HashMap<i64, RawTrace>,
+    /// Met in the read before, not yet in this one.
+    last: HashMap<i64, RawTrace>,
+    /// Met in the read before that, in neither since.
+    before: HashMap<i64, RawTrace>,
+}
+
+impl StackCache {
+    /// The stack under `id`, if kept.
+    fn get(&mut self, id: i64) -> Option<RawTrace> {
+        if let Some(t) = self.now.get(&id) {
+            return Some(t.clone());
+        }
+        let t = self.last.remove(&id).or_else(|| self.before.remove(&id))?;
+        self.now.insert(id, t.clone());
+        Some(t)
+    }
+
+    fn insert(&mut self, id: i64, trace: RawTrace) {
+        self.now.insert(id, trace);
+    }
+
+    /// Ends a read: stacks met in neither it nor the one before are
+    /// dropped.
+    fn end_read(&mut self) {
+        self.before = std::mem::take(&mut self.last);
+        self.last = std::mem::take(&mut self.now);
+    }
+
+    /// Stacks kept.
+    pub fn len(&self) -> usize {
+        self.now.len() + self.last.len() + self.before.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
 
 /// Mirrors `bpf/common.h`: the words of a stored stack's head, and of
 /// each chunk of its tail.
@@ -113,7 +157,7 @@ pub struct StackReader<'m, M: MapCore> {
 
 impl<'m, M: MapCore> StackReader<'m, M> {
     pub fn new(storage: Storage<'m, M>) -> Self {
-        Self::with_cache(storage, StackCache::new())
+        Self::with_cache(storage, StackCache::default())
     }
 
     /// A reader that starts from stacks read earlier in the run.
@@ -153,8 +197,8 @@ impl<'m, M: MapCore> StackReader<'m, M> {
             self.map_full |= enomem;
             return RawTrace::Missed { enomem };
         }
-        let trace = match self.cache.get(&id) {
-            Some(t) => t.clone(),
+        let trace = match self.cache.get(id) {
+            Some(t) => t,
             None => match self.lookup(id) {
                 Some(record) => {
                     self.capped += u64::from(record.capped);
@@ -335,15 +379,17 @@ impl Periodic {
         let cache = if clear {
             std::mem::take(&mut self.cache)
         } else {
-            StackCache::new()
+            StackCache::default()
         };
         StackReader::with_cache(storage, cache)
     }
 
-    /// Ends a read; a clearing read keeps its stacks for the next one.
+    /// Ends a read; a clearing read keeps the stacks met lately for the
+    /// next one.
     pub fn done<M: MapCore>(&mut self, reader: StackReader<'_, M>, clear: bool) {
         if clear {
             self.cache = reader.into_cache();
+            self.cache.end_read();
         }
     }
 

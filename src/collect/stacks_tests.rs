@@ -175,3 +175,28 @@ fn the_encoding_matches_bpf_common_h() {
         "((FLARE_FRAME_TAG << 48) | ((__u64)(type) << 40) | ((__u64)(flags) << 32) | (__u64)(words))"
     ));
 }
+
+#[test]
+fn stacks_not_met_in_two_reads_are_dropped() {
+    let trace = |n: u64| RawTrace::Frames(Arc::from(vec![RawFrame::Addr(n)]));
+    let mut c = StackCache::default();
+    c.insert(1, trace(1));
+    c.insert(2, trace(2));
+    c.insert(3, trace(3));
+    c.end_read();
+    // Read 2 meets 1; read 3 meets 2: each is kept, and 3 (met in
+    // neither) goes after read 3.
+    assert_eq!(c.get(1), Some(trace(1)));
+    c.end_read();
+    assert_eq!(c.get(2), Some(trace(2)), "kept over one read without it");
+    c.end_read();
+    assert_eq!(c.get(3), None, "dropped after two reads without it");
+    assert_eq!(c.get(1), Some(trace(1)));
+    assert_eq!(c.len(), 2);
+    // Met twice in one read: one entry.
+    assert_eq!(c.get(1), Some(trace(1)));
+    c.end_read();
+    c.end_read();
+    c.end_read();
+    assert!(c.is_empty());
+}
