@@ -18,7 +18,7 @@ use libbpf_rs::{MapCore, MapFlags, MapHandle};
 
 use super::memory::{Memory, Pages, ProcessMemory};
 use super::{note_unsupported, Runtime};
-use crate::collect::RuntimeFrame;
+use crate::collect::{Namer, RuntimeFrame};
 use crate::profile::Frame;
 use crate::unwind::procs::ExecMapping;
 use crate::unwind::Watcher;
@@ -117,28 +117,54 @@ pub fn lookup<P>(registry: &Registry<P>, pid: u32) -> Option<Arc<P>> {
         .cloned()
 }
 
-/// [`crate::collect::Namer::name_all`] for a runtime's namer: each of
-/// `frames` of `runtime`, of process `pid` (`process`, as the registry
-/// holds it), named by `name` from one [`Pages`] of the process's memory,
-/// so that the frames' many small reads cost a system call per page.
-pub fn name_all<P>(
-    process: Option<Arc<P>>,
-    pid: u32,
-    runtime: crate::collect::Runtime,
-    frames: &[RuntimeFrame],
-    mut name: impl FnMut(&dyn Memory, &Arc<P>, &RuntimeFrame) -> Option<Vec<Frame>>,
-) -> Vec<Option<Vec<Frame>>> {
-    let Some(process) = process else {
-        return vec![None; frames.len()];
-    };
-    let mem = Pages::new(ProcessMemory { pid });
-    frames
-        .iter()
-        .map(|f| match f.runtime == runtime {
-            true => name(&mem, &process, f),
-            false => None,
-        })
-        .collect()
+/// A runtime's namer: it names a frame of one of its processes from the
+/// process's memory. Each is a [`Namer`] that reads a window's frames of
+/// a process through one [`Pages`] of its memory, so that their many
+/// small reads cost a system call per page.
+pub trait ProcessNamer: Send {
+    /// What the registry knows of a process.
+    type Process;
+
+    /// The runtime whose frames it names.
+    fn runtime(&self) -> crate::collect::Runtime;
+
+    /// Its processes.
+    fn registry(&self) -> &Registry<Self::Process>;
+
+    /// The frames `frame` of `process` (process `pid`) stands for, as
+    /// [`Namer::name`] gives them, read through `mem`.
+    fn name_in(
+        &mut self,
+        mem: &dyn Memory,
+        pid: u32,
+        process: &Arc<Self::Process>,
+        frame: &RuntimeFrame,
+    ) -> Option<Vec<Frame>>;
+}
+
+impl<T: ProcessNamer> Namer for T {
+    fn name(&mut self, pid: u32, frame: &RuntimeFrame) -> Option<Vec<Frame>> {
+        if frame.runtime != self.runtime() {
+            return None;
+        }
+        let process = lookup(self.registry(), pid)?;
+        self.name_in(&ProcessMemory { pid }, pid, &process, frame)
+    }
+
+    fn name_all(&mut self, pid: u32, frames: &[RuntimeFrame]) -> Vec<Option<Vec<Frame>>> {
+        let Some(process) = lookup(self.registry(), pid) else {
+            return vec![None; frames.len()];
+        };
+        let mem = Pages::new(ProcessMemory { pid });
+        let runtime = self.runtime();
+        frames
+            .iter()
+            .map(|f| match f.runtime == runtime {
+                true => self.name_in(&mem, pid, &process, f),
+                false => None,
+            })
+            .collect()
+    }
 }
 
 /// What a namer read in its processes' memory, by (process id, address,

@@ -12,10 +12,10 @@ use super::method::{read_const_method, MethodInfo};
 use super::scopes::{read_nmethod, Nmethod, Scope};
 use super::vmstructs::string_at;
 use super::{FrameId, Kind, Layout, Process, Registry, NO_BCI};
-use crate::collect::{Namer, Namers, Runtime, RuntimeFrame};
+use crate::collect::{Namers, Runtime, RuntimeFrame};
 use crate::profile::{clean_name_within, Frame, FrameKind, SourceLine, MAX_RUNTIME_NAME};
-use crate::runtime::memory::{Memory, ProcessMemory};
-use crate::runtime::tracker::{lookup, name_all, ReadCache};
+use crate::runtime::memory::Memory;
+use crate::runtime::tracker::{ProcessNamer, ReadCache};
 
 /// Names [`Runtime::Java`] frames of the processes in a [`Registry`].
 pub struct JavaNamer {
@@ -37,50 +37,6 @@ impl JavaNamer {
             registry,
             methods: ReadCache::default(),
             nmethods: ReadCache::default(),
-        }
-    }
-
-    /// Names `frame` of process `pid` (`process` in the registry), read
-    /// through `mem`.
-    fn name_in(
-        &mut self,
-        mem: &dyn Memory,
-        pid: u32,
-        process: &Arc<Process>,
-        frame: &RuntimeFrame,
-    ) -> Option<Vec<Frame>> {
-        let id = FrameId::decode(frame.ids)?;
-        let layout = &process.layout;
-        match id.kind {
-            Kind::Interpreted => {
-                let cm = self.const_method(mem, layout, id.pointer)?;
-                if cm != frame.cookie {
-                    return None;
-                }
-                let info = self.method(mem, pid, process, id.pointer, cm)?;
-                let bci = (id.offset != NO_BCI).then_some(id.offset as i32);
-                Some(vec![java_frame(&info, bci, FrameKind::Interpreted)])
-            }
-            Kind::Compiled | Kind::Native => {
-                let nm = self.nmethod(mem, pid, process, id.pointer, frame.cookie)?;
-                let own = |namer: &mut Self| {
-                    let cm = namer.const_method(mem, layout, nm.method)?;
-                    let info = namer.method(mem, pid, process, nm.method, cm)?;
-                    Some(vec![java_frame(&info, None, FrameKind::Jit)])
-                };
-                if id.kind == Kind::Native {
-                    return own(self);
-                }
-                // Scopes that cannot be read, or a method of them that
-                // cannot, leave the nmethod's own method, at no line.
-                match nm.scopes(mem, layout, id.offset, id.return_address) {
-                    Some(scopes) => self
-                        .inlined(mem, pid, process, &scopes)
-                        .or_else(|| own(self)),
-                    None => own(self),
-                }
-            }
-            Kind::Stub => stub(mem, layout, id.pointer, frame.cookie),
         }
     }
 
@@ -144,20 +100,59 @@ impl JavaNamer {
     }
 }
 
-impl Namer for JavaNamer {
-    fn name(&mut self, pid: u32, frame: &RuntimeFrame) -> Option<Vec<Frame>> {
-        if frame.runtime != Runtime::Java {
-            return None;
-        }
-        let process = lookup(&self.registry, pid)?;
-        self.name_in(&ProcessMemory { pid }, pid, &process, frame)
+impl ProcessNamer for JavaNamer {
+    type Process = Process;
+
+    fn runtime(&self) -> Runtime {
+        Runtime::Java
     }
 
-    fn name_all(&mut self, pid: u32, frames: &[RuntimeFrame]) -> Vec<Option<Vec<Frame>>> {
-        let process = lookup(&self.registry, pid);
-        name_all(process, pid, Runtime::Java, frames, |mem, p, f| {
-            self.name_in(mem, pid, p, f)
-        })
+    fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// Names `frame` of process `pid` (`process` in the registry), read
+    /// through `mem`.
+    fn name_in(
+        &mut self,
+        mem: &dyn Memory,
+        pid: u32,
+        process: &Arc<Process>,
+        frame: &RuntimeFrame,
+    ) -> Option<Vec<Frame>> {
+        let id = FrameId::decode(frame.ids)?;
+        let layout = &process.layout;
+        match id.kind {
+            Kind::Interpreted => {
+                let cm = self.const_method(mem, layout, id.pointer)?;
+                if cm != frame.cookie {
+                    return None;
+                }
+                let info = self.method(mem, pid, process, id.pointer, cm)?;
+                let bci = (id.offset != NO_BCI).then_some(id.offset as i32);
+                Some(vec![java_frame(&info, bci, FrameKind::Interpreted)])
+            }
+            Kind::Compiled | Kind::Native => {
+                let nm = self.nmethod(mem, pid, process, id.pointer, frame.cookie)?;
+                let own = |namer: &mut Self| {
+                    let cm = namer.const_method(mem, layout, nm.method)?;
+                    let info = namer.method(mem, pid, process, nm.method, cm)?;
+                    Some(vec![java_frame(&info, None, FrameKind::Jit)])
+                };
+                if id.kind == Kind::Native {
+                    return own(self);
+                }
+                // Scopes that cannot be read, or a method of them that
+                // cannot, leave the nmethod's own method, at no line.
+                match nm.scopes(mem, layout, id.offset, id.return_address) {
+                    Some(scopes) => self
+                        .inlined(mem, pid, process, &scopes)
+                        .or_else(|| own(self)),
+                    None => own(self),
+                }
+            }
+            Kind::Stub => stub(mem, layout, id.pointer, frame.cookie),
+        }
     }
 }
 

@@ -4,6 +4,7 @@
 //! encoded the way HotSpot's writers encode them; then what a hostile or
 //! freed memory does to the readers.
 
+use crate::runtime::tracker::ProcessNamer;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 

@@ -8,10 +8,10 @@ use std::sync::Arc;
 
 use super::code::{read_code, CodeInfo};
 use super::{Process, Registry};
-use crate::collect::{Namer, Runtime, RuntimeFrame};
+use crate::collect::{Runtime, RuntimeFrame};
 use crate::profile::{clean_name_within, Frame, FrameKind, SourceLine, MAX_RUNTIME_NAME};
-use crate::runtime::memory::{Memory, ProcessMemory};
-use crate::runtime::tracker::{lookup, name_all, ReadCache};
+use crate::runtime::memory::Memory;
+use crate::runtime::tracker::{ProcessNamer, ReadCache};
 
 /// Names [`Runtime::Python`] frames of the processes in a [`Registry`].
 pub struct PythonNamer {
@@ -44,6 +44,18 @@ impl PythonNamer {
                     .filter(|c| c.cookie == frame.cookie)
             })
     }
+}
+
+impl ProcessNamer for PythonNamer {
+    type Process = Process;
+
+    fn runtime(&self) -> Runtime {
+        Runtime::Python
+    }
+
+    fn registry(&self) -> &Registry {
+        &self.registry
+    }
 
     /// The frame `frame` of process `pid` stands for, read through `mem`.
     fn name_in(
@@ -63,23 +75,6 @@ impl PythonNamer {
             })),
             ..Frame::named(name, FrameKind::Interpreted)
         }])
-    }
-}
-
-impl Namer for PythonNamer {
-    fn name(&mut self, pid: u32, frame: &RuntimeFrame) -> Option<Vec<Frame>> {
-        if frame.runtime != Runtime::Python {
-            return None;
-        }
-        let process = lookup(&self.registry, pid)?;
-        self.name_in(&ProcessMemory { pid }, pid, &process, frame)
-    }
-
-    fn name_all(&mut self, pid: u32, frames: &[RuntimeFrame]) -> Vec<Option<Vec<Frame>>> {
-        let process = lookup(&self.registry, pid);
-        name_all(process, pid, Runtime::Python, frames, |mem, p, f| {
-            self.name_in(mem, pid, p, f)
-        })
     }
 }
 

@@ -15,10 +15,10 @@ use names::{full_label, ClassIvars, Iseq, MethodEntry, METHOD_TYPE_CFUNC, METHOD
 pub use names::{id_name, read_string};
 
 use super::{split_ids, Process, Registry};
-use crate::collect::{Namer, Runtime, RuntimeFrame};
+use crate::collect::{Runtime, RuntimeFrame};
 use crate::profile::{clean_name_within, Frame, FrameKind, SourceLine, MAX_RUNTIME_NAME};
-use crate::runtime::memory::{Memory, ProcessMemory};
-use crate::runtime::tracker::{lookup, name_all, ReadCache, Weight};
+use crate::runtime::memory::Memory;
+use crate::runtime::tracker::{ProcessNamer, ReadCache, Weight};
 
 /// The instruction index BPF gives when it has none (the pc at or past
 /// the 16 bits it keeps): the frame shows its first line.
@@ -81,23 +81,6 @@ impl RubyNamer {
             cfuncs: ReadCache::default(),
             ids: ReadCache::default(),
             class_ivars: ReadCache::default(),
-        }
-    }
-
-    /// The frame `frame` of process `pid`, `process`, whose memory is
-    /// `mem`.
-    fn name_in(
-        &mut self,
-        mem: &dyn Memory,
-        pid: u32,
-        process: &Arc<Process>,
-        frame: &RuntimeFrame,
-    ) -> Option<Frame> {
-        let (iseq, cme, pos) = split_ids(frame.ids);
-        if iseq != 0 {
-            self.ruby_frame(mem, pid, process, iseq, cme, pos, frame.cookie)
-        } else {
-            self.cfunc_frame(mem, pid, process, cme, frame.cookie)
         }
     }
 
@@ -180,23 +163,44 @@ impl RubyNamer {
             FrameKind::Interpreted,
         ))
     }
+
+    /// The frame `frame` of process `pid`, `process`, whose memory is
+    /// `mem`.
+    fn name_one(
+        &mut self,
+        mem: &dyn Memory,
+        pid: u32,
+        process: &Arc<Process>,
+        frame: &RuntimeFrame,
+    ) -> Option<Frame> {
+        let (iseq, cme, pos) = split_ids(frame.ids);
+        if iseq != 0 {
+            self.ruby_frame(mem, pid, process, iseq, cme, pos, frame.cookie)
+        } else {
+            self.cfunc_frame(mem, pid, process, cme, frame.cookie)
+        }
+    }
 }
 
-impl Namer for RubyNamer {
-    fn name(&mut self, pid: u32, frame: &RuntimeFrame) -> Option<Vec<Frame>> {
-        if frame.runtime != Runtime::Ruby {
-            return None;
-        }
-        let process = lookup(&self.registry, pid)?;
-        let frame = self.name_in(&ProcessMemory { pid }, pid, &process, frame)?;
-        Some(vec![frame])
+impl ProcessNamer for RubyNamer {
+    type Process = Process;
+
+    fn runtime(&self) -> Runtime {
+        Runtime::Ruby
     }
 
-    fn name_all(&mut self, pid: u32, frames: &[RuntimeFrame]) -> Vec<Option<Vec<Frame>>> {
-        let process = lookup(&self.registry, pid);
-        name_all(process, pid, Runtime::Ruby, frames, |mem, p, f| {
-            self.name_in(mem, pid, p, f).map(|f| vec![f])
-        })
+    fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    fn name_in(
+        &mut self,
+        mem: &dyn Memory,
+        pid: u32,
+        process: &Arc<Process>,
+        frame: &RuntimeFrame,
+    ) -> Option<Vec<Frame>> {
+        self.name_one(mem, pid, process, frame).map(|f| vec![f])
     }
 }
 

@@ -563,7 +563,7 @@ fn name(
     p: &Arc<Process>,
     f: &RuntimeFrame,
 ) -> Option<Named> {
-    let frame: Frame = namer.name_in(m, 7, p, f)?;
+    let frame: Frame = namer.name_one(m, 7, p, f)?;
     assert_eq!(frame.kind, FrameKind::Interpreted);
     let source = frame.source.as_ref().map(|s| (s.file.to_string(), s.line));
     Some((frame.name.to_string(), source))

@@ -19,10 +19,10 @@ use super::inlining::Inlined;
 use super::layout::Layout;
 use super::source::Positions;
 use super::{Process, Registry};
-use crate::collect::{Namer, Namers, Runtime, RuntimeFrame};
+use crate::collect::{Namers, Runtime, RuntimeFrame};
 use crate::profile::{clean_name_within, Frame, FrameKind, SourceLine, MAX_RUNTIME_NAME};
-use crate::runtime::memory::{Memory, ProcessMemory};
-use crate::runtime::tracker::{lookup, name_all, ReadCache, Weight};
+use crate::runtime::memory::Memory;
+use crate::runtime::tracker::{ProcessNamer, ReadCache, Weight};
 
 /// What a V8 frame's identifiers say it was (the top byte of the
 /// second).
@@ -146,85 +146,6 @@ impl V8Namer {
         }
     }
 
-    /// Names `frame` of process `pid` (`process` in the registry), read
-    /// through `mem`.
-    fn name_in(
-        &mut self,
-        mem: &dyn Memory,
-        pid: u32,
-        process: &Arc<Process>,
-        frame: &RuntimeFrame,
-    ) -> Option<Vec<Frame>> {
-        let id = FrameId::decode(frame.ids)?;
-        let layout = &process.layout;
-        let heap = Heap::new(layout, mem);
-        let function = self.function(&heap, pid, process, id.sfi)?;
-        let cookie = frame.cookie;
-        let (line, kind) = match id.kind {
-            Kind::Interpreted => {
-                // BPF gives the frame's slot as it is (from the array's
-                // tagged address). An array gone or an offset past it
-                // (checked in BPF at the sample, the function is right)
-                // leaves the function's own line.
-                let t = &layout.types;
-                let slot = i64::try_from(id.offset).ok()?;
-                let offset = bytecode_offset(layout, slot).filter(|&offset| {
-                    heap.instance_type(cookie) == Some(t.bytecode_array)
-                        && heap
-                            .smi_field(cookie, layout.bytecode_array_length)
-                            .is_some_and(|length| i64::from(offset) < length)
-                });
-                let at = offset.and_then(|offset| {
-                    self.bytecode_positions(&heap, pid, process, cookie)?
-                        .at(offset)
-                });
-                let line = at.and_then(|at| self.line(&heap, pid, process, &function, at));
-                (line, FrameKind::Interpreted)
-            }
-            Kind::Compiled => {
-                let code = heap.instructions(cookie)?;
-                if id.offset > code.end - code.start {
-                    return None;
-                }
-                // Optimized code: the functions inlined at the pc, each
-                // at its line; any other code, or tables that do not
-                // read, leave the function alone.
-                let inlined = self.optimized(&heap, pid, process, &function, id, cookie);
-                if inlined.is_some() {
-                    return inlined;
-                }
-                (None, FrameKind::Jit)
-            }
-            Kind::Function => (None, FrameKind::Jit),
-            // The code its feedback keeps that holds the pc, named as a
-            // compiled frame at its offset; else the function alone.
-            Kind::Elsewhere => {
-                let pc = id.offset;
-                let found = (heap.shared(cookie) == Some(id.sfi))
-                    .then(|| heap.feedback_code(cookie, pc))
-                    .flatten()
-                    .and_then(|code| Some((code, heap.instructions(code)?.start)));
-                if let Some((code, start)) = found {
-                    let at = FrameId {
-                        kind: Kind::Compiled,
-                        offset: pc - start,
-                        ..id
-                    };
-                    let inlined = self.optimized(&heap, pid, process, &function, at, code);
-                    if inlined.is_some() {
-                        return inlined;
-                    }
-                }
-                (None, FrameKind::Jit)
-            }
-        };
-        let line = line.or_else(|| {
-            let start = function.start?;
-            self.line(&heap, pid, process, &function, start)
-        });
-        Some(vec![v8_frame(&function, line, kind)])
-    }
-
     /// The function of shared function info `sfi`, read once while its
     /// name or scope info stays.
     fn function(
@@ -323,20 +244,94 @@ impl V8Namer {
     }
 }
 
-impl Namer for V8Namer {
-    fn name(&mut self, pid: u32, frame: &RuntimeFrame) -> Option<Vec<Frame>> {
-        if frame.runtime != self.runtime {
-            return None;
-        }
-        let process = lookup(&self.registry, pid)?;
-        self.name_in(&ProcessMemory { pid }, pid, &process, frame)
+impl ProcessNamer for V8Namer {
+    type Process = Process;
+
+    fn runtime(&self) -> Runtime {
+        self.runtime
     }
 
-    fn name_all(&mut self, pid: u32, frames: &[RuntimeFrame]) -> Vec<Option<Vec<Frame>>> {
-        let process = lookup(&self.registry, pid);
-        name_all(process, pid, self.runtime, frames, |mem, p, f| {
-            self.name_in(mem, pid, p, f)
-        })
+    fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// Names `frame` of process `pid` (`process` in the registry), read
+    /// through `mem`.
+    fn name_in(
+        &mut self,
+        mem: &dyn Memory,
+        pid: u32,
+        process: &Arc<Process>,
+        frame: &RuntimeFrame,
+    ) -> Option<Vec<Frame>> {
+        let id = FrameId::decode(frame.ids)?;
+        let layout = &process.layout;
+        let heap = Heap::new(layout, mem);
+        let function = self.function(&heap, pid, process, id.sfi)?;
+        let cookie = frame.cookie;
+        let (line, kind) = match id.kind {
+            Kind::Interpreted => {
+                // BPF gives the frame's slot as it is (from the array's
+                // tagged address). An array gone or an offset past it
+                // (checked in BPF at the sample, the function is right)
+                // leaves the function's own line.
+                let t = &layout.types;
+                let slot = i64::try_from(id.offset).ok()?;
+                let offset = bytecode_offset(layout, slot).filter(|&offset| {
+                    heap.instance_type(cookie) == Some(t.bytecode_array)
+                        && heap
+                            .smi_field(cookie, layout.bytecode_array_length)
+                            .is_some_and(|length| i64::from(offset) < length)
+                });
+                let at = offset.and_then(|offset| {
+                    self.bytecode_positions(&heap, pid, process, cookie)?
+                        .at(offset)
+                });
+                let line = at.and_then(|at| self.line(&heap, pid, process, &function, at));
+                (line, FrameKind::Interpreted)
+            }
+            Kind::Compiled => {
+                let code = heap.instructions(cookie)?;
+                if id.offset > code.end - code.start {
+                    return None;
+                }
+                // Optimized code: the functions inlined at the pc, each
+                // at its line; any other code, or tables that do not
+                // read, leave the function alone.
+                let inlined = self.optimized(&heap, pid, process, &function, id, cookie);
+                if inlined.is_some() {
+                    return inlined;
+                }
+                (None, FrameKind::Jit)
+            }
+            Kind::Function => (None, FrameKind::Jit),
+            // The code its feedback keeps that holds the pc, named as a
+            // compiled frame at its offset; else the function alone.
+            Kind::Elsewhere => {
+                let pc = id.offset;
+                let found = (heap.shared(cookie) == Some(id.sfi))
+                    .then(|| heap.feedback_code(cookie, pc))
+                    .flatten()
+                    .and_then(|code| Some((code, heap.instructions(code)?.start)));
+                if let Some((code, start)) = found {
+                    let at = FrameId {
+                        kind: Kind::Compiled,
+                        offset: pc - start,
+                        ..id
+                    };
+                    let inlined = self.optimized(&heap, pid, process, &function, at, code);
+                    if inlined.is_some() {
+                        return inlined;
+                    }
+                }
+                (None, FrameKind::Jit)
+            }
+        };
+        let line = line.or_else(|| {
+            let start = function.start?;
+            self.line(&heap, pid, process, &function, start)
+        });
+        Some(vec![v8_frame(&function, line, kind)])
     }
 }
 

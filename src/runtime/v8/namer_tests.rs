@@ -5,6 +5,8 @@
 //! `--print-bytecode` lists; and what is not a frame's any more (a
 //! process gone, an object of another type) naming nothing.
 
+use crate::collect::Namer;
+use crate::runtime::memory::ProcessMemory;
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
