@@ -60,12 +60,9 @@ impl StackCache {
     }
 
     /// Stacks kept.
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    fn len(&self) -> usize {
         self.now.len() + self.last.len() + self.before.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }
 

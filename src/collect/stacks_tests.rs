@@ -198,5 +198,5 @@ fn stacks_not_met_in_two_reads_are_dropped() {
     c.end_read();
     c.end_read();
     c.end_read();
-    assert!(c.is_empty());
+    assert_eq!(c.len(), 0);
 }

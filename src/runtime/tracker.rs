@@ -144,11 +144,9 @@ pub trait ProcessNamer: Send {
 
 impl<T: ProcessNamer> Namer for T {
     fn name(&mut self, pid: u32, frame: &RuntimeFrame) -> Option<Vec<Frame>> {
-        if frame.runtime != self.runtime() {
-            return None;
-        }
-        let process = lookup(self.registry(), pid)?;
-        self.name_in(&ProcessMemory { pid }, pid, &process, frame)
+        self.name_all(pid, std::slice::from_ref(frame))
+            .pop()
+            .flatten()
     }
 
     fn name_all(&mut self, pid: u32, frames: &[RuntimeFrame]) -> Vec<Option<Vec<Frame>>> {

@@ -163,23 +163,6 @@ impl RubyNamer {
             FrameKind::Interpreted,
         ))
     }
-
-    /// The frame `frame` of process `pid`, `process`, whose memory is
-    /// `mem`.
-    fn name_one(
-        &mut self,
-        mem: &dyn Memory,
-        pid: u32,
-        process: &Arc<Process>,
-        frame: &RuntimeFrame,
-    ) -> Option<Frame> {
-        let (iseq, cme, pos) = split_ids(frame.ids);
-        if iseq != 0 {
-            self.ruby_frame(mem, pid, process, iseq, cme, pos, frame.cookie)
-        } else {
-            self.cfunc_frame(mem, pid, process, cme, frame.cookie)
-        }
-    }
 }
 
 impl ProcessNamer for RubyNamer {
@@ -200,7 +183,13 @@ impl ProcessNamer for RubyNamer {
         process: &Arc<Process>,
         frame: &RuntimeFrame,
     ) -> Option<Vec<Frame>> {
-        self.name_one(mem, pid, process, frame).map(|f| vec![f])
+        let (iseq, cme, pos) = split_ids(frame.ids);
+        let frame = if iseq != 0 {
+            self.ruby_frame(mem, pid, process, iseq, cme, pos, frame.cookie)
+        } else {
+            self.cfunc_frame(mem, pid, process, cme, frame.cookie)
+        }?;
+        Some(vec![frame])
     }
 }
 

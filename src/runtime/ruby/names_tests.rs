@@ -13,6 +13,7 @@ use super::*;
 use crate::collect::{Namer, Runtime, RuntimeFrame};
 use crate::profile::{Frame, FrameKind};
 use crate::runtime::ruby::{Process, Registry, Tls};
+use crate::runtime::tracker::ProcessNamer;
 
 /// Where the fake process's `rb_cObject` lies (below what
 /// [`Fake::alloc`] hands out).
@@ -563,7 +564,7 @@ fn name(
     p: &Arc<Process>,
     f: &RuntimeFrame,
 ) -> Option<Named> {
-    let frame: Frame = namer.name_one(m, 7, p, f)?;
+    let frame: Frame = namer.name_in(m, 7, p, f)?.pop()?;
     assert_eq!(frame.kind, FrameKind::Interpreted);
     let source = frame.source.as_ref().map(|s| (s.file.to_string(), s.line));
     Some((frame.name.to_string(), source))

@@ -70,14 +70,20 @@ impl Units {
     /// Takes the units `bytes` hold: a byte each when `one_byte`, else
     /// two (native order).
     pub(super) fn extend(&mut self, bytes: &[u8], one_byte: bool) {
-        match (&mut self.lines, one_byte) {
-            (Some(lines), true) => self.taken += lines.scan(bytes.iter().map(|&b| u16::from(b))),
-            (Some(lines), false) => self.taken += lines.scan(wide(bytes)),
-            (None, true) => self.out.extend(bytes.iter().map(|&b| u16::from(b))),
-            (None, false) => self.out.extend(wide(bytes)),
+        if one_byte {
+            self.take(bytes.iter().map(|&b| u16::from(b)));
+        } else {
+            self.take(wide(bytes));
         }
-        if self.lines.is_none() {
-            self.taken = self.out.len();
+    }
+
+    fn take(&mut self, units: impl Iterator<Item = u16>) {
+        match &mut self.lines {
+            Some(lines) => self.taken += lines.scan(units),
+            None => {
+                self.out.extend(units);
+                self.taken = self.out.len();
+            }
         }
     }
 }
