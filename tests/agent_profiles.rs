@@ -368,10 +368,13 @@ fn short_blocked_periods_are_sampled_and_sum_true() {
     }
     let _serial = serial();
     // Emulated, wallwork's cycle stretches with its CPU time: longer
-    // cycles there, sleeps of 16 ms.
+    // cycles there, sleeps of 12 ms, so that a wakeup late by up to
+    // 8 ms still ends within a period. (Sleeps of 8 ms, twice as many,
+    // came out 18 % short twice in three runs: each sleep's system calls
+    // run slowly there, on the CPU but in rest().)
     let emulated = common::bpf::emulated();
     let workload = match emulated {
-        true => "6 20 20",
+        true => "6 40 20",
         false => "6 20 3",
     };
     let (figures, windows) = wallworks_beside_agent(
@@ -382,7 +385,7 @@ fn short_blocked_periods_are_sampled_and_sum_true() {
     let rest_ns = (wall - in_compute) * 1e9;
     let period_ns = 1_000_000 / 49 * 1000;
     let mut sums: HashMap<String, Sums> = HashMap::new();
-    let (mut whole, mut values) = (0, 0);
+    let (mut whole, mut values) = (0usize, 0usize);
     for p in &windows {
         add_pprof(&mut sums, p, pid);
         if pprof_type(p) != "offcpu/nanoseconds" {
@@ -415,7 +418,12 @@ fn short_blocked_periods_are_sampled_and_sum_true() {
             "{kind} in rest(); {why}"
         );
     }
-    assert!(values > 0 && whole * 2 >= values, "{why}");
+    // A sum of true lengths is a whole number of periods about once in
+    // 20 million. Emulated, one wakeup late past the period in a window
+    // makes that window's sum a true length (2 of 6 whole with 16 ms
+    // sleeps in a 6.12 guest), so there one whole window is the proof.
+    let needed = if emulated { 1 } else { values.div_ceil(2) };
+    assert!(values > 0 && whole >= needed, "{why}");
 }
 
 /// Two wallworks computing 3 s each on one CPU, all the time: each is
