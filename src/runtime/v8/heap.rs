@@ -16,7 +16,7 @@ use std::ops::Range;
 use super::layout::{FunctionCode, Layout, ScopeInfoLayout};
 use super::units::Units;
 #[cfg(test)]
-pub(super) use super::units::{count_lines, scan_lines};
+pub(super) use super::units::{count_lines, scan_byte_lines, scan_lines};
 pub use super::units::{LineSource, LineTable};
 use crate::runtime::memory::Memory;
 

@@ -535,6 +535,41 @@ fn lines_scanned_in_runs_end_where_unit_by_unit_they_do() {
 }
 
 #[test]
+fn one_byte_sources_end_their_lines_where_unit_by_unit_they_do() {
+    // Latin-1 only: "\r", "\n" and "\r\n" end lines; NEL (0x85), the
+    // other controls and letters do not.
+    let parts: [&[u8]; 7] = [
+        b"\r\n",
+        b"\r",
+        b"\n",
+        b"\r\r\n",
+        &[0x09, 0x0b, 0x0c, 0x85],
+        &[0xe9, 0xff, 0x41],
+        b"\n\n",
+    ];
+    let mut bytes: Vec<u8> = Vec::new();
+    let mut seed = 0x9e37_79b9_u32;
+    for _ in 0..4000 {
+        seed ^= seed << 13;
+        seed ^= seed >> 17;
+        seed ^= seed << 5;
+        bytes.extend_from_slice(parts[seed as usize % parts.len()]);
+        bytes.extend(std::iter::repeat_n(b'a', seed as usize % 40));
+    }
+    let units: Vec<u16> = bytes.iter().map(|&b| u16::from(b)).collect();
+    for whole in [true, false] {
+        let want = count_lines(&units, whole);
+        assert!(want.ends.len() > 2000, "{}", want.ends.len());
+        for cuts in [&[usize::MAX][..], &[1], &[2, 3], &[7, 1, 64], &[4096]] {
+            assert_eq!(scan_byte_lines(&bytes, cuts, whole), want, "cuts {cuts:?}");
+        }
+        let cut = &bytes[..bytes.iter().rposition(|&b| b == b'\r').unwrap() + 1];
+        let cut_units = &units[..cut.len()];
+        assert_eq!(scan_byte_lines(cut, &[5, 9], whole), count_lines(cut_units, whole));
+    }
+}
+
+#[test]
 fn a_source_cut_short_has_lines_up_to_its_last_end() {
     let cut: Vec<u16> = "a\nbc\r".encode_utf16().collect();
     let t = count_lines(&cut, false);
