@@ -174,11 +174,11 @@ fn offcpu_samples() -> Vec<Sample> {
 fn wakeup(user: bool) -> Vec<Sample> {
     let with_addrs = |t: Trace, base: u64| match t {
         Trace::Frames(f) => Trace::Frames(
-            f.into_iter()
+            f.iter()
                 .enumerate()
                 .map(|(i, f)| Frame {
                     addr: base + 0x40 * i as u64,
-                    ..f
+                    ..f.clone()
                 })
                 .collect(),
         ),

@@ -275,7 +275,7 @@ mod tests {
     const PERIOD: u64 = 52_631_578;
 
     fn task(tid: u32, kernel: &[(&str, FrameKind)], user: &[&str]) -> TaskStack {
-        let frames = |v: Vec<Frame>| Trace::Frames(v);
+        let frames = |v: Vec<Frame>| Trace::of(v);
         TaskStack {
             pid: Some(7),
             tid: Some(tid),

@@ -87,8 +87,8 @@ fn profile_paths_are_annotated_for_flame_graphs() {
         pid: Some(1),
         tid: None,
         comm: comm.into(),
-        user: Trace::Frames(vec![inl.clone(), Frame::named("main;x", FrameKind::Native)]),
-        kernel: Trace::Frames(vec![Frame::named("schedule", FrameKind::Kernel)]),
+        user: Trace::of(vec![inl.clone(), Frame::named("main;x", FrameKind::Native)]),
+        kernel: Trace::of(vec![Frame::named("schedule", FrameKind::Kernel)]),
     };
     let mut p = Profile::new(Meta::new(Kind::OffWake, "sched_switch"));
     p.samples.push(Sample {

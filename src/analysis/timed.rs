@@ -328,7 +328,7 @@ fn from_json(json: &Value) -> Result<Profile, String> {
                             pid,
                             tid: Some(tid),
                             comm: comm.clone(),
-                            user: Trace::Frames(leaf_first),
+                            user: Trace::of(leaf_first),
                             kernel: Trace::NotCollected,
                         },
                         None,

@@ -221,11 +221,11 @@ fn sample_window() -> Window<'static> {
             pid: Some(42),
             tid: None,
             comm: "work".into(),
-            user: Trace::Frames(vec![
+            user: Trace::of(vec![
                 frame("hot", FrameKind::Native),
                 frame("main", FrameKind::Native),
             ]),
-            kernel: Trace::Frames(Vec::new()),
+            kernel: Trace::of(Vec::new()),
         },
         None,
         7,

@@ -18,7 +18,7 @@ pub(super) fn sample(pid: u32, comm: &str, user: &[&str], value: u64) -> Sample 
                     .map(|n| Frame::named(*n, FrameKind::Native))
                     .collect(),
             ),
-            kernel: Trace::Frames(vec![]),
+            kernel: Trace::of(vec![]),
         },
         waker: None,
         value,
@@ -150,10 +150,10 @@ fn addresses_in_one_function_merge() {
     let mut s = store(300);
     let mut a = sample(1, "a", &["f", "main"], 2);
     let mut b = a.clone();
-    if let Trace::Frames(f) = &mut a.task.user {
+    if let Some(f) = a.task.user.frames_mut() {
         f[0].addr = 0x1000;
     }
-    if let Trace::Frames(f) = &mut b.task.user {
+    if let Some(f) = b.task.user.frames_mut() {
         f[0].addr = 0x1008;
     }
     s.push(&[a, b], Lost::default(), SEC);

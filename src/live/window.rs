@@ -387,7 +387,7 @@ impl Store {
         for s in &mut samples {
             for t in std::iter::once(&mut s.task).chain(s.waker.as_mut()) {
                 for trace in [&mut t.user, &mut t.kernel] {
-                    if let Trace::Frames(f) = trace {
+                    if let Some(f) = trace.frames_mut() {
                         f.iter_mut().for_each(|f| f.addr = 0);
                     }
                 }

@@ -25,8 +25,8 @@ fn nobody() -> TaskStack {
         pid: None,
         tid: None,
         comm: String::new(),
-        user: Trace::Frames(Vec::new()),
-        kernel: Trace::Frames(Vec::new()),
+        user: Trace::of(Vec::new()),
+        kernel: Trace::of(Vec::new()),
     }
 }
 
@@ -159,7 +159,7 @@ pub fn offwaketime_text<'a, W: Write>(
         let kname = |f: &Frame| format!("    {}", kernel_name(style.name(f), style));
         let uname = |f: &Frame| format!("    {}", style.name(f));
         let rev = |trace: &Trace| match trace {
-            Trace::Frames(f) => Trace::Frames(f.iter().rev().cloned().collect()),
+            Trace::Frames(f) => Trace::of(f.iter().rev().cloned().collect()),
             other => other.clone(),
         };
         task_line(w, "waker:", wk)?;

@@ -28,7 +28,7 @@ pub(crate) fn write_stacks<W: Write>(
         Trace::NotCollected => {}
         Trace::Missed { .. } => writeln!(w, "    [Missed Kernel Stack]")?,
         Trace::Frames(frames) => {
-            for f in frames {
+            for f in frames.iter() {
                 writeln!(w, "    {}", kernel_name(style.name(f), style))?;
             }
         }

@@ -319,10 +319,35 @@ pub enum Trace {
     Missed { enomem: bool },
     /// The frames, leaf first. Empty when there is no such stack (a sample
     /// in user mode has no kernel stack; a kernel thread no user stack).
-    Frames(Vec<Frame>),
+    /// Shared: the samples of one stack, and the views and copies made of
+    /// a profile, hold one list (the agent cloned 135,000 frames a window
+    /// into its CPU and off-CPU views alone).
+    Frames(Arc<[Frame]>),
 }
 
 impl Trace {
+    /// A stack of `frames`, leaf first.
+    pub fn of(frames: Vec<Frame>) -> Self {
+        Trace::Frames(frames.into())
+    }
+
+    /// The frames to change in place, copied first when shared.
+    pub fn frames_mut(&mut self) -> Option<&mut [Frame]> {
+        match self {
+            Trace::Frames(f) => Some(Arc::make_mut(f)),
+            _ => None,
+        }
+    }
+
+    /// Changes the list of frames (a copy of it: others may share it).
+    pub fn edit_frames(&mut self, edit: impl FnOnce(&mut Vec<Frame>)) {
+        if let Trace::Frames(f) = self {
+            let mut frames = f.to_vec();
+            edit(&mut frames);
+            *f = frames.into();
+        }
+    }
+
     /// The frames, or an empty slice when there are none.
     pub fn frames(&self) -> &[Frame] {
         match self {
@@ -495,7 +520,7 @@ fn same_task(a: &TaskStack, b: &TaskStack) -> bool {
             (Trace::Frames(x), Trace::Frames(y)) => {
                 x.len() == y.len()
                     && x.iter()
-                        .zip(y)
+                        .zip(y.iter())
                         .all(|(f, g)| f.name == g.name && f.inlined == g.inlined)
             }
             _ => false,
@@ -562,7 +587,7 @@ fn key_hash(s: &Sample) -> u64 {
                 Trace::Frames(f) => {
                     2u8.hash(h);
                     f.len().hash(h);
-                    for f in f {
+                    for f in f.iter() {
                         (&*f.name, f.inlined).hash(h);
                     }
                 }

@@ -27,7 +27,7 @@ fn profile(samples: Vec<Sample>) -> Profile {
 fn merge_joins_same_names_at_different_addresses() {
     let mut a = sample("app", 1, &["f", "main"], &[], 3);
     let b = sample("app", 1, &["f", "main"], &[], 4);
-    if let Trace::Frames(f) = &mut a.task.user {
+    if let Some(f) = a.task.user.frames_mut() {
         f[0].addr = 0x1000;
     }
     let mut p = profile(vec![a, b, sample("app", 1, &["g", "main"], &[], 1)]);

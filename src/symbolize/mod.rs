@@ -557,7 +557,7 @@ fn rebuild(
             }
         }
     }
-    Trace::Frames(out)
+    Trace::of(out)
 }
 
 #[cfg(test)]

@@ -353,7 +353,7 @@ pub fn off_cpu_part(sample: &Sample) -> Option<Sample> {
         false => &mut s.task.user,
     };
     if let Trace::Frames(frames) = trace {
-        frames.remove(0);
+        *frames = frames.get(1..).unwrap_or_default().into();
     }
     s.extra = Box::default();
     Some(s)
@@ -366,10 +366,9 @@ fn tidy_state(trace: &mut Trace) -> bool {
     if !leads_with_state(trace) {
         return false;
     }
-    let Trace::Frames(frames) = trace else {
-        return false;
-    };
-    frames.retain(|f| !is_tracing_frame(&f.name) && !f.name.starts_with("__traceiter_"));
+    trace.edit_frames(|frames| {
+        frames.retain(|f| !is_tracing_frame(&f.name) && !f.name.starts_with("__traceiter_"))
+    });
     true
 }
 
@@ -502,7 +501,7 @@ mod tests {
             RawFrame::label("[off-cpu: disk]"),
             "the state is the leaf"
         );
-        let mut trace = Trace::Frames(vec![
+        let mut trace = Trace::of(vec![
             Frame::named("[off-cpu: disk]", FrameKind::Label),
             Frame::named("bpf_trace_run4", FrameKind::Kernel),
             Frame::named("schedule", FrameKind::Kernel),
@@ -511,7 +510,7 @@ mod tests {
         assert!(tidy_state(&mut trace), "tidying twice changes nothing");
         let names: Vec<&str> = trace.frames().iter().map(|f| &*f.name).collect();
         assert_eq!(names, ["[off-cpu: disk]", "schedule"]);
-        let mut plain = Trace::Frames(vec![Frame::named("main", FrameKind::Native)]);
+        let mut plain = Trace::of(vec![Frame::named("main", FrameKind::Native)]);
         assert!(!tidy_state(&mut plain));
         assert_eq!(plain.frames().len(), 1);
     }

@@ -30,7 +30,7 @@ pub fn cpu() -> Profile {
     p.meta.lost.stacks_enomem = true;
     let mut inlined = located("hash_step", 0x401136, "/usr/bin/app", "hash.h", 12);
     inlined.inlined = true;
-    let user = Trace::Frames(vec![
+    let user = Trace::of(vec![
         inlined,
         located("hash_buf", 0x401136, "/usr/bin/app", "hash.c", 40),
         located("main", 0x401200, "/usr/bin/app", "main.c", 9),
@@ -42,7 +42,7 @@ pub fn cpu() -> Profile {
             360,
         ),
     ]);
-    let mut t = task("app", 4242, user, Trace::Frames(vec![]));
+    let mut t = task("app", 4242, user, Trace::of(vec![]));
     t.tid = Some(4243);
     p.samples.push(Sample {
         task: t,

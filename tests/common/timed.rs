@@ -39,13 +39,13 @@ pub fn cpu() -> Profile {
         )),
     });
     for s in &mut p.samples {
-        if let Trace::Frames(f) = &mut s.task.user {
+        if let Some(f) = s.task.user.frames_mut() {
             for f in f.iter_mut().filter(|f| f.module() == Some("/usr/bin/app")) {
                 f.object = Some(app.clone());
                 f.file_offset = f.addr - 0x400000;
             }
         }
-        if let Trace::Frames(f) = &mut s.task.kernel {
+        if let Some(f) = s.task.kernel.frames_mut() {
             for f in f.iter_mut() {
                 // One address per name, as in a kernel.
                 let h = f
@@ -66,11 +66,11 @@ pub fn cpu() -> Profile {
     let mut t = task(
         "python3",
         5151,
-        Trace::Frames(vec![
+        Trace::of(vec![
             py,
             Frame::named("_PyEval_EvalFrameDefault", FrameKind::Native),
         ]),
-        Trace::Frames(vec![]),
+        Trace::of(vec![]),
     );
     t.tid = Some(5152);
     p.samples.push(Sample::new(t, None, 4));
@@ -109,7 +109,7 @@ pub fn wall() -> Profile {
             "srv",
             300,
             frames(&["compute", "main"], FrameKind::Native),
-            Trace::Frames(vec![]),
+            Trace::of(vec![]),
         )
     };
     let mut off = TaskStack {
@@ -121,9 +121,8 @@ pub fn wall() -> Profile {
             frames(&["schedule"], FrameKind::Kernel),
         )
     };
-    if let Trace::Frames(k) = &mut off.kernel {
-        k.insert(0, Frame::named("[off-cpu: sleeping]", FrameKind::Label));
-    }
+    off.kernel
+        .edit_frames(|k| k.insert(0, Frame::named("[off-cpu: sleeping]", FrameKind::Label)));
     let samples = vec![
         Sample {
             task: on,
@@ -168,7 +167,7 @@ pub fn burst() -> Profile {
             "shape",
             77,
             frames(&[leaf, "main"], FrameKind::Native),
-            Trace::Frames(vec![]),
+            Trace::of(vec![]),
         )
     };
     let mut samples = vec![

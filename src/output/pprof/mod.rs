@@ -396,7 +396,7 @@ mod tests {
             build_id: Some(Arc::from(&[0x93, 0xac, 0x01][..])),
         });
         let sample = |pid: u32, base: u64| {
-            let user = Trace::Frames(vec![
+            let user = Trace::of(vec![
                 frame("read", base + 0x1100, &libc, 0x1100),
                 frame("main_caller", base + 0x2200, &libc, 0x2200),
             ]);
@@ -405,7 +405,7 @@ mod tests {
                 tid: None,
                 comm: "app".into(),
                 user,
-                kernel: Trace::Frames(vec![]),
+                kernel: Trace::of(vec![]),
             };
             Sample::new(task, None, 1)
         };
@@ -437,7 +437,7 @@ mod tests {
             pid: Some(1),
             tid: None,
             comm: "app".into(),
-            user: Trace::Frames(Vec::new()),
+            user: Trace::of(Vec::new()),
             kernel: Trace::NotCollected,
         };
         let mut sample = Sample::new(task, None, 3);

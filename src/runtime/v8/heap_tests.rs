@@ -565,7 +565,10 @@ fn one_byte_sources_end_their_lines_where_unit_by_unit_they_do() {
         }
         let cut = &bytes[..bytes.iter().rposition(|&b| b == b'\r').unwrap() + 1];
         let cut_units = &units[..cut.len()];
-        assert_eq!(scan_byte_lines(cut, &[5, 9], whole), count_lines(cut_units, whole));
+        assert_eq!(
+            scan_byte_lines(cut, &[5, 9], whole),
+            count_lines(cut_units, whole)
+        );
     }
 }
 

@@ -5,7 +5,7 @@
 //! summed per waker name, as bcc keys them.
 
 use super::Tool;
-use crate::profile::{Sample, TaskStack, Trace};
+use crate::profile::{Sample, TaskStack};
 
 /// True for frames of the BPF tracing machinery: programs
 /// (`bpf_prog_<tag>_<name>`), trampolines, and the tracepoint glue that
@@ -31,14 +31,15 @@ const TRACING_DEPTH: usize = 8;
 /// it to whatever symbol precedes it), so everything above the tracing
 /// glue goes with it.
 fn strip(task: &mut TaskStack) {
-    if let Trace::Frames(frames) = &mut task.kernel {
-        let top = frames.len().min(TRACING_DEPTH);
-        if let Some(last) = frames[..top]
-            .iter()
-            .rposition(|f| is_tracing_frame(&f.name))
-        {
-            frames.drain(..=last);
-        }
+    let frames = task.kernel.frames();
+    let top = frames.len().min(TRACING_DEPTH);
+    if let Some(last) = frames[..top]
+        .iter()
+        .rposition(|f| is_tracing_frame(&f.name))
+    {
+        task.kernel.edit_frames(|f| {
+            f.drain(..=last);
+        });
     }
 }
 
@@ -60,10 +61,10 @@ pub fn tidy_samples(samples: &mut [Sample], tool: Tool) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::profile::{Frame, FrameKind, Kind, Meta, Profile, Sample};
+    use crate::profile::{Frame, FrameKind, Kind, Meta, Profile, Sample, Trace};
 
     fn kernel(names: &[&str]) -> Trace {
-        Trace::Frames(
+        Trace::of(
             names
                 .iter()
                 .map(|n| Frame::named(*n, FrameKind::Kernel))

@@ -2,7 +2,7 @@
 //! function (`vfs_read+0x5`), from the offset the symbolizer recorded on
 //! each frame, so that a process that has exited gets them too.
 
-use crate::profile::{Sample, Trace};
+use crate::profile::Sample;
 
 /// Appends `+0xOFFSET` to every named frame, once: the pipeline tidies
 /// each stack once ([`crate::collect::Collector::tidy`]).
@@ -11,7 +11,7 @@ pub fn add_offsets(samples: &mut [Sample]) {
         let tasks = std::iter::once(&mut s.task).chain(s.waker.as_mut());
         for t in tasks {
             for trace in [&mut t.kernel, &mut t.user] {
-                if let Trace::Frames(frames) = trace {
+                if let Some(frames) = trace.frames_mut() {
                     for f in frames.iter_mut().filter(|f| !f.unnamed) {
                         f.name = format!("{}+0x{:x}", f.name, f.offset).into();
                     }
@@ -24,7 +24,7 @@ pub fn add_offsets(samples: &mut [Sample]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::profile::{Frame, FrameKind, TaskStack};
+    use crate::profile::{Frame, FrameKind, TaskStack, Trace};
 
     #[test]
     fn named_frames_get_their_offset_unnamed_ones_none() {
@@ -37,8 +37,8 @@ mod tests {
                 pid: Some(1),
                 tid: None,
                 comm: "x".into(),
-                user: Trace::Frames(vec![Frame::unknown(0x10, FrameKind::Native)]),
-                kernel: Trace::Frames(vec![named]),
+                user: Trace::of(vec![Frame::unknown(0x10, FrameKind::Native)]),
+                kernel: Trace::of(vec![named]),
             },
             None,
             1,
