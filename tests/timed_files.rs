@@ -220,7 +220,7 @@ fn reads_a_samply_file() {
     assert_eq!(t.events.len(), 47);
     let tids: BTreeSet<u32> = t.events.iter().map(|e| e.tid).collect();
     assert_eq!(tids.len(), 1);
-    assert!(p.samples.iter().all(|s| s.task.comm == "burn"));
+    assert!(p.samples.iter().all(|s| &*s.task.comm == "burn"));
     assert!(t.events.windows(2).all(|w| w[0].time_ns <= w[1].time_ns));
     // samply leaves names to the profiler: frames are addresses.
     assert!(p.samples.iter().any(|s| s

@@ -327,7 +327,7 @@ fn from_json(json: &Value) -> Result<Profile, String> {
                         TaskStack {
                             pid,
                             tid: Some(tid),
-                            comm: comm.clone(),
+                            comm: comm.as_str().into(),
                             user: Trace::of(leaf_first),
                             kernel: Trace::NotCollected,
                         },

@@ -179,7 +179,7 @@ fn too_many_stacks_are_counted_not_dropped() {
     let over: Vec<&Sample> = p
         .samples
         .iter()
-        .filter(|x| x.task.comm == TOO_MANY)
+        .filter(|x| &*x.task.comm == TOO_MANY)
         .collect();
     assert_eq!(over.len(), 1);
     assert_eq!(over[0].value, 2);

@@ -133,7 +133,7 @@ fn range_sums_equal_the_events_in_range() {
         let burst: u64 = truth
             .samples
             .iter()
-            .filter(|x| x.task.comm == "other")
+            .filter(|x| &*x.task.comm == "other")
             .map(|x| x.value)
             .sum();
         assert_eq!(value_of(&v, "burst"), burst, "{from}..{to}");

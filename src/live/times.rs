@@ -215,7 +215,7 @@ impl Store {
     }
 
     fn name_thread(&mut self, tid: u32, sample: &Sample) {
-        let comm = self.strings.id(sample.task.comm.as_str());
+        let comm = self.strings.id(&*sample.task.comm);
         let thread = Thread {
             comm,
             pid: sample.task.pid,

@@ -294,7 +294,7 @@ impl Store {
         TaskRef {
             pid: t.pid,
             tid: t.tid,
-            comm: self.strings.id(t.comm.as_str()),
+            comm: self.strings.id(&*t.comm),
             user: self.trace_ref(&t.user),
             kernel: self.trace_ref(&t.kernel),
         }
@@ -522,7 +522,7 @@ impl Store {
         TaskStack {
             pid: t.pid,
             tid: t.tid,
-            comm: self.strings.get(t.comm).clone(),
+            comm: self.strings.get(t.comm).as_str().into(),
             user: self.trace(&t.user),
             kernel: self.trace(&t.kernel),
         }

@@ -24,7 +24,7 @@ fn nobody() -> TaskStack {
     TaskStack {
         pid: None,
         tid: None,
-        comm: String::new(),
+        comm: "".into(),
         user: Trace::of(Vec::new()),
         kernel: Trace::of(Vec::new()),
     }

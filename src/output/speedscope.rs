@@ -15,6 +15,7 @@
 
 use std::collections::HashMap;
 use std::io::{self, Write};
+use std::sync::Arc;
 
 use serde::Serialize;
 
@@ -203,8 +204,8 @@ fn by_thread(profile: &Profile, timeline: &Timeline, table: &mut FrameTable) -> 
 fn by_process(profile: &Profile, table: &mut FrameTable) -> Vec<Sampled> {
     let (unit, factor) = unit(profile);
     // Processes in order of first appearance, keyed by pid and name.
-    let mut order: Vec<(Option<u32>, String)> = Vec::new();
-    let mut by_process: HashMap<(Option<u32>, String), Sampled> = HashMap::new();
+    let mut order: Vec<(Option<u32>, Arc<str>)> = Vec::new();
+    let mut by_process: HashMap<(Option<u32>, Arc<str>), Sampled> = HashMap::new();
     for s in &profile.samples {
         let key = (s.task.pid, s.task.comm.clone());
         let sampled = by_process.entry(key.clone()).or_insert_with(|| {
@@ -213,7 +214,7 @@ fn by_process(profile: &Profile, table: &mut FrameTable) -> Vec<Sampled> {
                 kind: "sampled",
                 name: match key.0 {
                     Some(pid) => format!("{} ({pid})", key.1),
-                    None => key.1.clone(),
+                    None => key.1.to_string(),
                 },
                 unit,
                 start_value: 0,

@@ -55,7 +55,7 @@ impl Collector for Fake {
     /// and happened once (as `-s` appends offsets).
     fn tidy(&self, samples: &mut [Sample]) {
         for s in samples {
-            s.task.comm.push('+');
+            s.task.comm = format!("{}+", s.task.comm).into();
         }
     }
 }
@@ -415,7 +415,7 @@ fn runtime_frames_are_named_while_their_process_lives() {
 
 /// A sink keeping each update's events as (comm, time) pairs.
 #[derive(Default)]
-struct Times(Vec<Vec<(String, u64)>>);
+struct Times(Vec<Vec<(std::sync::Arc<str>, u64)>>);
 
 impl Sink for Times {
     fn update(&mut self, delta: &Profile, _length: Duration) -> Result<()> {
@@ -424,7 +424,7 @@ impl Sink for Times {
             return Ok(());
         };
         let mut sums = vec![0u64; delta.samples.len()];
-        let mut seen: Vec<(String, u64)> = t
+        let mut seen: Vec<(std::sync::Arc<str>, u64)> = t
             .events
             .iter()
             .map(|e| {
@@ -487,7 +487,7 @@ fn events_keep_their_stacks_when_an_interval_mixes_known_and_new_ones() {
         report_each: true,
     };
     run(Box::new(fake), &mut [&mut times], &plan(None, mode), &stop).unwrap();
-    let second: Vec<(&str, u64)> = times.0[1].iter().map(|(c, t)| (c.as_str(), *t)).collect();
+    let second: Vec<(&str, u64)> = times.0[1].iter().map(|(c, t)| (&**c, *t)).collect();
     assert_eq!(second, [("a+", 22), ("b+", 20), ("b+", 21)]);
 }
 

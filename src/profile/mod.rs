@@ -376,8 +376,9 @@ pub struct TaskStack {
     pub pid: Option<u32>,
     /// Thread id, where the tool tells threads apart.
     pub tid: Option<u32>,
-    /// The task's command name (at most 15 bytes, as the kernel keeps it).
-    pub comm: String,
+    /// The task's command name (at most 15 bytes, as the kernel keeps it),
+    /// shared by the copies of a sample that views of a profile make.
+    pub comm: Arc<str>,
     pub user: Trace,
     pub kernel: Trace,
 }

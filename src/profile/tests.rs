@@ -66,7 +66,7 @@ fn sort_is_ascending_and_stable() {
         sample("c", 1, &["x"], &[], 5),
     ]);
     p.sort_ascending();
-    let order: Vec<&str> = p.samples.iter().map(|s| s.task.comm.as_str()).collect();
+    let order: Vec<&str> = p.samples.iter().map(|s| &*s.task.comm).collect();
     assert_eq!(order, ["b", "a", "c"]);
 }
 

@@ -434,7 +434,7 @@ impl Symbolizer {
             TaskStack {
                 pid: t.pid,
                 tid: t.tid,
-                comm: t.comm,
+                comm: t.comm.into(),
                 user: rebuild(t.user, ures, &named, FrameKind::Native, &|_| false),
                 kernel: rebuild(t.kernel, &kernel, &named, FrameKind::Kernel, &after_entry),
             }
