@@ -497,12 +497,26 @@ fn line_ends_v8_filled_are_taken_when_sane() {
     assert_eq!(heap.line_table(bad), None);
 }
 
+/// 4,000 of `parts`, picked by a xorshift from `seed`, each followed by
+/// up to `run - 1` of `filler`.
+fn mixed<T: Copy>(parts: &[&[T]], filler: T, run: usize, seed: u32) -> Vec<T> {
+    let mut out = Vec::new();
+    let mut seed = seed;
+    for _ in 0..4000 {
+        seed ^= seed << 13;
+        seed ^= seed >> 17;
+        seed ^= seed << 5;
+        out.extend_from_slice(parts[seed as usize % parts.len()]);
+        out.extend(std::iter::repeat_n(filler, seed as usize % run));
+    }
+    out
+}
+
 #[test]
 fn lines_scanned_in_runs_end_where_unit_by_unit_they_do() {
     // Every terminator, doubled and mixed, control characters that end
     // no line, and text: counted whole and in pieces of several sizes,
     // so that "\r" and "\n" fall on both sides of a piece's end.
-    let mut units: Vec<u16> = Vec::new();
     let parts: [&[u16]; 9] = [
         &[0x0d, 0x0a],
         &[0x0d],
@@ -514,14 +528,7 @@ fn lines_scanned_in_runs_end_where_unit_by_unit_they_do() {
         &[0x2027, 0x202a, 0x41, 0x42],
         &[0xd83d, 0xde00, 0x0e],
     ];
-    let mut seed = 0x2545_f491_u32;
-    for _ in 0..4000 {
-        seed ^= seed << 13;
-        seed ^= seed >> 17;
-        seed ^= seed << 5;
-        units.extend_from_slice(parts[seed as usize % parts.len()]);
-        units.extend(std::iter::repeat_n(0x61, seed as usize % 5));
-    }
+    let units = mixed(&parts, 0x61, 5, 0x2545_f491);
     for whole in [true, false] {
         let want = count_lines(&units, whole);
         assert!(want.ends.len() > 2000, "{}", want.ends.len());
@@ -547,15 +554,7 @@ fn one_byte_sources_end_their_lines_where_unit_by_unit_they_do() {
         &[0xe9, 0xff, 0x41],
         b"\n\n",
     ];
-    let mut bytes: Vec<u8> = Vec::new();
-    let mut seed = 0x9e37_79b9_u32;
-    for _ in 0..4000 {
-        seed ^= seed << 13;
-        seed ^= seed >> 17;
-        seed ^= seed << 5;
-        bytes.extend_from_slice(parts[seed as usize % parts.len()]);
-        bytes.extend(std::iter::repeat_n(b'a', seed as usize % 40));
-    }
+    let bytes = mixed(&parts, b'a', 40, 0x9e37_79b9);
     let units: Vec<u16> = bytes.iter().map(|&b| u16::from(b)).collect();
     for whole in [true, false] {
         let want = count_lines(&units, whole);
