@@ -212,15 +212,9 @@ pub(super) fn count_lines(units: &[u16], whole: bool) -> LineTable {
 #[cfg(test)]
 pub(super) fn scan_lines(units: &[u16], cuts: &[usize], whole: bool) -> LineTable {
     let mut lines = Lines::default();
-    let mut rest = units;
-    for &n in cuts.iter().cycle() {
-        if rest.is_empty() {
-            break;
-        }
-        let (piece, tail) = rest.split_at(n.clamp(1, rest.len()));
+    in_pieces(units, cuts, |piece| {
         assert_eq!(lines.scan(piece.iter().copied()), piece.len());
-        rest = tail;
-    }
+    });
     lines.finish(whole)
 }
 
@@ -229,15 +223,22 @@ pub(super) fn scan_lines(units: &[u16], cuts: &[usize], whole: bool) -> LineTabl
 #[cfg(test)]
 pub(super) fn scan_byte_lines(bytes: &[u8], cuts: &[usize], whole: bool) -> LineTable {
     let mut units = Units::new(usize::MAX, true);
-    let mut rest = bytes;
+    in_pieces(bytes, cuts, |piece| units.extend(piece, true));
+    assert_eq!(units.taken, bytes.len());
+    units.lines.expect("counting lines").finish(whole)
+}
+
+/// Hands `items` to `take` in pieces `cuts` long in turn (cycling; a
+/// piece is at least one item).
+#[cfg(test)]
+fn in_pieces<T>(items: &[T], cuts: &[usize], mut take: impl FnMut(&[T])) {
+    let mut rest = items;
     for &n in cuts.iter().cycle() {
         if rest.is_empty() {
             break;
         }
         let (piece, tail) = rest.split_at(n.clamp(1, rest.len()));
-        units.extend(piece, true);
+        take(piece);
         rest = tail;
     }
-    assert_eq!(units.taken, bytes.len());
-    units.lines.expect("counting lines").finish(whole)
 }
