@@ -28,6 +28,7 @@ mod background;
 mod debug;
 mod elf;
 mod kallsyms;
+mod ksyms;
 mod objects;
 mod plt;
 pub mod runtime;
@@ -61,6 +62,8 @@ pub struct Symbolizer {
     /// there is none), and when it was looked for: a run without end
     /// (the agent) looks again, as modules come and go.
     kallsyms: Option<(Option<kallsyms::Copy>, Instant)>,
+    /// That copy's functions, indexed ([`ksyms::Table`]), by its path.
+    ksyms: Option<(std::path::PathBuf, Arc<ksyms::Table>)>,
     /// The transient functions read last, with the BPF programs loaded
     /// then ([`kallsyms::bpf_programs`]): read again when those change.
     transient: Option<(Vec<u32>, kallsyms::Transient)>,
@@ -153,6 +156,7 @@ impl Symbolizer {
             objects: objects::ObjectCache::default(),
             vdso: None,
             kallsyms: None,
+            ksyms: None,
             runtimes: runtime::Shared::default(),
         }
     }
@@ -184,7 +188,7 @@ impl Symbolizer {
             let path = copy.path.clone();
             let (copied, rest): (Vec<u64>, Vec<u64>) =
                 missing.into_iter().partition(|&a| copy.covers(a));
-            self.name_kernel(copied, MaybeDefault::Some(path));
+            self.name_copied(copied, path);
             // The rest is read apart from /proc/kallsyms (its few
             // transient functions), not through a second whole parse.
             if !rest.is_empty() {
@@ -224,6 +228,33 @@ impl Symbolizer {
             kallsyms::transient(std::path::Path::new("/proc/kallsyms")).into();
         self.transient = programs.map(|p| (p, Arc::clone(&syms)));
         syms
+    }
+
+    /// Names kernel addresses that this boot's copy at `path` covers, into
+    /// the cache: through flare's index of it, shared by the process's
+    /// symbolizers; through blazesym if it cannot be indexed.
+    fn name_copied(&mut self, copied: Vec<u64>, path: std::path::PathBuf) {
+        if copied.is_empty() {
+            return;
+        }
+        if self.ksyms.as_ref().is_none_or(|(p, _)| *p != path) {
+            self.ksyms = ksyms::Table::shared(&path).map(|t| (path.clone(), t));
+        }
+        let Some((_, table)) = &self.ksyms else {
+            self.name_kernel(copied, MaybeDefault::Some(path));
+            return;
+        };
+        for a in copied {
+            let frame = match table.find(a) {
+                Some((start, name)) if !is_mapping_symbol(&name) => Frame {
+                    addr: a,
+                    offset: offset_into(a, start),
+                    ..Frame::named(clean_name(&name), FrameKind::Kernel)
+                },
+                _ => Frame::unknown(a, FrameKind::Kernel),
+            };
+            self.kernel_cache.insert(a, vec![frame]);
+        }
     }
 
     /// Names kernel addresses through blazesym from the kallsyms at

@@ -151,6 +151,75 @@ fn kernel_frames_are_named_from_the_boot_copy() {
     }
 }
 
+/// flare's index of the boot copy names every kernel address as
+/// blazesym's parse of the same copy does: each function's first byte,
+/// the next, and a byte further in, and addresses every 4 KiB over what
+/// the copy covers (past a range's last function, between functions).
+/// One difference is blazesym's: see `lowest` below.
+#[test]
+fn the_boot_copy_index_names_as_blazesym_does() {
+    if kernel_symbol("schedule").is_none() {
+        println!("kallsyms hides addresses from this user: nothing to check");
+        return;
+    }
+    let mut s = Symbolizer::new(Options::default());
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let Some((path, covers)) = s.kallsyms().map(|c| (c.path.clone(), c.covers.clone())) else {
+        assert!(!root, "root keeps a copy in /run/flare");
+        return;
+    };
+    let table = ksyms::Table::read(&path).expect("the copy indexed");
+    let text = std::fs::read_to_string(&path).expect("the copy");
+    let mut addrs: Vec<u64> = text
+        .lines()
+        .filter_map(|l| u64::from_str_radix(l.split_whitespace().next()?, 16).ok())
+        .flat_map(|a| [a, a + 1, a + 9])
+        .collect();
+    for r in &covers {
+        addrs.extend((r.start.saturating_sub(8)..r.end.saturating_add(8)).step_by(4096));
+    }
+    assert!(
+        table.len() > 1000 && addrs.len() > 3 * table.len(),
+        "{path:?}"
+    );
+    let blazesym = blazesym::symbolize::Symbolizer::new();
+    let src = Source::Kernel(Kernel {
+        kallsyms: MaybeDefault::Some(path.clone()),
+        vmlinux: MaybeDefault::None,
+        kaslr_offset: None,
+        debug_syms: false,
+        ..Default::default()
+    });
+    let want = blazesym
+        .symbolize(&src, Input::AbsAddr(&addrs))
+        .expect("blazesym names the copy");
+    // Of several functions at the copy's lowest start, blazesym names an
+    // address past it by the last (its search back through equal starts
+    // stops short of the slice's first), elsewhere by the first.
+    let lowest = addrs
+        .iter()
+        .filter_map(|&a| table.find(a))
+        .map(|f| f.0)
+        .min();
+    let mut differ = Vec::new();
+    for (a, w) in addrs.iter().zip(want) {
+        let w = w.as_sym().map(|s| (s.addr, s.name.to_string()));
+        let got = table.find(*a);
+        let quirk = |f: &Option<(u64, String)>| f.as_ref().map(|f| f.0) == lowest;
+        if got != w && !(quirk(&got) && quirk(&w)) {
+            differ.push(format!("{a:#x}: {got:?}, blazesym {w:?}"));
+        }
+    }
+    assert!(
+        differ.is_empty(),
+        "{} of {} differ: {:?}",
+        differ.len(),
+        addrs.len(),
+        &differ[..differ.len().min(10)]
+    );
+}
+
 #[test]
 fn arm64_mapping_symbols_name_no_function() {
     // An arm64 program (cross-built) keeps `$x`/`$d` markers in .symtab;
