@@ -12,6 +12,7 @@ use std::collections::HashMap;
 use std::io::{self, Write};
 use std::sync::Arc;
 
+use ahash::AHashMap;
 use flate2::write::GzEncoder;
 use flate2::Compression;
 use prost::Message;
@@ -28,22 +29,14 @@ pub struct Encoder {
     build_ids: HashMap<String, Option<Arc<str>>>,
 }
 
-/// Interns strings into an existing pprof string table.
+/// Interns strings into an existing pprof string table, by the index the
+/// writer built it with.
 struct Strings<'a> {
     table: &'a mut Vec<String>,
-    index: HashMap<String, i64>,
+    index: AHashMap<String, i64>,
 }
 
-impl<'a> Strings<'a> {
-    fn new(table: &'a mut Vec<String>) -> Self {
-        let index = table
-            .iter()
-            .enumerate()
-            .map(|(i, s)| (s.clone(), i as i64))
-            .collect();
-        Strings { table, index }
-    }
-
+impl Strings<'_> {
     fn get(&mut self, s: &str) -> i64 {
         if let Some(&i) = self.index.get(s) {
             return i;
@@ -62,10 +55,14 @@ impl Encoder {
 
     /// The window as a `profile.proto` message.
     pub fn build(&mut self, window: &Window) -> proto::Profile {
-        let mut p = writer::build(&window.profile, unix_nanos(window.start) as i64);
+        let (mut p, index) =
+            writer::build_interned(&window.profile, unix_nanos(window.start) as i64);
         // Exactly the window's span, so that consecutive windows tile.
         p.duration_nanos = unix_nanos(window.end).saturating_sub(unix_nanos(window.start)) as i64;
-        let mut strings = Strings::new(&mut p.string_table);
+        let mut strings = Strings {
+            table: &mut p.string_table,
+            index,
+        };
         let pid_key = strings.get("pid");
         let keys = [
             strings.get("exe"),

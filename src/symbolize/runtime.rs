@@ -9,7 +9,9 @@
 //! read in BPF beside the identifiers, keeps a code object freed and
 //! reused at the same address from taking the old name.
 
-use std::collections::{HashMap, HashSet};
+// ahash: the keys are numbers, hashed for every runtime frame of every
+// sample; SipHash was 1.5 % of the agent's time.
+use ahash::{AHashMap as HashMap, AHashSet as HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::collect::{Namer, Namers, RawFrame, RawSample, Runtime, RuntimeFrame};

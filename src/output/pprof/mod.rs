@@ -275,6 +275,15 @@ fn groups<'a, 'p>(leaf_first: &'a [PathFrame<'p>]) -> Vec<&'a [PathFrame<'p>]> {
 
 /// The profile as a `profile.proto` message, started at `time_nanos`.
 pub fn build(profile: &Profile, time_nanos: i64) -> proto::Profile {
+    build_interned(profile, time_nanos).0
+}
+
+/// [`build`], and its string table's index (each text's place in it),
+/// for a caller that adds strings of its own: the agent's labels.
+pub fn build_interned(
+    profile: &Profile,
+    time_nanos: i64,
+) -> (proto::Profile, AHashMap<String, i64>) {
     let mut b = Builder {
         out: proto::Profile::default(),
         strings: AHashMap::new(),
@@ -367,7 +376,7 @@ pub fn build(profile: &Profile, time_nanos: i64) -> proto::Profile {
             label,
         });
     }
-    b.out
+    (b.out, b.strings)
 }
 
 #[cfg(test)]
