@@ -135,29 +135,36 @@ mod tests {
              not a line\n",
         );
         assert_eq!(t.len(), 3, "the header, the zero and the bad line skipped");
-        let name = |a| t.find(a);
-        assert_eq!(
-            name(0xffff_ffff_8100_0100),
-            Some((0xffff_ffff_8100_0100, "entry_SYSCALL_64".into()))
-        );
-        assert_eq!(
-            name(0xffff_ffff_8100_01ff),
-            Some((0xffff_ffff_8100_0100, "entry_SYSCALL_64".into()))
-        );
-        assert_eq!(
-            name(0xffff_ffff_8100_0210),
-            Some((0xffff_ffff_8100_0200, "do_work".into()))
-        );
-        // A module's function, its tag not in its name.
-        assert_eq!(
-            name(0xffff_ffff_c000_1010),
-            Some((0xffff_ffff_c000_1000, "ext4_read".into()))
-        );
-        assert_eq!(
-            name(0xffff_ffff_8100_00ff),
-            None,
-            "below the first function"
-        );
+        // Address, and the start and name it is named by.
+        let want: [(u64, Option<(u64, &str)>); 5] = [
+            (
+                0xffff_ffff_8100_0100,
+                Some((0xffff_ffff_8100_0100, "entry_SYSCALL_64")),
+            ),
+            (
+                0xffff_ffff_8100_01ff,
+                Some((0xffff_ffff_8100_0100, "entry_SYSCALL_64")),
+            ),
+            (
+                0xffff_ffff_8100_0210,
+                Some((0xffff_ffff_8100_0200, "do_work")),
+            ),
+            // A module's function, its tag not in its name.
+            (
+                0xffff_ffff_c000_1010,
+                Some((0xffff_ffff_c000_1000, "ext4_read")),
+            ),
+            // Below the first function.
+            (0xffff_ffff_8100_00ff, None),
+        ];
+        for (addr, named) in want {
+            let got = t.find(addr);
+            assert_eq!(
+                got.as_ref().map(|(s, n)| (*s, n.as_str())),
+                named,
+                "{addr:#x}"
+            );
+        }
     }
 
     #[test]
