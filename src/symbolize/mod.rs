@@ -32,6 +32,7 @@ mod ksyms;
 mod objects;
 mod plt;
 pub mod runtime;
+mod symtab;
 
 pub use background::Background;
 

@@ -18,7 +18,8 @@ use blazesym::symbolize::{Input, Symbolized};
 
 use super::elf::Layout;
 use super::plt::Stub;
-use super::{convert, debug, Options, Resolved};
+use super::symtab::{SymbolIndex, MIN_INDEXED};
+use super::{convert, debug, is_mapping_symbol, Options, Resolved};
 use crate::procmaps::Object;
 use crate::profile::{Frame, FrameKind, ObjectRef};
 
@@ -36,6 +37,10 @@ struct Entry {
     functions: Option<Vec<Range<u64>>>,
     /// Its PLT stubs, read when the first address in the PLT is met.
     plt: Option<Vec<Stub>>,
+    /// Its symbols indexed by flare (a large symbol table), when names
+    /// alone are first looked up in it (`None` until then; `Some(None)`
+    /// for an object blazesym names).
+    index: Option<Option<SymbolIndex>>,
 }
 
 /// At most this many offsets are cached over all objects.
@@ -73,6 +78,7 @@ impl ObjectCache {
                 resolved: HashMap::new(),
                 functions: None,
                 plt: None,
+                index: None,
             }
         });
         let missing: Vec<u64> = offsets
@@ -157,6 +163,14 @@ fn symbolize(
     offsets: &[u64],
 ) -> Vec<Resolved> {
     let dwarf = options.code_info || options.inlined;
+    let own_dwarf = dwarf && entry.debug_file.is_none();
+    if !own_dwarf && entry.index.is_none() {
+        let index = entry
+            .object
+            .file()
+            .and_then(|f| SymbolIndex::read(f, MIN_INDEXED));
+        entry.index = Some(index);
+    }
     // PLT stubs first: no symbol names them, and the nearest one before
     // them would.
     let mut out: Vec<Option<Resolved>> = offsets.iter().map(|&off| plt_frame(entry, off)).collect();
@@ -192,8 +206,20 @@ fn symbolize(
         if idx.is_empty() {
             return;
         }
+        // Names alone of a large symbol table: from flare's index.
+        if let (false, Some(Some(index)), Some(file), Some(layout)) =
+            (own_dwarf, &entry.index, entry.object.file(), &entry.layout)
+        {
+            for i in idx {
+                let off = offsets[i];
+                out[i] = layout
+                    .vaddr(off)
+                    .and_then(|v| Some((v, index.find(file, v)?)))
+                    .and_then(|(v, (start, name))| indexed_frame(off, v, start, &name));
+            }
+            return;
+        }
         let rest: Vec<u64> = idx.iter().map(|&i| offsets[i]).collect();
-        let own_dwarf = dwarf && entry.debug_file.is_none();
         let found = run(
             inner,
             options,
@@ -220,6 +246,19 @@ fn symbolize(
             with_object(r, &entry.reference, off)
         })
         .collect()
+}
+
+/// The frame of file offset `off` (virtual address `vaddr`) in the
+/// symbol at `start` named `name`, as [`convert`] makes blazesym's.
+fn indexed_frame(off: u64, vaddr: u64, start: u64, name: &str) -> Option<Resolved> {
+    if is_mapping_symbol(name) {
+        return None;
+    }
+    Some(vec![Frame {
+        addr: off,
+        offset: u32::try_from(vaddr - start).unwrap_or(u32::MAX),
+        ..Frame::named(crate::profile::clean_name(name), FrameKind::Native)
+    }])
 }
 
 /// The frame of the PLT stub at file offset `off` (`labs@plt`), if it
