@@ -246,14 +246,12 @@ impl Symbolizer {
             return;
         };
         for a in copied {
-            let frame = match table.find(a) {
-                Some((start, name)) if !is_mapping_symbol(&name) => Frame {
-                    addr: a,
-                    offset: offset_into(a, start),
-                    ..Frame::named(clean_name(&name), FrameKind::Kernel)
-                },
-                _ => Frame::unknown(a, FrameKind::Kernel),
-            };
+            let frame = table
+                .find(a)
+                .and_then(|(start, name)| {
+                    symbol_frame(a, offset_into(a, start), &name, FrameKind::Kernel)
+                })
+                .unwrap_or_else(|| Frame::unknown(a, FrameKind::Kernel));
             self.kernel_cache.insert(a, vec![frame]);
         }
     }
@@ -478,6 +476,17 @@ impl Symbolizer {
 }
 
 /// The offset of `addr` into a function that starts at `start`.
+/// The frame at `addr`, `offset` bytes into the symbol named `name`
+/// that flare's own indexes found, as [`convert`] makes blazesym's: none
+/// for an Arm mapping symbol.
+fn symbol_frame(addr: u64, offset: u32, name: &str, kind: FrameKind) -> Option<Frame> {
+    (!is_mapping_symbol(name)).then(|| Frame {
+        addr,
+        offset,
+        ..Frame::named(clean_name(name), kind)
+    })
+}
+
 fn offset_into(addr: u64, start: u64) -> u32 {
     u32::try_from(addr.saturating_sub(start)).unwrap_or(u32::MAX)
 }

@@ -19,7 +19,7 @@ use blazesym::symbolize::{Input, Symbolized};
 use super::elf::Layout;
 use super::plt::Stub;
 use super::symtab::{SymbolIndex, MIN_INDEXED};
-use super::{convert, debug, is_mapping_symbol, Options, Resolved};
+use super::{convert, debug, offset_into, symbol_frame, Options, Resolved};
 use crate::procmaps::Object;
 use crate::profile::{Frame, FrameKind, ObjectRef};
 
@@ -215,7 +215,10 @@ fn symbolize(
                 out[i] = layout
                     .vaddr(off)
                     .and_then(|v| Some((v, index.find(file, v)?)))
-                    .and_then(|(v, (start, name))| indexed_frame(off, v, start, &name));
+                    .and_then(|(v, (start, name))| {
+                        symbol_frame(off, offset_into(v, start), &name, FrameKind::Native)
+                    })
+                    .map(|f| vec![f]);
             }
             return;
         }
@@ -246,19 +249,6 @@ fn symbolize(
             with_object(r, &entry.reference, off)
         })
         .collect()
-}
-
-/// The frame of file offset `off` (virtual address `vaddr`) in the
-/// symbol at `start` named `name`, as [`convert`] makes blazesym's.
-fn indexed_frame(off: u64, vaddr: u64, start: u64, name: &str) -> Option<Resolved> {
-    if is_mapping_symbol(name) {
-        return None;
-    }
-    Some(vec![Frame {
-        addr: off,
-        offset: u32::try_from(vaddr - start).unwrap_or(u32::MAX),
-        ..Frame::named(crate::profile::clean_name(name), FrameKind::Native)
-    }])
 }
 
 /// The frame of the PLT stub at file offset `off` (`labs@plt`), if it
