@@ -75,18 +75,24 @@ impl Encoder {
         let host_key = strings.get("hostname");
         let host = strings.get(&window.host);
         // Which pid's root to read each mapping's file under, for
-        // processes in another mount namespace.
-        let mut mapping_pid: HashMap<u64, u32> = HashMap::new();
-        let location_mapping: HashMap<u64, u64> =
-            p.location.iter().map(|l| (l.id, l.mapping_id)).collect();
+        // processes in another mount namespace: by mapping id, of the
+        // mappings whose build id is still to read (ids count from 1).
+        let mut mapping_pid: Vec<Option<u32>> = vec![None; p.mapping.len()];
+        let wanted: Vec<bool> = p.mapping.iter().map(|m| m.build_id == 0).collect();
+        let location_mapping: Vec<usize> = p
+            .location
+            .iter()
+            .map(|l| (l.mapping_id as usize).wrapping_sub(1))
+            .collect();
         for s in &mut p.sample {
             let Some(pid) = s.label.iter().find(|l| l.key == pid_key).map(|l| l.num) else {
                 continue;
             };
             let pid = pid as u32;
-            for loc in &s.location_id {
-                if let Some(&m) = location_mapping.get(loc) {
-                    mapping_pid.entry(m).or_insert(pid);
+            for &loc in &s.location_id {
+                let m = location_mapping.get((loc as usize).wrapping_sub(1));
+                if let Some(&m) = m.filter(|&&m| wanted.get(m) == Some(&true)) {
+                    mapping_pid[m].get_or_insert(pid);
                 }
             }
             if let Some(labels) = window.processes.get(&pid) {
@@ -123,7 +129,10 @@ impl Encoder {
             if !file.starts_with('/') {
                 continue;
             }
-            let pid = mapping_pid.get(&m.id).copied();
+            let pid = mapping_pid
+                .get((m.id as usize).wrapping_sub(1))
+                .copied()
+                .flatten();
             if let Some(id) = self.build_id(&file, pid) {
                 m.build_id = strings.get(&id);
             }

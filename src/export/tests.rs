@@ -287,6 +287,51 @@ fn pprof_window_carries_process_and_host_labels() {
     assert_eq!(p.sample[0].value, vec![7, 7 * (1_000_000_000 / 19)]);
 }
 
+/// Mappings the symbolizer knew no build id for get their file's; one it
+/// knew keeps it, and a file that cannot be read has none.
+#[test]
+fn pprof_mappings_without_build_ids_are_read_from_their_files() {
+    let env = "/usr/bin/env";
+    let expected = super::buildid::read(std::path::Path::new(env)).expect("env has a build id");
+    let object = |path: &str, build_id: Option<&[u8]>| {
+        Some(Arc::new(crate::profile::ObjectRef {
+            path: path.into(),
+            build_id: build_id.map(Arc::from),
+        }))
+    };
+    let frame = |name: &str, addr: u64, object| Frame {
+        addr,
+        object,
+        file_offset: 0x1100,
+        ..Frame::named(name, FrameKind::Native)
+    };
+    let mut w = sample_window();
+    let user = Trace::of(vec![
+        frame("a", 0x5500_0000_1100, object(env, None)),
+        frame(
+            "b",
+            0x7f00_0000_1100,
+            object("/usr/lib/known.so", Some(&[0xab, 0xcd])),
+        ),
+        frame(
+            "c",
+            0x7f10_0000_1100,
+            object("/nonexistent/flare-test.so", None),
+        ),
+    ]);
+    w.profile.to_mut().samples[0].task.user = user;
+    let p = pprof::Encoder::new().build(&w);
+    let s = |i: i64| p.string_table[i as usize].as_str();
+    let ids: HashMap<&str, &str> = p
+        .mapping
+        .iter()
+        .map(|m| (s(m.filename), s(m.build_id)))
+        .collect();
+    assert_eq!(ids[env], expected);
+    assert_eq!(ids["/usr/lib/known.so"], "abcd");
+    assert_eq!(ids["/nonexistent/flare-test.so"], "");
+}
+
 #[test]
 fn otlp_request_resolves_to_the_same_stack_and_attributes() {
     let w = sample_window();

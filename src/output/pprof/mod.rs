@@ -40,6 +40,39 @@ pub fn write<W: Write>(w: W, profile: &Profile) -> io::Result<()> {
 /// What makes a location distinct: mapping, address, (function, line)s.
 type LocationKey = (u64, u64, Vec<(u64, i64)>);
 
+/// A text by where it lies: its address and length.
+type TextAt = (usize, usize);
+
+/// What a single frame's location is made of, by where its texts lie:
+/// its name, file and line (the function and line), its address, kind,
+/// object and offset in it (the mapping). Frames of one function at one
+/// address share their name's, file's and object's text, as `held` says.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+struct FrameKey {
+    name: TextAt,
+    file: TextAt,
+    line: Option<u32>,
+    addr: u64,
+    kind: FrameKind,
+    object: Option<TextAt>,
+    file_offset: u64,
+}
+
+impl FrameKey {
+    fn of(frame: &Frame) -> Self {
+        let at = |s: &str| (s.as_ptr() as usize, s.len());
+        FrameKey {
+            name: at(&frame.name),
+            file: frame.file().map_or((0, 0), at),
+            line: frame.line(),
+            addr: frame.addr,
+            kind: frame.kind,
+            object: frame.object.as_ref().map(|o| at(&o.path)),
+            file_offset: frame.file_offset,
+        }
+    }
+}
+
 /// Interning tables for strings and the profile's lists, for a
 /// profile borrowed for `'p`.
 struct Builder<'p> {
@@ -50,11 +83,18 @@ struct Builder<'p> {
     /// text, so most lookups hash two words instead of a long name.
     /// While the profile is borrowed no other text can be at an address
     /// one of its strings is at.
-    held: AHashMap<(usize, usize), i64>,
+    held: AHashMap<TextAt, i64>,
     _profile: std::marker::PhantomData<&'p Profile>,
     functions: AHashMap<(i64, i64), u64>,
     mappings: AHashMap<(i64, Option<u64>), u64>,
+    /// Locations of inlined groups, and of single frames by mapping,
+    /// address, function and line (no list to build or hash).
     locations: AHashMap<LocationKey, u64>,
+    single_locations: AHashMap<(u64, u64, u64, i64), u64>,
+    /// Locations of single frames by what makes them (see
+    /// [`FrameKey`]): a frame seen before is found in one lookup, not in
+    /// the five that name its function, mapping and location.
+    frame_locations: AHashMap<FrameKey, u64>,
 }
 
 impl<'p> Builder<'p> {
@@ -166,6 +206,13 @@ impl<'p> Builder<'p> {
     /// The location of a group of frames, innermost inlined first and the
     /// real (not inlined) frame last.
     fn location(&mut self, group: &[PathFrame<'p>]) -> u64 {
+        let single = match group {
+            [p] => p.frame.map(FrameKey::of),
+            _ => None,
+        };
+        if let Some(id) = single.and_then(|k| self.frame_locations.get(&k)) {
+            return *id;
+        }
         let mut lines = Vec::with_capacity(group.len());
         for p in group {
             let file = p.frame.and_then(Frame::file);
@@ -178,9 +225,25 @@ impl<'p> Builder<'p> {
             None => (0, 0),
         };
         let key = (mapping_id, address, lines);
-        if let Some(&id) = self.locations.get(&key) {
-            return id;
+        let found = match key.2[..] {
+            [(function, line)] => self
+                .single_locations
+                .get(&(mapping_id, address, function, line)),
+            _ => self.locations.get(&key),
+        };
+        let id = match found {
+            Some(&id) => id,
+            None => self.new_location(group, key),
+        };
+        if let Some(k) = single {
+            self.frame_locations.insert(k, id);
         }
+        id
+    }
+
+    /// Adds the location of `group`, found in no table yet.
+    fn new_location(&mut self, group: &[PathFrame<'p>], key: LocationKey) -> u64 {
+        let (mapping_id, address, lines) = key;
         let id = self.out.location.len() as u64 + 1;
         if let Some(m) = self
             .out
@@ -190,15 +253,14 @@ impl<'p> Builder<'p> {
             m.has_filenames |= group
                 .iter()
                 .any(|p| p.frame.is_some_and(|f| f.source.is_some()));
-            m.has_line_numbers |= key.2.iter().any(|&(_, l)| l != 0);
+            m.has_line_numbers |= lines.iter().any(|&(_, l)| l != 0);
             m.has_inline_frames |= group.len() > 1;
         }
         self.out.location.push(proto::Location {
             id,
             mapping_id,
             address,
-            line: key
-                .2
+            line: lines
                 .iter()
                 .map(|&(function_id, line)| proto::Line {
                     function_id,
@@ -208,7 +270,15 @@ impl<'p> Builder<'p> {
                 .collect(),
             is_folded: false,
         });
-        self.locations.insert(key, id);
+        match lines[..] {
+            [(function, line)] => {
+                self.single_locations
+                    .insert((mapping_id, address, function, line), id);
+            }
+            _ => {
+                self.locations.insert((mapping_id, address, lines), id);
+            }
+        }
         id
     }
 
@@ -290,6 +360,8 @@ pub fn build_interned(
         functions: AHashMap::new(),
         mappings: AHashMap::new(),
         locations: AHashMap::new(),
+        single_locations: AHashMap::new(),
+        frame_locations: AHashMap::new(),
         held: AHashMap::new(),
         _profile: std::marker::PhantomData,
     };
@@ -330,15 +402,24 @@ pub fn build_interned(
 
     // pprof names the first mapping as the profile's main binary: register
     // the user modules first, the one with the most frame-weight leading.
+    // Weighed first by where each module's path lies (frames share their
+    // object's), then by the path itself, whose order is the same every
+    // run.
     type ModuleKey<'a> = (&'a str, Option<u64>);
-    let mut modules: HashMap<ModuleKey<'_>, (u64, &Frame)> = HashMap::new();
+    let mut weights: AHashMap<(TextAt, Option<u64>), (u64, &Frame)> = AHashMap::new();
     for s in &profile.samples {
         for f in s.task.user.frames() {
             if let Some(m) = f.module() {
                 let bias = f.offset_in_object().and_then(|o| f.addr.checked_sub(o));
-                modules.entry((m, bias)).or_insert((0, f)).0 += s.value;
+                let at = (m.as_ptr() as usize, m.len());
+                weights.entry((at, bias)).or_insert((0, f)).0 += s.value;
             }
         }
+    }
+    let mut modules: HashMap<ModuleKey<'_>, (u64, &Frame)> = HashMap::new();
+    for ((_, bias), (weight, f)) in weights {
+        let m = f.module().unwrap_or_default();
+        modules.entry((m, bias)).or_insert((0, f)).0 += weight;
     }
     let mut modules: Vec<(ModuleKey<'_>, (u64, &Frame))> = modules.into_iter().collect();
     modules.sort_by(|a, b| b.1 .0.cmp(&a.1 .0).then(a.0.cmp(&b.0)));
@@ -461,5 +542,74 @@ mod tests {
         assert_eq!(p.sample[0].value, [3, 30, 700]);
         // The default stays the main value's.
         assert_eq!(p.string_table[p.default_sample_type as usize], "cpu");
+    }
+
+    /// Samples that share a trace, and traces that hold equal frames,
+    /// share locations; a frame at the same place under another name, or
+    /// inlined into a caller, has its own.
+    #[test]
+    fn locations_are_shared_by_content_not_by_trace() {
+        let exe = Arc::new(ObjectRef {
+            path: "/usr/bin/app".into(),
+            build_id: None,
+        });
+        let base = 0x5500_0000_0000;
+        let frames = |leaf: &str| {
+            vec![
+                frame(leaf, base + 0x1100, &exe, 0x1100),
+                frame("main", base + 0x2200, &exe, 0x2200),
+            ]
+        };
+        let shared = Trace::of(frames("work"));
+        let sample = |tid: u32, user: Trace| {
+            let task = TaskStack {
+                pid: Some(1),
+                tid: Some(tid),
+                comm: "app".into(),
+                user,
+                kernel: Trace::of(vec![]),
+            };
+            Sample::new(task, None, 1)
+        };
+        let mut inlined = frames("work");
+        inlined.insert(
+            0,
+            Frame {
+                inlined: true,
+                ..frame("helper", base + 0x1100, &exe, 0x1100)
+            },
+        );
+        let samples = vec![
+            sample(1, shared.clone()),
+            sample(2, shared),
+            sample(3, Trace::of(frames("work"))),
+            sample(4, Trace::of(frames("other"))),
+            sample(5, Trace::of(inlined.clone())),
+            sample(6, Trace::of(inlined)),
+        ];
+        let profile = Profile::untimed(Meta::new(Kind::Cpu, "cpu-clock"), samples);
+        let p = build(&profile, 0);
+        let ids: Vec<&[u64]> = p.sample.iter().map(|s| &s.location_id[..]).collect();
+        assert_eq!(ids[0], ids[1]);
+        assert_eq!(ids[0], ids[2]);
+        assert_ne!(ids[3][0], ids[0][0]);
+        assert_eq!(ids[3][1], ids[0][1]);
+        assert_eq!(ids[4], ids[5]);
+        assert_ne!(ids[4][0], ids[0][0]);
+        // work, main, other, and helper inlined into work.
+        assert_eq!(p.location.len(), 4);
+        let names = |id: u64| -> Vec<&str> {
+            p.location[id as usize - 1]
+                .line
+                .iter()
+                .map(|l| {
+                    let f = &p.function[l.function_id as usize - 1];
+                    p.string_table[f.name as usize].as_str()
+                })
+                .collect()
+        };
+        assert_eq!(names(ids[4][0]), ["helper", "work"]);
+        assert_eq!(names(ids[3][0]), ["other"]);
+        assert_eq!(p.function.len(), 4);
     }
 }
