@@ -366,26 +366,19 @@ pub struct Periodic {
 }
 
 impl Periodic {
-    /// A stack reader for one read. Clearing reads start from the stacks
-    /// read before: an id names the same stack for a whole run.
-    pub fn reader<'m, M: MapCore>(
-        &mut self,
-        storage: Storage<'m, M>,
-        clear: bool,
-    ) -> StackReader<'m, M> {
-        let cache = if clear {
-            std::mem::take(&mut self.cache)
-        } else {
-            StackCache::default()
-        };
-        StackReader::with_cache(storage, cache)
+    /// A stack reader for one read, starting from the stacks read before:
+    /// an id names the same stack for a whole run.
+    pub fn reader<'m, M: MapCore>(&mut self, storage: Storage<'m, M>) -> StackReader<'m, M> {
+        StackReader::with_cache(storage, std::mem::take(&mut self.cache))
     }
 
-    /// Ends a read; a clearing read keeps the stacks met lately for the
-    /// next one.
+    /// Ends a read, keeping the stacks it met for the next one. Only a
+    /// clearing read ends a generation of the cache: the reads between
+    /// two (learning runtime frames' names while processes live) count as
+    /// part of the next.
     pub fn done<M: MapCore>(&mut self, reader: StackReader<'_, M>, clear: bool) {
+        self.cache = reader.into_cache();
         if clear {
-            self.cache = reader.into_cache();
             self.cache.end_read();
         }
     }

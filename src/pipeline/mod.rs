@@ -159,6 +159,12 @@ fn wait(stop: &Receiver<()>, deadline: Option<Instant>) -> bool {
 /// unnamed.
 const LEARN_EVERY: Duration = Duration::from_millis(250);
 
+/// How often a periodic run (the agent) whose collector has runtime
+/// frames reads it between its windows, for the same reason: a process
+/// that lives less than a window (a compiler, a test, a script run by
+/// cron) is otherwise named only after it is gone.
+const LEARN_PERIODIC: Duration = Duration::from_secs(1);
+
 /// [`wait`], reading `collector` (without clearing) every
 /// [`LEARN_EVERY`] and handing what it read to `symbolizer` to learn its
 /// runtime frames' names: a process that exits before the end is named
@@ -168,10 +174,11 @@ fn wait_learning(
     stop: &Receiver<()>,
     deadline: Option<Instant>,
     collector: &mut dyn Collector,
-    symbolizer: &Background,
+    every: Duration,
+    learn: &mut dyn FnMut(Vec<crate::collect::RawSample>),
 ) -> bool {
     loop {
-        let tick = Instant::now() + LEARN_EVERY;
+        let tick = Instant::now() + every;
         // Which timer this wait is for decides what its end means, not
         // the clock read after it (a late wake-up still reads at a tick).
         let last = deadline.is_some_and(|d| d <= tick);
@@ -186,7 +193,7 @@ fn wait_learning(
             continue;
         }
         if let Ok(read) = collector.collect(false) {
-            symbolizer.learn(read.samples);
+            learn(read.samples);
         }
     }
 }
@@ -250,7 +257,9 @@ fn once(
     })?;
     let deadline = plan.duration.and_then(|d| started.checked_add(d));
     if learn {
-        wait_learning(stop, deadline, &mut *collector, &symbolizer);
+        wait_learning(stop, deadline, &mut *collector, LEARN_EVERY, &mut |raw| {
+            symbolizer.learn(raw)
+        });
     } else {
         wait(stop, deadline);
     }
@@ -281,7 +290,9 @@ fn periodic(
     mappings: Mappings,
 ) -> Result<()> {
     let meta = collector.meta();
-    let mut resolver = Resolver::new(plan.symbolize, mappings, collector.namers());
+    let namers = collector.namers();
+    let learn = !namers.is_empty();
+    let mut resolver = Resolver::new(plan.symbolize, mappings, namers);
     let started = Instant::now();
     let origin = Timeline::starting_now();
     // A duration or interval too long to add to the clock is forever.
@@ -299,7 +310,13 @@ fn periodic(
             (Some(e), Some(n)) => Some(e.min(n)),
             (e, n) => e.or(n),
         };
-        let stopped = wait(stop, tick) || end.is_some_and(|e| Instant::now() >= e);
+        let waited = match learn {
+            true => wait_learning(stop, tick, &mut *collector, LEARN_PERIODIC, &mut |raw| {
+                resolver.learn(&raw)
+            }),
+            false => wait(stop, tick),
+        };
+        let stopped = waited || end.is_some_and(|e| Instant::now() >= e);
         // Before the clock is read: a wait here lengthens this interval.
         let gate = plan
             .gate

@@ -54,6 +54,12 @@ impl Resolver {
         }
     }
 
+    /// Names the runtime frames of samples read before the end of an
+    /// interval, while their processes may still live.
+    pub fn learn(&mut self, raw: &[RawSample]) {
+        self.symbolizer.learn(raw);
+    }
+
     /// Names one interval's samples (tidied by `collector`, not merged).
     pub fn resolve(&mut self, collector: &dyn Collector, raw: Vec<RawSample>) -> Vec<Sample> {
         if self.known.len() > MAX_KNOWN {

@@ -413,6 +413,41 @@ fn runtime_frames_are_named_while_their_process_lives() {
     );
 }
 
+/// So does a periodic run (the agent) between its windows: a process
+/// that exits within a window keeps the names read while it lived.
+#[test]
+fn runtime_frames_are_named_within_a_window_of_a_periodic_run() {
+    let reads = Rc::new(RefCell::new(0));
+    let collector = ShortLived {
+        reads: Rc::clone(&reads),
+        alive: Arc::new(AtomicBool::new(true)),
+    };
+    let (_tx, stop) = mpsc::channel();
+    let mut rec = Recorder::default();
+    // One read between windows (at LEARN_PERIODIC), one at the window's
+    // end, which is the run's.
+    let window = LEARN_PERIODIC + LEARN_PERIODIC / 2;
+    let mode = Mode::Periodic {
+        interval: window,
+        report_each: true,
+    };
+    run(
+        Box::new(collector),
+        &mut [&mut rec],
+        &plan(Some(window), mode),
+        &stop,
+    )
+    .unwrap();
+    assert!(*reads.borrow() >= 2, "{} reads", reads.borrow());
+    assert!(
+        rec.events
+            .iter()
+            .any(|e| e == "report app;handle_request 1| lost=0"),
+        "{:?}",
+        rec.events
+    );
+}
+
 /// A sink keeping each update's events as (comm, time) pairs.
 #[derive(Default)]
 struct Times(Vec<Vec<(std::sync::Arc<str>, u64)>>);

@@ -264,13 +264,10 @@ impl Collector for Session<'_> {
     /// they are read, so the next call returns only what came after (stack
     /// map entries are kept: their ids may still be in use).
     fn collect(&mut self, clear: bool) -> Result<Collection> {
-        let mut stacks = self.periodic.reader(
-            crate::collect::stacks::Storage {
-                stacks: &self.skel.maps.stacks,
-                tails: &self.skel.maps.stack_tails,
-            },
-            clear,
-        );
+        let mut stacks = self.periodic.reader(crate::collect::stacks::Storage {
+            stacks: &self.skel.maps.stacks,
+            tails: &self.skel.maps.stack_tails,
+        });
         let mut samples = Vec::new();
         let read = timed::read(self.timed.as_ref(), &self.skel.maps.counts, clear)?;
         for (k, count) in read.keys {

@@ -430,13 +430,10 @@ impl Collector for Session<'_> {
         }
         let read = read.scale_down(1000);
         let want = self.config.recording.stacks;
-        let mut stacks = self.periodic.reader(
-            crate::collect::stacks::Storage {
-                stacks: &self.skel.maps.stacks,
-                tails: &self.skel.maps.stack_tails,
-            },
-            clear,
-        );
+        let mut stacks = self.periodic.reader(crate::collect::stacks::Storage {
+            stacks: &self.skel.maps.stacks,
+            tails: &self.skel.maps.stack_tails,
+        });
         let mut samples = Vec::with_capacity(read.keys.len());
         for (k, value) in read.keys {
             let mut user = stacks.read(k.user_stack_id, want.user);

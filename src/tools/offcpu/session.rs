@@ -302,13 +302,10 @@ impl Collector for Session<'_> {
     /// are read, so the next call returns only what came after (periods
     /// still running are counted when they end).
     fn collect(&mut self, clear: bool) -> Result<Collection> {
-        let mut stacks = self.periodic.reader(
-            crate::collect::stacks::Storage {
-                stacks: &self.skel.maps.stacks,
-                tails: &self.skel.maps.stack_tails,
-            },
-            clear,
-        );
+        let mut stacks = self.periodic.reader(crate::collect::stacks::Storage {
+            stacks: &self.skel.maps.stacks,
+            tails: &self.skel.maps.stack_tails,
+        });
         let mut samples = Vec::new();
         let want = self.config.recording.stacks;
         let mut task = |t: &types::offcpu_task| RawTask {
