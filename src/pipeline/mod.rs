@@ -165,11 +165,10 @@ const LEARN_EVERY: Duration = Duration::from_millis(250);
 /// cron) is otherwise named only after it is gone.
 const LEARN_PERIODIC: Duration = Duration::from_secs(1);
 
-/// [`wait`], reading `collector` (without clearing) every
-/// [`LEARN_EVERY`] and handing what it read to `symbolizer` to learn its
-/// runtime frames' names: a process that exits before the end is named
-/// from its memory while it was there. A read that fails is left to the
-/// final one.
+/// [`wait`], reading `collector` (without clearing) `every` so often and
+/// handing what it read to `learn`, which names its runtime frames: a
+/// process that exits before the end is named from its memory while it
+/// was there. A read that fails is left to the final one.
 fn wait_learning(
     stop: &Receiver<()>,
     deadline: Option<Instant>,

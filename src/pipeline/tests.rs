@@ -381,12 +381,9 @@ impl Collector for ShortLived {
     }
 }
 
-/// A one-shot run whose collector has runtime frames reads it while
-/// collecting, so a frame is named while its process lives and keeps the
-/// name after it exits; without those reads it would be named only at
-/// the end, too late.
-#[test]
-fn runtime_frames_are_named_while_their_process_lives() {
+/// Runs a [`ShortLived`] collector by `plan`: that it was read at least
+/// twice, and that its frame was reported named.
+fn named_before_exit(plan: &Plan) {
     let reads = Rc::new(RefCell::new(0));
     let collector = ShortLived {
         reads: Rc::clone(&reads),
@@ -394,15 +391,7 @@ fn runtime_frames_are_named_while_their_process_lives() {
     };
     let (_tx, stop) = mpsc::channel();
     let mut rec = Recorder::default();
-    // One read while collecting (at LEARN_EVERY), one at the end.
-    let duration = LEARN_EVERY + LEARN_EVERY / 2;
-    run(
-        Box::new(collector),
-        &mut [&mut rec],
-        &plan(Some(duration), Mode::Once),
-        &stop,
-    )
-    .unwrap();
+    run(Box::new(collector), &mut [&mut rec], plan, &stop).unwrap();
     assert!(*reads.borrow() >= 2, "{} reads", reads.borrow());
     assert!(
         rec.events
@@ -413,17 +402,20 @@ fn runtime_frames_are_named_while_their_process_lives() {
     );
 }
 
+/// A one-shot run whose collector has runtime frames reads it while
+/// collecting, so a frame is named while its process lives and keeps the
+/// name after it exits; without those reads it would be named only at
+/// the end, too late.
+#[test]
+fn runtime_frames_are_named_while_their_process_lives() {
+    // One read while collecting (at LEARN_EVERY), one at the end.
+    named_before_exit(&plan(Some(LEARN_EVERY + LEARN_EVERY / 2), Mode::Once));
+}
+
 /// So does a periodic run (the agent) between its windows: a process
 /// that exits within a window keeps the names read while it lived.
 #[test]
 fn runtime_frames_are_named_within_a_window_of_a_periodic_run() {
-    let reads = Rc::new(RefCell::new(0));
-    let collector = ShortLived {
-        reads: Rc::clone(&reads),
-        alive: Arc::new(AtomicBool::new(true)),
-    };
-    let (_tx, stop) = mpsc::channel();
-    let mut rec = Recorder::default();
     // One read between windows (at LEARN_PERIODIC), one at the window's
     // end, which is the run's.
     let window = LEARN_PERIODIC + LEARN_PERIODIC / 2;
@@ -431,21 +423,7 @@ fn runtime_frames_are_named_within_a_window_of_a_periodic_run() {
         interval: window,
         report_each: true,
     };
-    run(
-        Box::new(collector),
-        &mut [&mut rec],
-        &plan(Some(window), mode),
-        &stop,
-    )
-    .unwrap();
-    assert!(*reads.borrow() >= 2, "{} reads", reads.borrow());
-    assert!(
-        rec.events
-            .iter()
-            .any(|e| e == "report app;handle_request 1| lost=0"),
-        "{:?}",
-        rec.events
-    );
+    named_before_exit(&plan(Some(window), mode));
 }
 
 /// A sink keeping each update's events as (comm, time) pairs.
