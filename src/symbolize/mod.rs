@@ -475,7 +475,6 @@ impl Symbolizer {
     }
 }
 
-/// The offset of `addr` into a function that starts at `start`.
 /// The frame at `addr`, `offset` bytes into the symbol named `name`
 /// that flare's own indexes found, as [`convert`] makes blazesym's: none
 /// for an Arm mapping symbol.
@@ -487,6 +486,7 @@ fn symbol_frame(addr: u64, offset: u32, name: &str, kind: FrameKind) -> Option<F
     })
 }
 
+/// The offset of `addr` into a function that starts at `start`.
 fn offset_into(addr: u64, start: u64) -> u32 {
     u32::try_from(addr.saturating_sub(start)).unwrap_or(u32::MAX)
 }
