@@ -145,9 +145,14 @@ fn check(major: u32, node: &Path, flags: &[&str]) {
         .map(|(_, n)| n)
         .sum();
     let both: u64 = own.iter().map(|(name, _)| in_fn(name)).sum();
-    // The whole chain main;serve;handle;parseRequest|renderPage.
+    // The whole chain main;serve;handle;parseRequest|renderPage. Under
+    // emulation, on a loaded host, handle's own code took a larger share:
+    // 94.6 % of the samples were in a leaf in one CI run of the arm64
+    // guest (Node 24, --always-sparkplug, 1,331 samples where a quiet
+    // host's guest takes 2,600), 99 % in runs here.
+    let floor = if common::bpf::emulated() { 0.90 } else { 0.95 };
     assert!(
-        both as f64 >= 0.95 * not_clock as f64,
+        both as f64 >= floor * not_clock as f64,
         "{}",
         ctx(&format!(
             "{both} of {not_clock} samples (not reading clocks) under the chain"
@@ -277,13 +282,20 @@ fn workers(major: u32) {
         stacks.iter().filter(|(f, _)| pred(f)).map(|(_, n)| n).sum()
     };
     // 499 Hz for 3 s: some 1,500 samples a thread (on a CPU of its own
-    // for half of it or more), most in the leaf.
-    let want = if common::bpf::emulated() { 100 } else { 700 };
+    // for half of it or more), most in the leaf. Under emulation the
+    // leaf's share varies with the host's load: 80 to 87 % in runs of
+    // the arm64 guest here, 35 % (215 of 616) in one CI run, whose guest
+    // took half the samples a quiet host's does.
+    let (want, share) = if common::bpf::emulated() {
+        (100, 4)
+    } else {
+        (700, 2)
+    };
     for (lp, leaf) in [("parseLoop", "parseRequest"), ("renderLoop", "renderPage")] {
         let in_loop = count(&|f| has(f, lp));
         let in_leaf = under(&stacks, lp, leaf);
         assert!(
-            in_loop >= want && 2 * in_leaf >= in_loop,
+            in_loop >= want && share * in_leaf >= in_loop,
             "Node {major}: {in_loop} samples in {lp}, {in_leaf} in {leaf}: {ctx}"
         );
     }
