@@ -143,6 +143,15 @@ pub trait Namer: Send {
     fn name_all(&mut self, pid: u32, frames: &[RuntimeFrame]) -> Vec<Option<Vec<Frame>>> {
         frames.iter().map(|f| self.name(pid, f)).collect()
     }
+
+    /// True when the namer knows process `pid` (found its runtime): a
+    /// frame of it that it could not name then stays unnamed (the process
+    /// exited, or the memory was reused), and is not asked again. False
+    /// while the runtime is still being looked for, so that its frames
+    /// are asked again once it is found.
+    fn knows(&self, _pid: u32) -> bool {
+        true
+    }
 }
 
 /// Namers, each with the runtime whose frames it names.

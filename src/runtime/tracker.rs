@@ -163,6 +163,10 @@ impl<T: ProcessNamer> Namer for T {
             })
             .collect()
     }
+
+    fn knows(&self, pid: u32) -> bool {
+        lookup(self.registry(), pid).is_some()
+    }
 }
 
 /// What a namer read in its processes' memory, by (process id, address,

@@ -39,6 +39,12 @@ pub fn lock(shared: &Shared) -> MutexGuard<'_, Runtimes> {
 pub struct Runtimes {
     namers: HashMap<Runtime, Box<dyn Namer>>,
     named: HashMap<Key, Arc<[Frame]>>,
+    /// Frames their namer could not name in a process it knew
+    /// ([`Namer::knows`]): not asked again. The agent reads its samples
+    /// every second to name them; without this, each read asked again
+    /// for every frame of the processes that had exited since (a sixth
+    /// of its questions, none ever answered).
+    failed: HashSet<Key>,
 }
 
 impl Default for Runtimes {
@@ -48,6 +54,7 @@ impl Default for Runtimes {
         Runtimes {
             namers,
             named: HashMap::new(),
+            failed: HashSet::new(),
         }
     }
 }
@@ -62,16 +69,31 @@ impl Runtimes {
     /// runtimes' namers, while their processes may still live.
     pub fn learn_samples(&mut self, raw: &[RawSample]) {
         let mut runtime: HashMap<(u32, u64), Vec<RuntimeFrame>> = HashMap::new();
+        // Samples share their stacks (the stack cache's): each is looked
+        // at once per process, and only frames not yet answered are
+        // gathered. The agent does this every second for every sample of
+        // its window; gathering every frame was 5 % of its time.
+        let mut stacks = HashSet::new();
+        let mut asked = HashSet::new();
         let tasks = raw
             .iter()
             .flat_map(|s| std::iter::once(&s.task).chain(s.waker.as_ref()));
         for t in tasks {
             let Some(pid) = t.pid else { continue };
-            let frames = t.user.frames().iter().filter_map(|f| match f {
-                RawFrame::Runtime(r) => Some(**r),
-                _ => None,
-            });
-            runtime.entry((pid, t.start)).or_default().extend(frames);
+            let frames = t.user.frames();
+            if !stacks.insert((pid, t.start, frames.as_ptr())) {
+                continue;
+            }
+            for f in frames {
+                let RawFrame::Runtime(r) = f else { continue };
+                let key = (pid, t.start, **r);
+                if !self.named.contains_key(&key)
+                    && !self.failed.contains(&key)
+                    && asked.insert(key)
+                {
+                    runtime.entry((pid, t.start)).or_default().push(**r);
+                }
+            }
         }
         for ((pid, start), frames) in runtime {
             self.learn(pid, start, &frames);
@@ -86,13 +108,15 @@ impl Runtimes {
         start: u64,
         frames: impl IntoIterator<Item = &'a RuntimeFrame>,
     ) {
-        if self.named.len() > MAX_NAMED {
+        if self.named.len() + self.failed.len() > MAX_NAMED {
             self.named.clear();
+            self.failed.clear();
         }
         let mut todo: HashMap<Runtime, Vec<RuntimeFrame>> = HashMap::new();
         let mut seen = HashSet::new();
         for f in frames {
-            if !self.named.contains_key(&(pid, start, *f)) && seen.insert(*f) {
+            let key = (pid, start, *f);
+            if !self.named.contains_key(&key) && !self.failed.contains(&key) && seen.insert(*f) {
                 todo.entry(f.runtime).or_default().push(*f);
             }
         }
@@ -100,10 +124,18 @@ impl Runtimes {
             let Some(namer) = self.namers.get_mut(&runtime) else {
                 continue;
             };
+            // Known before the reads: a failure then is the frame's own.
+            let known = namer.knows(pid);
             let named = namer.name_all(pid, &frames);
             for (f, named) in frames.into_iter().zip(named) {
-                if let Some(named) = named {
-                    self.named.insert((pid, start, f), named.into());
+                match named {
+                    Some(named) => {
+                        self.named.insert((pid, start, f), named.into());
+                    }
+                    None if known => {
+                        self.failed.insert((pid, start, f));
+                    }
+                    None => {}
                 }
             }
         }
@@ -165,7 +197,8 @@ mod tests {
     /// The batches a namer was given: process and frames.
     type Given = Arc<Mutex<Vec<(u32, Vec<RuntimeFrame>)>>>;
 
-    /// Names every frame `f<first id>` but id 0, and keeps the batches.
+    /// Names every frame `f<first id>` but id 0, and keeps the batches;
+    /// knows every process but 5 (whose runtime is still looked for).
     struct Batches(Given);
 
     impl Namer for Batches {
@@ -186,6 +219,10 @@ mod tests {
                 })
                 .collect()
         }
+
+        fn knows(&self, pid: u32) -> bool {
+            pid != 5
+        }
     }
 
     fn frame(id: u64) -> RuntimeFrame {
@@ -196,6 +233,52 @@ mod tests {
         }
     }
 
+    /// A task of process `pid` whose user stack is `stack`.
+    fn task(pid: Option<u32>, stack: &Arc<[RawFrame]>) -> crate::collect::RawTask {
+        crate::collect::RawTask {
+            pid,
+            start: 1,
+            tid: pid,
+            comm: "t".into(),
+            user: crate::collect::RawTrace::Frames(Arc::clone(stack)),
+            kernel: crate::collect::RawTrace::NotCollected,
+        }
+    }
+
+    #[test]
+    fn samples_ask_for_each_new_frame_of_a_process_once() {
+        let batches = Arc::new(Mutex::new(Vec::new()));
+        let mut runtimes = Runtimes::default();
+        runtimes.set(vec![(Runtime::Java, Box::new(Batches(batches.clone())))]);
+        let rt = |id| RawFrame::Runtime(Box::new(frame(id)));
+        let a: Arc<[RawFrame]> = vec![RawFrame::Addr(0x10), rt(1), rt(2)].into();
+        let b: Arc<[RawFrame]> = vec![rt(2), rt(3)].into();
+        let sample = |task, waker| RawSample {
+            task,
+            waker,
+            value: 1,
+        };
+        runtimes.learn_samples(&[
+            sample(task(Some(6), &a), None),
+            sample(task(Some(6), &a), Some(task(Some(6), &b))),
+            sample(task(Some(7), &a), None),
+            // Stacks of all processes together: no process to read.
+            sample(task(None, &b), None),
+        ]);
+        runtimes.learn_samples(&[sample(task(Some(6), &b), None)]);
+        let mut got = batches.lock().unwrap().clone();
+        got.sort_by_key(|(pid, _)| *pid);
+        assert_eq!(
+            got,
+            vec![
+                (6, vec![frame(1), frame(2), frame(3)]),
+                (7, vec![frame(1), frame(2)]),
+            ],
+            "each frame of a process asked once, the waker's too; none again"
+        );
+        assert_eq!(runtimes.get(Some(6), 1, &frame(3))[0].name, "f3".into());
+    }
+
     #[test]
     fn a_process_new_frames_are_named_in_one_batch_once_each() {
         let batches = Arc::new(Mutex::new(Vec::new()));
@@ -203,17 +286,23 @@ mod tests {
         runtimes.set(vec![(Runtime::Java, Box::new(Batches(batches.clone())))]);
         runtimes.learn(5, 1, &[frame(1), frame(2), frame(1), frame(0)]);
         runtimes.learn(5, 1, &[frame(2), frame(3), frame(0)]);
-        runtimes.learn(6, 1, &[frame(2)]);
+        runtimes.learn(6, 1, &[frame(2), frame(0)]);
+        runtimes.learn(6, 1, &[frame(0), frame(4)]);
         let got = batches.lock().unwrap().clone();
         assert_eq!(
             got,
             vec![
                 (5, vec![frame(1), frame(2), frame(0)]),
-                // Named ones are not asked again; unnamed ones are.
+                // Named ones are not asked again; unnamed ones of a
+                // process the namer does not know yet are.
                 (5, vec![frame(3), frame(0)]),
-                (6, vec![frame(2)]),
+                (6, vec![frame(2), frame(0)]),
+                // A frame of a known process that could not be named is
+                // not asked again.
+                (6, vec![frame(4)]),
             ]
         );
+        assert!(runtimes.get(Some(6), 1, &frame(0))[0].unnamed);
         assert_eq!(runtimes.get(Some(5), 1, &frame(3))[0].name, "f3".into());
         assert!(runtimes.get(Some(5), 1, &frame(0))[0].unnamed);
         assert!(
