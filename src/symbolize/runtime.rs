@@ -65,14 +65,16 @@ impl Runtimes {
         self.namers.extend(namers);
     }
 
-    /// Names the runtime frames of `raw` not named yet, by their
-    /// runtimes' namers, while their processes may still live.
+    /// Names the runtime frames of `raw` not asked for yet (named, or
+    /// failed in a known process), by their runtimes' namers, while
+    /// their processes may still live.
     pub fn learn_samples(&mut self, raw: &[RawSample]) {
         let mut runtime: HashMap<(u32, u64), Vec<RuntimeFrame>> = HashMap::new();
         // Samples share their stacks (the stack cache's): each is looked
         // at once per process, and only frames not yet answered are
         // gathered. The agent does this every second for every sample of
-        // its window; gathering every frame was 5 % of its time.
+        // its window; gathering every frame, most answered long before,
+        // was 4 % of its learning's CPU.
         let mut stacks = HashSet::new();
         let mut asked = HashSet::new();
         let tasks = raw
@@ -100,8 +102,8 @@ impl Runtimes {
         }
     }
 
-    /// Names the frames of process `pid` (started at `start`) not named
-    /// yet, while it may still be alive.
+    /// Names the frames of process `pid` (started at `start`) not asked
+    /// for yet, while it may still be alive.
     pub fn learn<'a>(
         &mut self,
         pid: u32,
