@@ -31,8 +31,15 @@ and the TypeScript compiler on Node type-checking its own API
 (typescript.d.ts, `npm install typescript@5` in the cache once). A
 runtime missing here is said and left out.
 
+--load services runs the same three programs as long-lived services: each
+repeats its work inside one process (pylint's Run, javac through
+javax.tools, tsc's createProgram), as a fleet's services run, where
+--load runtimes starts a new process for each run: the agent's cost
+without the naming of every new process's functions.
+
 usage: bench/agent.py [--seconds N] [--interval S] [--hz F] [--profiles LIST]..
-                      [--together] [--load livestacks|runtimes] [--baseline PATH]
+                      [--together] [--load livestacks|runtimes|services]
+                      [--baseline PATH]
        (as root, after cargo build --release)
 """
 
@@ -230,6 +237,56 @@ def runtime_loads(tmp):
     return loads
 
 
+def service_loads(tmp):
+    """The programs of --load runtimes run as long-lived services: the same
+    work (pylint, javac, tsc) repeated inside one process each, as a fleet's
+    services run, instead of a new process each time. Their Popens."""
+    import deep
+    loads = []
+    quiet = dict(stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    venv = deep.pylint_venv()
+    if venv:
+        py = os.path.join(venv, "bin", "python")
+        script = ("import os, astroid\n"
+                  "from pylint.lint import Run\n"
+                  "target = os.path.dirname(astroid.__file__)\n"
+                  "while True:\n"
+                  "    astroid.MANAGER.clear_cache()\n"
+                  "    Run(['--jobs=1', '--persistent=n', '--exit-zero', '--score=n', target], exit=False)\n")
+        loads.append(subprocess.Popen([py, "-c", script], **quiet))
+    else:
+        deep.note("no pylint venv: Python left out")
+    sources = deep.java_sources() if shutil.which("java") else None
+    if sources:
+        module, listing = sources
+        classes = os.path.join(tmp, "service-classes")
+        os.makedirs(classes)
+        source = os.path.join(tmp, "CompileLoop.java")
+        with open(source, "w") as f:
+            f.write("public class CompileLoop {\n"
+                    "  public static void main(String[] args) {\n"
+                    "    var javac = javax.tools.ToolProvider.getSystemJavaCompiler();\n"
+                    "    while (true) javac.run(null, null, null, args);\n"
+                    "  }\n"
+                    "}\n")
+        loads.append(subprocess.Popen(
+            ["java", source, "--patch-module", "java.base=" + module, "-d", classes, "-nowarn",
+             "-proc:none", "-implicit:none", "-Xlint:none", "-XDignore.symbol.file", "@" + listing],
+            **quiet))
+    else:
+        deep.note("no java or no JDK sources: Java left out")
+    ts_lib = os.path.join(deep.CACHE, "tsc", "node_modules", "typescript")
+    if os.path.exists(ts_lib) and shutil.which("node"):
+        api = os.path.join(ts_lib, "lib", "typescript.d.ts")
+        script = ("const ts = require(%r);\n"
+                  "for (;;) ts.getPreEmitDiagnostics(ts.createProgram([%r],"
+                  " {noEmit: true, target: ts.ScriptTarget.ES2022}));\n") % (ts_lib, api)
+        loads.append(subprocess.Popen(["node", "-e", script], **quiet))
+    else:
+        deep.note("no node or no typescript package (run --load runtimes once): Node left out")
+    return loads
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=int, default=300)
@@ -237,7 +294,7 @@ def main():
     ap.add_argument("--hz", type=int, default=19)
     ap.add_argument("--profiles", action="append")
     ap.add_argument("--together", action="store_true")
-    ap.add_argument("--load", choices=["livestacks", "runtimes"], default="livestacks")
+    ap.add_argument("--load", choices=["livestacks", "runtimes", "services"], default="livestacks")
     ap.add_argument("--baseline", help="another flare binary, run beside each agent")
     a = ap.parse_args()
     if os.geteuid() != 0:
@@ -247,6 +304,9 @@ def main():
         if a.load == "runtimes":
             loads = runtime_loads(tmp)
             load_name = "pylint, javac and tsc in loops"
+        elif a.load == "services":
+            loads = service_loads(tmp)
+            load_name = "pylint, javac and tsc repeated in one process each"
         else:
             work = os.path.join(tmp, "livestacks")
             subprocess.run(["gcc", "-O1", "-g", "-fno-omit-frame-pointer", "-pthread", "-o", work,
@@ -254,7 +314,7 @@ def main():
             loads = [subprocess.Popen([work, str(len(runs) * (a.seconds + 60) + 30), str(NCPU)],
                                       stdout=subprocess.DEVNULL, start_new_session=True)]
             load_name = "livestacks"
-        time.sleep(5 if a.load == "runtimes" else 1)
+        time.sleep(1 if a.load == "livestacks" else 5)
         try:
             if a.together:
                 run_agents(a, runs, load_name)
