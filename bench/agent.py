@@ -200,6 +200,33 @@ def loop(cmd, cwd=None, env=None):
                             start_new_session=True)
 
 
+def javac_args(deep, tmp, tool, classes):
+    """javac's arguments compiling java.util, java.lang and java.io (the
+    sources bench/deep.py fetches) into tmp/classes; None, said, without
+    `tool` on the PATH or without the sources."""
+    sources = deep.java_sources() if shutil.which(tool) else None
+    if not sources:
+        deep.note("no %s or no JDK sources: Java left out" % tool)
+        return None
+    module, listing = sources
+    classes = os.path.join(tmp, classes)
+    os.makedirs(classes)
+    return ["--patch-module", "java.base=" + module, "-d", classes, "-nowarn", "-proc:none",
+            "-implicit:none", "-Xlint:none", "-XDignore.symbol.file", "@" + listing]
+
+
+def typescript(deep):
+    """The typescript@5 package's directory, installed with npm in the
+    bench cache once; None without it (and no npm)."""
+    tsc_dir = os.path.join(deep.CACHE, "tsc")
+    ts_lib = os.path.join(tsc_dir, "node_modules", "typescript")
+    if not os.path.exists(os.path.join(ts_lib, "bin", "tsc")) and shutil.which("npm"):
+        os.makedirs(tsc_dir, exist_ok=True)
+        subprocess.run(["npm", "install", "--silent", "--no-audit", "--no-fund", "typescript@5"],
+                       cwd=tsc_dir, capture_output=True)
+    return ts_lib if os.path.exists(os.path.join(ts_lib, "bin", "tsc")) else None
+
+
 def runtime_loads(tmp):
     """The real programs of --load runtimes, each looping: their Popens."""
     import deep   # bench/deep.py: its pylint venv and JDK sources
@@ -213,25 +240,14 @@ def runtime_loads(tmp):
                            "--exit-zero", "--score=n", target]))
     else:
         deep.note("no pylint venv: Python left out")
-    sources = deep.java_sources() if shutil.which("javac") else None
-    if sources:
-        module, listing = sources
-        classes = os.path.join(tmp, "classes")
-        os.makedirs(classes)
-        loads.append(loop(["javac", "--patch-module", "java.base=" + module, "-d", classes, "-nowarn",
-                           "-proc:none", "-implicit:none", "-Xlint:none", "-XDignore.symbol.file",
-                           "@" + listing]))
-    else:
-        deep.note("no javac or no JDK sources: Java left out")
-    tsc_dir = os.path.join(deep.CACHE, "tsc")
-    tsc = os.path.join(tsc_dir, "node_modules", "typescript", "bin", "tsc")
-    if not os.path.exists(tsc) and shutil.which("npm"):
-        os.makedirs(tsc_dir, exist_ok=True)
-        subprocess.run(["npm", "install", "--silent", "--no-audit", "--no-fund", "typescript@5"],
-                       cwd=tsc_dir, capture_output=True)
-    if os.path.exists(tsc) and shutil.which("node"):
-        api = os.path.join(tsc_dir, "node_modules", "typescript", "lib", "typescript.d.ts")
-        loads.append(loop(["node", tsc, "--noEmit", "--target", "es2022", api]))
+    args = javac_args(deep, tmp, "javac", "classes")
+    if args:
+        loads.append(loop(["javac"] + args))
+    ts_lib = typescript(deep)
+    if ts_lib and shutil.which("node"):
+        api = os.path.join(ts_lib, "lib", "typescript.d.ts")
+        loads.append(loop(["node", os.path.join(ts_lib, "bin", "tsc"), "--noEmit", "--target",
+                           "es2022", api]))
     else:
         deep.note("no node or no typescript package: Node left out")
     return loads
@@ -256,11 +272,8 @@ def service_loads(tmp):
         loads.append(subprocess.Popen([py, "-c", script], **quiet))
     else:
         deep.note("no pylint venv: Python left out")
-    sources = deep.java_sources() if shutil.which("java") else None
-    if sources:
-        module, listing = sources
-        classes = os.path.join(tmp, "service-classes")
-        os.makedirs(classes)
+    args = javac_args(deep, tmp, "java", "service-classes")
+    if args:
         source = os.path.join(tmp, "CompileLoop.java")
         with open(source, "w") as f:
             f.write("public class CompileLoop {\n"
@@ -269,21 +282,16 @@ def service_loads(tmp):
                     "    while (true) javac.run(null, null, null, args);\n"
                     "  }\n"
                     "}\n")
-        loads.append(subprocess.Popen(
-            ["java", source, "--patch-module", "java.base=" + module, "-d", classes, "-nowarn",
-             "-proc:none", "-implicit:none", "-Xlint:none", "-XDignore.symbol.file", "@" + listing],
-            **quiet))
-    else:
-        deep.note("no java or no JDK sources: Java left out")
-    ts_lib = os.path.join(deep.CACHE, "tsc", "node_modules", "typescript")
-    if os.path.exists(ts_lib) and shutil.which("node"):
+        loads.append(subprocess.Popen(["java", source] + args, **quiet))
+    ts_lib = typescript(deep)
+    if ts_lib and shutil.which("node"):
         api = os.path.join(ts_lib, "lib", "typescript.d.ts")
         script = ("const ts = require(%r);\n"
                   "for (;;) ts.getPreEmitDiagnostics(ts.createProgram([%r],"
                   " {noEmit: true, target: ts.ScriptTarget.ES2022}));\n") % (ts_lib, api)
         loads.append(subprocess.Popen(["node", "-e", script], **quiet))
     else:
-        deep.note("no node or no typescript package (run --load runtimes once): Node left out")
+        deep.note("no node or no typescript package: Node left out")
     return loads
 
 
