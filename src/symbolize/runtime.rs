@@ -89,10 +89,7 @@ impl Runtimes {
             for f in frames {
                 let RawFrame::Runtime(r) = f else { continue };
                 let key = (pid, t.start, **r);
-                if !self.named.contains_key(&key)
-                    && !self.failed.contains(&key)
-                    && asked.insert(key)
-                {
+                if !self.answered(&key) && asked.insert(key) {
                     runtime.entry((pid, t.start)).or_default().push(**r);
                 }
             }
@@ -100,6 +97,12 @@ impl Runtimes {
         for ((pid, start), frames) in runtime {
             self.learn(pid, start, &frames);
         }
+    }
+
+    /// True once `key` was asked for: named, or failed in a process its
+    /// namer knew.
+    fn answered(&self, key: &Key) -> bool {
+        self.named.contains_key(key) || self.failed.contains(key)
     }
 
     /// Names the frames of process `pid` (started at `start`) not asked
@@ -118,7 +121,7 @@ impl Runtimes {
         let mut seen = HashSet::new();
         for f in frames {
             let key = (pid, start, *f);
-            if !self.named.contains_key(&key) && !self.failed.contains(&key) && seen.insert(*f) {
+            if !self.answered(&key) && seen.insert(*f) {
                 todo.entry(f.runtime).or_default().push(*f);
             }
         }
