@@ -470,14 +470,32 @@ fn a_firefox_file_of_a_real_run_has_the_burst_at_its_time() {
         "{} burst samples in the heat map",
         grid.total()
     );
+    // Natively every hot cell is within one slice of the burst's window.
+    // An emulated guest's clock lags (timers fire late, the guest's
+    // wall clock is stepped): 6.1 under TCG once stamped a burst sample
+    // 31 ms after the burst's end. There the cells outside may hold no
+    // more than the 5 % of the burst's samples that the window check
+    // above allows outside.
     let (b0, b1) = shape.burst;
+    let mut astray = Vec::new();
     for (column, rows) in grid.counts.iter().enumerate() {
         for (row, &n) in rows.iter().enumerate() {
             let at = column as u64 * 1_000_000_000 + row as u64 * grid.slice_ns;
-            assert!(
-                n == 0 || (at + grid.slice_ns >= b0 && at < b1 + grid.slice_ns),
-                "a hot cell at {at} ns, the burst was {b0} .. {b1}"
-            );
+            if n != 0 && !(at + grid.slice_ns >= b0 && at < b1 + grid.slice_ns) {
+                astray.push((at, n));
+            }
         }
     }
+    let n_astray: u64 = astray.iter().map(|&(_, n)| n).sum();
+    let allowed = if common::bpf::emulated() {
+        grid.total() / 20
+    } else {
+        0
+    };
+    assert!(
+        n_astray <= allowed,
+        "hot cells (ns, samples) {astray:?} outside the burst {b0} .. {b1}: \
+         {n_astray} of {} samples, {allowed} allowed",
+        grid.total()
+    );
 }
