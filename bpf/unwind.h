@@ -371,9 +371,15 @@ static __always_inline bool unwind_v8_frame(struct unwind_walk *w, struct flare_
 	/* In the builtins: a range v8_proc names, or the builtins' place in
 	 * any mapping of the binary's table (a worker's copy). */
 	row = m ? pc - m->bias : 0;
-	if (v8_in_blob(vs, pc) ||
-	    (m && m->table != UNWIND_NO_TABLE && m->table == vs->blob_table &&
-	     row >= vs->blob_row_low && row < vs->blob_row_high))
+	vs->pc_blob = 0;
+	if (pc >= vs->proc.blob_low && pc < vs->proc.blob_high)
+		vs->pc_blob = vs->proc.blob_low;
+	else if (pc >= vs->proc.other_low && pc < vs->proc.other_high)
+		vs->pc_blob = vs->proc.other_low;
+	else if (m && m->table != UNWIND_NO_TABLE && m->table == vs->blob_table &&
+		 row >= vs->blob_row_low && row < vs->blob_row_high)
+		vs->pc_blob = pc - (row - vs->blob_row_low);
+	if (vs->pc_blob)
 		flags |= V8_AT_BUILTIN;
 	else if (m && m->table != UNWIND_NO_TABLE)
 		return false;

@@ -56,6 +56,9 @@
 #define V8_ADDR_MASK		(~0ULL)
 #endif
 
+/* Ranges of the interpreter's code v8_proc holds. */
+#define V8_INTERP_RANGES	4
+
 /* A V8 process (src/runtime/v8/mod.rs Process::bpf_bytes). */
 struct v8_proc {
 	__u64 blob_low, blob_high;	/* the embedded builtins' code */
@@ -74,13 +77,18 @@ struct v8_proc {
 	 * (Node 20's baseline code calls the copy, its interpreter the
 	 * binary's). */
 	__u64 other_low, other_high;
+	/* The code that runs on an interpreted frame (the interpreter's
+	 * trampolines, its bytecode handlers), as offsets in the builtins:
+	 * low, high pairs (high 0: unused; the first's 0: not known, the
+	 * binary has no labels for them). */
+	__u32 interp[V8_INTERP_RANGES * 2];
 };
 
 /* v8_proc.flags */
 #define V8_START_IS_FIELD	1	/* off_start is a field holding the instructions' address */
 #define V8_DISPATCH		2	/* JSFunction holds a dispatch handle */
 
-_Static_assert(sizeof(struct v8_proc) == 72, "v8_proc layout");
+_Static_assert(sizeof(struct v8_proc) == 104, "v8_proc layout");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -108,6 +116,9 @@ struct v8_scratch {
 	 * thread: more than v8_proc's two ranges. */
 	__u64 blob_row_low, blob_row_high;
 	__u32 blob_table, pad;
+	/* Where the copy of the builtins holding the first frame's pc
+	 * starts (unwind.h sets it per frame; 0: the pc is in none). */
+	__u64 pc_blob;
 };
 
 struct {
@@ -215,6 +226,38 @@ static __always_inline bool v8_code_of(struct v8_scratch *vs, __u64 function, __
 	return true;
 }
 
+/* Whether `addr` is in the interpreter's code of the copy of the
+ * builtins that holds the pc (vs->pc_blob). */
+static __always_inline bool v8_interpreter(struct v8_scratch *vs, __u64 addr)
+{
+	__u64 off = addr - vs->pc_blob;
+
+	if (!vs->pc_blob || addr < vs->pc_blob)
+		return false;
+	for (int i = 0; i < V8_INTERP_RANGES; i++)
+		if (off >= vs->proc.interp[2 * i] && off < vs->proc.interp[2 * i + 1])
+			return true;
+	return false;
+}
+
+/* Whether `addr` is in a copy of the builtins: one v8_proc names, or
+ * the one holding the pc. */
+static __always_inline bool v8_any_blob(struct v8_scratch *vs, __u64 addr)
+{
+	return v8_in_blob(vs, addr) ||
+	       (vs->pc_blob && addr >= vs->pc_blob &&
+		addr - vs->pc_blob < vs->proc.blob_high - vs->proc.blob_low);
+}
+
+/* Records the interpreted frame of bytecode array `bytecode` at the Smi
+ * `offset`: 1. */
+static __always_inline int v8_interpreted(struct v8_scratch *vs, __u64 bytecode, __u64 offset)
+{
+	vs->code = bytecode;
+	vs->kind_offset = ((__u64)V8_KIND_INTERPRETED << 56) | ((offset >> 32) & 0xffffffffULL);
+	return 1;
+}
+
 /* Records the frame of `function` as running other code at `pc`: 1. */
 static __always_inline int v8_elsewhere(struct v8_scratch *vs, __u64 function, __u64 pc)
 {
@@ -238,6 +281,7 @@ __noinline int v8_frame(__u64 pc, __u64 sp, __u64 bp, __u64 lr, __u32 flags)
 	struct v8_scratch *vs = v8_scratch_get();
 	struct v8_proc *p;
 	__u64 base = bp - V8_BELOW * 8, function, marker, offset, bytecode;
+	bool interpreted;
 	__u16 type;
 
 	if (!vs)
@@ -262,17 +306,17 @@ __noinline int v8_frame(__u64 pc, __u64 sp, __u64 bp, __u64 lr, __u32 flags)
 		return 0;
 	vs->code = 0;
 	vs->kind_offset = (__u64)V8_KIND_FUNCTION << 56;
-	/* Interpreted: the pc in the builtins (the interpreter's), a
-	 * bytecode array and a Smi offset in their slots. (Code compiled on
-	 * stack replacement keeps the interpreter's slots, the offset slot
-	 * then holding any value.) */
+	/* Interpreted: the pc in the builtins, a bytecode array and a Smi
+	 * offset in their slots. Code compiled on stack replacement keeps
+	 * the interpreter's slots, the offset at the loop's jump: where the
+	 * interpreter's code is known, a first frame's pc in another builtin
+	 * (one that keeps no frame: string concatenation, array growth) is
+	 * the interpreter's only when called from that code. */
 	bytecode = vs->frame[p->slot_bytecode_array & 7];
 	offset = vs->frame[p->slot_bytecode_offset & 7];
-	if (in_blob && v8_is_smi(offset) && v8_type(vs, bytecode) == p->type_bytecode) {
-		vs->code = bytecode;
-		vs->kind_offset = ((__u64)V8_KIND_INTERPRETED << 56) | ((offset >> 32) & 0xffffffffULL);
-		return 1;
-	}
+	interpreted = in_blob && v8_is_smi(offset) && v8_type(vs, bytecode) == p->type_bytecode;
+	if (interpreted && (!p->interp[1] || return_address || v8_interpreter(vs, pc)))
+		return v8_interpreted(vs, bytecode, offset);
 	/* Compiled (baseline or optimized): the pc in its function's code.
 	 * A return address is looked up one byte back, in its call. */
 	if (v8_code_of(vs, function, return_address ? pc - 1 : pc))
@@ -282,29 +326,49 @@ __noinline int v8_frame(__u64 pc, __u64 sp, __u64 bp, __u64 lr, __u32 flags)
 	 * the code in the function's feedback. */
 	if (!in_blob)
 		return v8_elsewhere(vs, function, return_address ? pc - 1 : pc);
-	/* The first frame's pc in a builtin that keeps no frame (string
-	 * concatenation, array growth), called from the compiled code the
-	 * frame pointer's frame runs: the call's return address is at the
-	 * top of the stack, or a word or two above what the builtin pushed
-	 * (as the OpenTelemetry profiler reads it). The builtin is charged
-	 * to its caller's code at the call, with what was inlined there. */
+	/* The first frame's pc in a builtin that keeps no frame, called from
+	 * the interpreter or from the compiled code the frame pointer's
+	 * frame runs: the call's return address is at the top of the stack,
+	 * or a word or two above what the builtin pushed (as the
+	 * OpenTelemetry profiler reads it); arm64's call left it in the link
+	 * register. The builtin is charged to its caller: the bytecode, or
+	 * the code at the call with what was inlined there. */
 	if (!return_address) {
-		/* arm64's call left it in the link register. */
-		if (lr && v8_code_of(vs, function, (lr & V8_ADDR_MASK) - 1))
-			return 1;
+		__u64 first = 0, at;
+		bool have_first = false;
+
+		if (lr) {
+			at = (lr & V8_ADDR_MASK) - 1;
+			if (interpreted && v8_interpreter(vs, at))
+				return v8_interpreted(vs, bytecode, offset);
+			if (v8_code_of(vs, function, at))
+				return 1;
+			first = at;
+			have_first = true;
+		}
 		for (int i = 0; i < V8_LEAF_WORDS; i++) {
 			if (!v8_read(vs, sp + i * 8))
 				break;
-			if (v8_code_of(vs, function, (vs->word & V8_ADDR_MASK) - 1))
+			at = (vs->word & V8_ADDR_MASK) - 1;
+			if (interpreted && v8_interpreter(vs, at))
+				return v8_interpreted(vs, bytecode, offset);
+			if (v8_code_of(vs, function, at))
 				return 1;
+			if (!have_first) {
+				first = at;
+				have_first = true;
+			}
 		}
 		/* Called from other code (on-stack replacement's): the first
-		 * return address that may be the call's, as above. */
-		if (lr)
-			return v8_elsewhere(vs, function, (lr & V8_ADDR_MASK) - 1);
-		if (v8_read(vs, sp))
-			return v8_elsewhere(vs, function, (vs->word & V8_ADDR_MASK) - 1);
+		 * return address that may be the call's, as above; with the
+		 * interpreter's slots, only one outside the builtins (a
+		 * builtin called by another called by the interpreter
+		 * returns into the builtins). */
+		if (have_first && !(interpreted && v8_any_blob(vs, first)))
+			return v8_elsewhere(vs, function, first);
 	}
+	if (interpreted)
+		return v8_interpreted(vs, bytecode, offset);
 	__sync_fetch_and_add(&v8_stats.function_only, 1);
 	return 1;
 }

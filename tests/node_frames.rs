@@ -152,6 +152,7 @@ fn check(major: u32, node: &Path, flags: &[&str]) {
     // serve's loop, compiled on stack replacement, may lose its inlined
     // callees as the workers' loops do (below).
     let floor = if common::bpf::emulated() { 0.90 } else { 0.95 };
+    eprintln!("Node {major} {flags:?}: {both} of {not_clock} samples (not reading clocks) under the chain");
     assert!(
         both as f64 >= floor * not_clock as f64,
         "{}",
@@ -283,30 +284,34 @@ fn workers(major: u32) {
         stacks.iter().filter(|(f, _)| pred(f)).map(|(_, n)| n).sum()
     };
     // 499 Hz for 3 s: some 1,500 samples a thread (on a CPU of its own
-    // for half of it or more), most in the leaf.
+    // for half of it or more), nearly all in the leaf or the clock.
     //
-    // A known gap keeps the floor at a third (a quarter under emulation,
-    // where one CI run of the arm64 guest had 215 of 616): each loop runs
-    // once, so V8 compiles it on stack replacement, inlining the leaf. A
-    // sample in a builtin that keeps no frame (string concatenation,
-    // array growth) called from that code finds the interpreter's slots
-    // still in the frame, and BPF takes it for an interpreted frame at
-    // the loop's jump: the loop alone, its inlined leaf lost. Node 24
-    // here: 690-770 of some 1,470 renderLoop samples in renderPage, 700
-    // or so in renderLoop alone, where V8's own profiler (--cpu-prof) has
-    // 79 % in renderPage and 19.5 % in renderLoop itself. Node 22 loses
-    // none; 20 and 26 as many as 24. Until BPF tells such a frame apart,
-    // the floor only catches a leaf lost more often than that.
-    let (want, share) = if common::bpf::emulated() {
-        (100, 4)
+    // Each loop runs once, so V8 compiles it on stack replacement,
+    // inlining the leaf; that code keeps the interpreter's slots in its
+    // frame. A sample in a builtin that keeps no frame (string
+    // concatenation, array growth) called from it was taken for an
+    // interpreted frame at the loop's jump, the leaf lost: about half of
+    // renderLoop's samples on Node 20, 24 and 26 (690-770 of some 1,470 in
+    // renderPage on Node 24). Told apart by where the builtin was called
+    // from (the interpreter's code, from the binary's labels), 93 to
+    // 99.6 % are in the leaf natively (the arm64 guest: 83 and 96 %); the
+    // program's own clock has 98-99 % of each loop's time in its leaf.
+    // What is still lost: samples of OSR code taken while the function
+    // was young, named after the collector moved it (its old address no
+    // longer the function: named alone), up to 7 % of a 3 s run. The
+    // floor catches the gap come back.
+    let (want, floor) = if common::bpf::emulated() {
+        (100, 0.65)
     } else {
-        (700, 3)
+        (700, 0.80)
     };
     for (lp, leaf) in [("parseLoop", "parseRequest"), ("renderLoop", "renderPage")] {
-        let in_loop = count(&|f| has(f, lp));
+        // Not the loop reading its clock (now(), its own frame).
+        let in_loop = count(&|f| has(f, lp)) - under(&stacks, lp, "now");
         let in_leaf = under(&stacks, lp, leaf);
+        eprintln!("Node {major}: {in_leaf} of {in_loop} samples of {lp} (not in now()) in {leaf}");
         assert!(
-            in_loop >= want && share * in_leaf >= in_loop,
+            in_loop >= want && in_leaf as f64 >= floor * in_loop as f64,
             "Node {major}: {in_loop} samples in {lp}, {in_leaf} in {leaf}: {ctx}"
         );
     }
@@ -335,6 +340,11 @@ fn node20_workers_have_their_own_stacks() {
 #[test]
 fn node24_workers_have_their_own_stacks() {
     workers(24);
+}
+
+#[test]
+fn node26_workers_have_their_own_stacks() {
+    workers(26);
 }
 
 #[test]

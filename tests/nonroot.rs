@@ -1121,6 +1121,67 @@ fn node24_frames_without_root() {
     node_without_root(24, &[]);
 }
 
+/// Two worker threads without root, each running one loop that V8
+/// compiles on stack replacement with its leaf inlined (Node 26 at
+/// default flags): the leaf in nearly all of the loop's samples, as in
+/// tests/node_frames.rs with BPF (its floor, 80 %, says why not all). A
+/// sample in a builtin that keeps no frame, called from that code, finds
+/// the interpreter's slots still in the frame; the user-space walk
+/// (src/runtime/v8/walk.rs) must not take it for an interpreted frame,
+/// which loses the leaf.
+#[test]
+fn node26_workers_without_root() {
+    if !can_run_as_nobody() {
+        return;
+    }
+    let Some(node) = common::runtimes::node(26) else {
+        return;
+    };
+    let _g = serial();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads/nodeservice.js");
+    let sb = Sandbox::new(&[("nodeservice.js", &script)]);
+    let node = node.to_string_lossy().into_owned();
+    let command = [
+        "profile",
+        "-F",
+        "499",
+        "-f",
+        "--",
+        &node,
+        "nodeservice.js",
+        "threads",
+        "3",
+    ];
+    let out = sb.run(&command, &sb.path("cache"), "go\n");
+    let err = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "stderr: {err}");
+    let stacks: Vec<(Vec<&str>, u64)> = stdout
+        .lines()
+        .filter_map(|l| {
+            let (stack, n) = l.rsplit_once(' ')?;
+            let frames: Vec<&str> = stack.split(';').collect();
+            (frames.len() > 1).then_some((frames, n.parse().ok()?))
+        })
+        .collect();
+    for (lp, leaf) in [("parseLoop", "parseRequest"), ("renderLoop", "renderPage")] {
+        let count = |pred: &dyn Fn(&[&str]) -> bool| -> u64 {
+            stacks.iter().filter(|(f, _)| pred(f)).map(|(_, n)| n).sum()
+        };
+        let in_loop = count(&|f| f.contains(&lp));
+        let in_leaf = count(&|f| {
+            f.iter()
+                .rposition(|x| *x == lp)
+                .is_some_and(|at| f[at..].contains(&leaf))
+        });
+        let want = if common::bpf::emulated() { 100 } else { 700 };
+        assert!(
+            in_loop >= want && in_leaf as f64 >= 0.8 * in_loop as f64,
+            "{in_loop} samples in {lp}, {in_leaf} in {leaf}:\n{stdout}\n{err}"
+        );
+    }
+}
+
 /// Ruby frames without root: CRuby `version` (Debian 12's 3.1, or
 /// `scripts/runtimes`' builds) under `flags`, started by flare as nobody,
 /// runs tests/workloads/rbservice.rb, which measures each leaf's share

@@ -70,6 +70,9 @@ struct NodeFile {
     kind: u16,
     /// The builtins' code: virtual address, file offset, size.
     blob: Option<(u64, u64, u64)>,
+    /// The interpreter's code, as offsets in the builtins
+    /// ([`Symbols::interpreter`]).
+    interpreter: Vec<Range<u32>>,
     dispatch: DispatchAt,
 }
 
@@ -157,6 +160,17 @@ fn read_node(file: &std::fs::File) -> Option<NodeFile> {
     let blob = symbols
         .blob_code
         .and_then(|b| Some((b.addr, file_offset(elf.loads(), b.addr)?, b.size)));
+    let interpreter = symbols
+        .blob_code
+        .map(|b| {
+            let offset = |a: u64| u32::try_from(a.checked_sub(b.addr)?).ok();
+            symbols
+                .interpreter
+                .iter()
+                .filter_map(|r| Some(offset(r.start)?..offset(r.end)?))
+                .collect()
+        })
+        .unwrap_or_default();
     let code = |v: Variable| {
         elf.bytes_at_vaddr(v.addr, v.size.min(MAX_CODE), MAX_CODE)
             .map(|b| b.into_owned())
@@ -173,6 +187,7 @@ fn read_node(file: &std::fs::File) -> Option<NodeFile> {
         segments: elf.loads().map(Into::into).collect(),
         kind: elf.kind,
         blob,
+        interpreter,
         dispatch,
     })
 }
@@ -307,6 +322,7 @@ fn found(file: &NodeFile, dev_ino: (u64, u64), maps: &[ExecMapping], mem: &dyn M
         blobs: blobs.into_iter().map(|(r, _)| r).collect(),
         dispatch,
         slots,
+        interpreter: file.interpreter.clone(),
         started: 0,
     })
 }

@@ -146,6 +146,15 @@ fn check_bpf_bytes(p: &Process, major: u8) {
     assert_eq!(b[48..52], [5, 4, 2, 1]);
     let flags = V8_START_IS_FIELD | if major >= 24 { V8_DISPATCH } else { 0 };
     assert_eq!(b[52..56], [flags, 0, 0, 0]);
+    // The interpreter's code: three ranges of offsets in the builtins,
+    // the fourth unused.
+    let int = |at: usize| u32::from_ne_bytes(b[at..at + 4].try_into().unwrap());
+    assert_eq!(p.interpreter.len(), 3, "{:x?}", p.interpreter);
+    for (i, r) in p.interpreter.iter().enumerate() {
+        assert_eq!((int(72 + i * 8), int(76 + i * 8)), (r.start, r.end));
+        assert!(r.start < r.end && u64::from(r.end) <= p.blob.end - p.blob.start);
+    }
+    assert_eq!((int(96), int(100)), (0, 0));
 }
 
 #[test]
@@ -326,6 +335,7 @@ fn a_library_mapped_anywhere_gives_its_builtins_and_their_copy() {
         }],
         kind: 3,
         blob: Some((0x2_0000, 0x2_0000, 0x3000)),
+        interpreter: vec![0x100..0x200, 0x2000..0x3000],
         dispatch: DispatchAt::None,
     };
     let mapping = |start: u64, len: u64, offset: u64| ExecMapping {
@@ -345,6 +355,12 @@ fn a_library_mapped_anywhere_gives_its_builtins_and_their_copy() {
     };
     assert_eq!(p.blob, 0x5500_0000_0000..0x5500_0000_3000);
     assert_eq!(p.blobs, vec![own.clone(), p.blob.clone()]);
+    // The interpreter's code, in either copy.
+    assert_eq!(p.interpreter, vec![0x100..0x200, 0x2000..0x3000]);
+    assert!(p.in_interpreter(p.blob.start, p.blob.start + 0x2fff));
+    assert!(p.in_interpreter(own.start, own.start + 0x100));
+    assert!(!p.in_interpreter(own.start, own.start + 0x200));
+    assert!(!p.in_interpreter(own.start, own.start - 1));
     let Found::Yes(p) = found(&file, (1, 2), &[text], &mem) else {
         panic!("not found");
     };

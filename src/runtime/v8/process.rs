@@ -8,7 +8,10 @@ use std::sync::Arc;
 use super::layout::{FrameSlots, FunctionCode, Layout};
 
 /// Size of `struct v8_proc`.
-pub const BPF_PROC_SIZE: usize = 72;
+pub const BPF_PROC_SIZE: usize = 104;
+
+/// Ranges of the interpreter's code `struct v8_proc` holds.
+pub const BPF_INTERP_RANGES: usize = super::symbols::MAX_INTERPRETER_RANGES;
 
 /// `flags`: `off_start` is a field holding the address of the Code's
 /// first instruction (V8 11.1.204 on), not where the instructions start.
@@ -40,6 +43,13 @@ pub struct Process {
     /// The frame slots BPF reads, as indices ([`bpf_slots`]): marker,
     /// function, bytecode array, bytecode offset.
     pub slots: [u8; 4],
+    /// The code that runs on an interpreted frame (the interpreter's
+    /// trampolines and bytecode handlers), as offsets in the builtins
+    /// (any copy of them); empty where the binary has no labels for it.
+    /// A first frame's pc in another builtin is then the interpreter's
+    /// only when called from there: code compiled on stack replacement
+    /// keeps the interpreter's frame slots.
+    pub interpreter: Vec<Range<u32>>,
     /// When the process started (`/proc/PID/stat` ticks; 0 unknown): with
     /// the pid, what tells it apart for what every collector's namer
     /// shares ([`crate::runtime::v8::namer`]'s line tables).
@@ -81,6 +91,7 @@ impl Process {
     ///     __u8 slot_marker, slot_function, slot_bytecode_array,
     ///          slot_bytecode_offset, flags, pad1[3];
     ///     __u64 other_low, other_high;
+    ///     __u32 interp[4 * 2];  /* low, high offsets in the builtins */
     /// };
     /// ```
     pub fn bpf_bytes(&self) -> [u8; BPF_PROC_SIZE] {
@@ -126,7 +137,20 @@ impl Process {
         let other = self.other_blob();
         b[56..64].copy_from_slice(&other.start.to_ne_bytes());
         b[64..72].copy_from_slice(&other.end.to_ne_bytes());
+        for (i, r) in self.interpreter.iter().take(BPF_INTERP_RANGES).enumerate() {
+            let at = 72 + i * 8;
+            b[at..at + 4].copy_from_slice(&r.start.to_ne_bytes());
+            b[at + 4..at + 8].copy_from_slice(&r.end.to_ne_bytes());
+        }
         b
+    }
+
+    /// Whether `addr` lies in the interpreter's code of the copy of the
+    /// builtins starting at `blob` (false where that code is not known).
+    pub fn in_interpreter(&self, blob: u64, addr: u64) -> bool {
+        addr.checked_sub(blob)
+            .and_then(|off| u32::try_from(off).ok())
+            .is_some_and(|off| self.interpreter.iter().any(|r| r.contains(&off)))
     }
 
     /// The mapping of the builtins other than [`Process::blob`] (empty

@@ -53,6 +53,17 @@ const DISPATCH_TABLE_ADDRESS_OF_ISOLATE: &[u8] =
 /// `IsolateGroup::AddIsolate(Isolate*)`: keeps the first isolate added.
 const ADD_ISOLATE: &[u8] = b"_ZN2v88internal12IsolateGroup10AddIsolateEPNS0_7IsolateE";
 
+/// The embedded builtins' symbols' prefix (`.symtab` labels, one per
+/// builtin, in the order the builtins are laid out).
+const BUILTIN: &[u8] = b"Builtins_";
+/// The interpreter's builtins that run on an interpreted frame (its
+/// entry trampoline, the calls it makes, its re-entries): named
+/// `Builtins_Interpreter*`, laid out together.
+const INTERPRETER: &[u8] = b"Builtins_Interpreter";
+/// The first of the bytecode handlers (`Builtins_*Handler`, laid out
+/// together, last in the official builds of Node.js 20 to 26).
+const FIRST_HANDLER: &[u8] = b"Builtins_WideHandler";
+
 /// A variable of the binary: its virtual address in the file (official
 /// node binaries are not position-independent: the process's address;
 /// else add the load bias) and size in bytes.
@@ -89,6 +100,11 @@ pub struct Symbols {
     pub dispatch_table_address: Option<(Variable, bool)>,
     /// The function `IsolateGroup::AddIsolate`.
     pub add_isolate: Option<Variable>,
+    /// Where the builtins that run on an interpreted frame are (virtual
+    /// addresses, as `blob_code`'s): the interpreter's trampolines and
+    /// its bytecode handlers. Empty without `.symtab`'s labels, or where
+    /// they are not laid out together ([`interpreter_code`]).
+    pub interpreter: Vec<std::ops::Range<u64>>,
 }
 
 impl Symbols {
@@ -139,6 +155,7 @@ impl Symbols {
                 .map(|v| (v, false))
                 .or(found.dispatch_table_address_of_isolate.map(|v| (v, true))),
             add_isolate: found.add_isolate,
+            interpreter: interpreter_code(found.builtins, blob_code),
         })
     }
 
@@ -195,6 +212,82 @@ struct Found {
     dispatch_table_address: Option<Variable>,
     dispatch_table_address_of_isolate: Option<Variable>,
     add_isolate: Option<Variable>,
+    /// Each `Builtins_*` label: its address and what it is.
+    builtins: Vec<(u64, Builtin)>,
+}
+
+/// What a `Builtins_*` label names, as [`interpreter_code`] reads them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Builtin {
+    /// `Builtins_Interpreter*`.
+    Interpreter,
+    /// `Builtins_WideHandler`, the first bytecode handler.
+    FirstHandler,
+    /// Any other `Builtins_*Handler`.
+    Handler,
+    Other,
+}
+
+impl Builtin {
+    fn of(name: &[u8]) -> Builtin {
+        if name.starts_with(INTERPRETER) {
+            Builtin::Interpreter
+        } else if name == FIRST_HANDLER {
+            Builtin::FirstHandler
+        } else if name.ends_with(b"Handler") {
+            Builtin::Handler
+        } else {
+            Builtin::Other
+        }
+    }
+}
+
+/// At most this many ranges of the interpreter's code are kept (what
+/// `struct v8_proc` holds): Node.js 20 to 26 have three.
+pub const MAX_INTERPRETER_RANGES: usize = 4;
+
+/// The code that runs on an interpreted frame, from the builtins' labels
+/// (`builtins`, any order) and the builtins' code `blob`: each run of
+/// `Builtins_Interpreter*` builtins laid out together (the entry
+/// trampoline to the re-entries; `InterpreterOnStackReplacement_ToBaseline`
+/// on its own), and the bytecode handlers from `Builtins_WideHandler` to
+/// the next label that is not a handler (or the blob's end). Labels
+/// outside the blob are left out; without the blob, or with more runs
+/// than [`MAX_INTERPRETER_RANGES`], nothing (the walk then tells frames
+/// apart as it did without).
+pub(super) fn interpreter_code(
+    mut builtins: Vec<(u64, Builtin)>,
+    blob: Option<Variable>,
+) -> Vec<std::ops::Range<u64>> {
+    let Some(blob) = blob else {
+        return Vec::new();
+    };
+    let blob = blob.addr..blob.addr.saturating_add(blob.size);
+    builtins.retain(|(addr, _)| blob.contains(addr));
+    builtins.sort_unstable_by_key(|(addr, _)| *addr);
+    builtins.dedup_by_key(|(addr, _)| *addr);
+    let next = |i: usize| builtins.get(i).map_or(blob.end, |(addr, _)| *addr);
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < builtins.len() {
+        let member: fn(Builtin) -> bool = match builtins[i].1 {
+            Builtin::Interpreter => |b| b == Builtin::Interpreter,
+            Builtin::FirstHandler => |b| matches!(b, Builtin::FirstHandler | Builtin::Handler),
+            _ => {
+                i += 1;
+                continue;
+            }
+        };
+        let first = i;
+        while i < builtins.len() && member(builtins[i].1) {
+            i += 1;
+        }
+        out.push(builtins[first].0..next(i));
+    }
+    if out.len() > MAX_INTERPRETER_RANGES {
+        return Vec::new();
+    }
+    out
 }
 
 impl Found {
@@ -218,6 +311,10 @@ impl Found {
                         self.dbg.insert(name.to_string(), v);
                     }
                 }
+                return;
+            }
+            if s.name.starts_with(BUILTIN) {
+                self.builtins.push((s.value, Builtin::of(s.name)));
                 return;
             }
             let slot = match s.name {

@@ -127,6 +127,76 @@ fn check_variables(name: &str, path: &Path, s: &Symbols) {
     );
     let bytes = elf.bytes_at_vaddr(sizes.addr, sizes.size, 1024).unwrap();
     assert!(bytes.iter().all(|&b| (1..32).contains(&b)), "{name}");
+    // The interpreter's code (`nm -n` of Node 20.20.2 to 26.12.1): its
+    // trampolines to `InterpreterOnStackReplacement`, then
+    // `InterpreterOnStackReplacement_ToBaseline` on its own a few
+    // builtins later, then the bytecode handlers, last in the blob.
+    let end = blob.addr + blob.size;
+    match s.interpreter.as_slice() {
+        [trampolines, to_baseline, handlers] => {
+            assert!(blob.addr < trampolines.start, "{name}");
+            assert!(
+                (0x800..0x2000).contains(&(trampolines.end - trampolines.start)),
+                "{name}: trampolines {trampolines:x?}"
+            );
+            assert!(trampolines.end < to_baseline.start, "{name}");
+            assert!(to_baseline.end - to_baseline.start < 0x400, "{name}");
+            assert_eq!(handlers.end, end, "{name}");
+            assert!(
+                (200 << 10..2 << 20).contains(&(handlers.end - handlers.start)),
+                "{name}: handlers {handlers:x?}"
+            );
+        }
+        other => panic!("{name}: the interpreter's code at {other:x?}"),
+    }
+}
+
+#[test]
+fn the_interpreters_code_is_each_run_of_its_labels() {
+    use Builtin::*;
+    let blob = Some(Variable {
+        addr: 0x1000,
+        size: 0x1000,
+    });
+    let labels = vec![
+        (0x1800, Handler),
+        (0x1000, Other),
+        (0x1100, Interpreter),
+        (0x1140, Interpreter),
+        (0x1200, Other),
+        (0x1300, Interpreter),
+        (0x1340, Other),
+        (0x1700, FirstHandler),
+        (0x1780, Handler),
+        // Both tables name it: once.
+        (0x1780, Handler),
+    ];
+    assert_eq!(
+        interpreter_code(labels.clone(), blob),
+        vec![0x1100..0x1200, 0x1300..0x1340, 0x1700..0x2000]
+    );
+    // A builtin after the handlers ends them; one outside the blob is not
+    // counted.
+    let mut more = labels.clone();
+    more.push((0x1900, Other));
+    more.push((0x3000, Interpreter));
+    assert_eq!(
+        interpreter_code(more, blob),
+        vec![0x1100..0x1200, 0x1300..0x1340, 0x1700..0x1900]
+    );
+    // No blob, or more runs than v8_proc holds: none.
+    assert_eq!(interpreter_code(labels.clone(), None), vec![]);
+    let many: Vec<(u64, Builtin)> = (0..10)
+        .map(|i| {
+            (
+                0x1000 + i * 0x10,
+                if i % 2 == 0 { Interpreter } else { Other },
+            )
+        })
+        .collect();
+    assert_eq!(interpreter_code(many, blob), vec![]);
+    // A blob without the labels: none.
+    assert_eq!(interpreter_code(vec![(0x1000, Other)], blob), vec![]);
 }
 
 #[test]

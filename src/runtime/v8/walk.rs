@@ -50,7 +50,13 @@ pub fn step(
     jit: &dyn Fn(u64) -> bool,
 ) -> Option<Step> {
     let Regs { pc, bp, .. } = regs;
-    let in_builtins = in_any(&process.blobs, pc);
+    // The copy of the builtins holding the pc.
+    let blob = process
+        .blobs
+        .iter()
+        .find(|r| r.contains(&pc))
+        .map(|r| r.start);
+    let in_builtins = blob.is_some();
     if bp == 0 || !(in_builtins || jit(pc)) {
         return None;
     }
@@ -81,15 +87,25 @@ pub fn step(
         caller,
     };
     // Interpreted: the interpreter's pc, a bytecode array and a Smi
-    // offset in their slots (BPF passes the slot as it is).
+    // offset in their slots (BPF passes the slot as it is). Code compiled
+    // on stack replacement keeps the interpreter's slots: where the
+    // interpreter's code is known, a first frame's pc in another builtin
+    // is the interpreter's only when called from there (below).
     let array = slot(bytecode_array).unwrap_or(0);
     // A Smi's value in the slot's upper half, as BPF reads it.
     let offset = slot(bytecode_offset)
         .filter(|w| w & 0xffff_ffff == 0)
         .map(|w| (w >> 32) as u32);
-    if in_builtins && heap.instance_type(array) == Some(types.bytecode_array) {
-        if let Some(offset) = offset {
-            return Some(frame(Kind::Interpreted, offset.into(), array));
+    let interpreted = match offset {
+        Some(offset) if in_builtins && heap.instance_type(array) == Some(types.bytecode_array) => {
+            Some(frame(Kind::Interpreted, offset.into(), array))
+        }
+        _ => None,
+    };
+    let in_interpreter = |at: u64| blob.is_some_and(|b| process.in_interpreter(b, at));
+    if let Some(f) = interpreted {
+        if process.interpreter.is_empty() || return_address || in_interpreter(pc) {
+            return Some(f);
         }
     }
     // Compiled: the pc in its function's code (a return address one byte
@@ -126,14 +142,31 @@ pub fn step(
             .map(|w| w & ADDR_MASK)
             .filter(|&w| w > 0)
             .collect();
-        if let Some((code, offset)) = calls.iter().find_map(|&w| in_code(w - 1)) {
-            return Some(frame(Kind::Compiled, offset.into(), code));
+        for &w in &calls {
+            if interpreted.is_some() && in_interpreter(w - 1) {
+                return interpreted;
+            }
+            if let Some((code, offset)) = in_code(w - 1) {
+                return Some(frame(Kind::Compiled, offset.into(), code));
+            }
         }
+        // With the interpreter's slots, only a return address outside the
+        // builtins is another code's (a builtin called by another called
+        // by the interpreter returns into the builtins).
+        let in_a_blob = |at: u64| {
+            in_any(&process.blobs, at)
+                || blob.is_some_and(|b| {
+                    at.checked_sub(b)
+                        .is_some_and(|o| o < process.blob.end - process.blob.start)
+                })
+        };
         if let Some(&call) = calls.first() {
-            return Some(frame(Kind::Elsewhere, call - 1, function));
+            if interpreted.is_none() || !in_a_blob(call - 1) {
+                return Some(frame(Kind::Elsewhere, call - 1, function));
+            }
         }
     }
-    Some(frame(Kind::Function, 0, 0))
+    interpreted.or(Some(frame(Kind::Function, 0, 0)))
 }
 
 fn in_any(ranges: &[Range<u64>], pc: u64) -> bool {
