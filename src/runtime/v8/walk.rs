@@ -152,16 +152,10 @@ pub fn step(
         }
         // With the interpreter's slots, only a return address outside the
         // builtins is another code's (a builtin called by another called
-        // by the interpreter returns into the builtins).
-        let in_a_blob = |at: u64| {
-            in_any(&process.blobs, at)
-                || blob.is_some_and(|b| {
-                    at.checked_sub(b)
-                        .is_some_and(|o| o < process.blob.end - process.blob.start)
-                })
-        };
+        // by the interpreter returns into the builtins; the pc's copy is
+        // one of `blobs`).
         if let Some(&call) = calls.first() {
-            if interpreted.is_none() || !in_a_blob(call - 1) {
+            if interpreted.is_none() || !in_any(&process.blobs, call - 1) {
                 return Some(frame(Kind::Elsewhere, call - 1, function));
             }
         }
