@@ -36,9 +36,11 @@ pub struct Tracker {
     thread: Option<JoinHandle<()>>,
 }
 
-/// How long the thread sleeps when no records come (and how long a stop
-/// may take).
-const POLL_MS: i32 = 50;
+/// How long the thread sleeps when no records come: records that fill a
+/// buffer past its watermark wake it, a stop wakes it at once (`wake`),
+/// and perf maps are looked for again no more often than this
+/// (src/procmaps/perfmap.rs RETRY_GAP).
+const POLL_MS: i32 = 250;
 
 impl Tracker {
     /// Opens the perf events on every online CPU and starts the thread.

@@ -23,8 +23,9 @@ use crate::profile::Frame;
 use crate::unwind::procs::ExecMapping;
 use crate::unwind::Watcher;
 
-/// How often a runtime not set up yet is looked at again.
-pub const RETRY_GAP: Duration = Duration::from_millis(100);
+/// How often a runtime not set up yet is looked at again: as often as the
+/// loader wakes while a tracker says it is [`Watcher::busy`].
+pub const RETRY_GAP: Duration = crate::unwind::loader::BUSY_WAIT;
 
 /// The time detection may spend on one process over all its tries (each
 /// bounded: [`crate::elf`] reads, memory reads of stated sizes): past it,
@@ -351,6 +352,12 @@ impl<R: Runtime> Watcher for Tracker<R> {
 
     fn idle(&mut self) {
         self.retry();
+    }
+
+    /// A process whose runtime was not ready is looked at again every
+    /// [`RETRY_GAP`].
+    fn busy(&self) -> bool {
+        !self.pending.is_empty()
     }
 }
 

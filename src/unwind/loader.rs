@@ -189,9 +189,22 @@ pub trait Watcher: Send {
     fn loaded(&mut self, pid: u32, maps: &[ExecMapping]);
     /// Process `pid` exited.
     fn gone(&mut self, pid: u32);
-    /// Between reports, at least every 50 ms.
+    /// Between reports: at least every [`BUSY_WAIT`] while a watcher is
+    /// [`Watcher::busy`], else every [`IDLE_WAIT`].
     fn idle(&mut self);
+    /// Whether it has work for its idle turns soon (a process to look at
+    /// again): the loader then waits [`BUSY_WAIT`] at most for reports.
+    fn busy(&self) -> bool {
+        false
+    }
 }
+
+/// How long the loader waits for BPF's reports while a watcher is busy
+/// (the runtime trackers look at a pending process again this often).
+pub const BUSY_WAIT: Duration = Duration::from_millis(100);
+/// How long it waits otherwise (and how long a stop may take): reports
+/// wake it at once.
+pub const IDLE_WAIT: Duration = Duration::from_millis(250);
 
 fn exe_id(pid: u32) -> (u64, u64) {
     std::fs::metadata(format!("/proc/{pid}/exe")).map_or((0, 0), |m| (m.dev(), m.ino()))
@@ -499,7 +512,8 @@ fn serve(mut loader: Loader, stop: Arc<AtomicBool>, scan_all: bool) -> Stats {
     }
     let mut last_tick = Instant::now();
     while !stop.load(Ordering::Relaxed) {
-        let _ = ring.poll(Duration::from_millis(50));
+        let busy = loader.watchers.iter().any(|w| w.busy());
+        let _ = ring.poll(if busy { BUSY_WAIT } else { IDLE_WAIT });
         handle(&mut loader);
         for w in &mut loader.watchers {
             w.idle();
