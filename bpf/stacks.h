@@ -25,8 +25,11 @@
 #include "unwind_types.h"
 
 /* Every stack of the run, by id: its head (common.h); sized before load
- * (--stack-storage-size). Entries are never replaced or deleted, so an
- * id names one stack for the whole run. */
+ * (--stack-storage-size). Entries are never replaced, so an id names one
+ * stack for as long as it is there. A periodic reader may delete the
+ * stacks it has not met lately, head then tail (collect/stacks.rs,
+ * Periodic::forgetting): one met again is stored again, its tail mended
+ * (flare_mend_tail). */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__type(key, __u64);

@@ -7,10 +7,17 @@
 //!
 //! Collisions are made on purpose: `FLARE_TEST_STACK_HASH_BITS=1` keeps
 //! one bit of each hash, so every stack's first id is one of two.
+//!
+//! A run without end (the agent) keeps room for new stacks: `coldstacks`
+//! recurses a level deeper every 100 ms for 12 s, so its stacks (about
+//! ten a second) go cold; with room for 64, an agent that kept every
+//! stack lost some in two windows of 1 s (then renewed its storage).
 
 mod common;
 
+use common::agent::Agent;
 use common::bpf::{require_bpf, serial, workload};
+use common::receivers::{decode_pprof, resolve};
 use common::stackcount::{text_counts, Tracer, Workload};
 
 const CALLS: u64 = 500;
@@ -190,4 +197,107 @@ fn kernel_stacks_of_many_paths_are_all_kept() {
             "{n} switches through {way}, not {ROUNDS}:\n{out}"
         );
     }
+}
+
+/// coldstacks beside `flare agent --profiles PROFILES` with room for 64
+/// stacks and 1 s windows: the windows' profiles, the deepest level the
+/// workload reached and its pid.
+fn cold_stacks_beside_agent(
+    profiles: &str,
+) -> (Vec<flare::output::pprof::proto::Profile>, usize, u32) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = common::session::Workload::start("coldstacks", &["12", "100"]);
+    let pid = w.pid.to_string();
+    let out = dir.path().to_str().unwrap();
+    let agent = Agent::start(&[
+        "-p",
+        &pid,
+        "-U",
+        "-F",
+        "99",
+        "--interval",
+        "1",
+        "--profiles",
+        profiles,
+        "--stack-storage-size",
+        "64",
+        "-o",
+        out,
+    ]);
+    // Attached once the first window is written.
+    let files = || flare::export::dir::Dir::files(dir.path()).unwrap_or_default();
+    let start = std::time::Instant::now();
+    while files().is_empty() && start.elapsed() < std::time::Duration::from_secs(60) {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    w.go();
+    w.wait_done();
+    let depth: usize = w
+        .reports
+        .iter()
+        .find_map(|l| l.strip_prefix("depth ")?.parse().ok())
+        .expect("a depth line");
+    // The window holding the end is whole before the agent stops.
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let err = agent.terminate();
+    let windows: Vec<_> = files()
+        .iter()
+        .map(|f| decode_pprof(&std::fs::read(f).unwrap()))
+        .collect();
+    assert!(windows.len() >= 12, "{} windows: {err}", windows.len());
+    (windows, depth, w.pid)
+}
+
+/// No window lost stacks; the workload's samples all have their stacks,
+/// the deepest ones too.
+fn check_cold_stacks(windows: &[flare::output::pprof::proto::Profile], depth: usize, pid: u32) {
+    let lost: Vec<&String> = windows
+        .iter()
+        .flat_map(|p| p.comment.iter().map(|&i| &p.string_table[i as usize]))
+        .filter(|c| c.contains("could not be stored"))
+        .collect();
+    assert!(lost.is_empty(), "windows lost stacks: {lost:?}");
+    let (mut all, mut leaf, mut deepest) = (0, 0, 0);
+    // CPU samples (the wall-clock profile holds the waits before and
+    // after the work too).
+    let cpu = |p: &&flare::output::pprof::proto::Profile| {
+        p.string_table[p.sample_type[0].r#type as usize] == "samples"
+    };
+    for r in windows.iter().filter(cpu).flat_map(resolve) {
+        if r.labels.get("pid") != Some(&pid.to_string()) {
+            continue;
+        }
+        all += r.value;
+        if r.functions.iter().any(|f| f == "leaf") {
+            leaf += r.value;
+            deepest = deepest.max(r.functions.iter().filter(|f| *f == "level").count());
+        }
+    }
+    assert!(all > 0, "no samples of the workload");
+    assert!(
+        leaf as f64 >= 0.9 * all as f64,
+        "{leaf} of {all} samples in leaf()"
+    );
+    // Stacks are new until the end (the last steps' within 20 levels).
+    assert!(deepest + 20 >= depth, "deepest {deepest} levels of {depth}");
+}
+
+#[test]
+fn the_cpu_collector_deletes_cold_stacks_and_keeps_room() {
+    if !require_bpf() {
+        return;
+    }
+    let _serial = serial();
+    let (windows, depth, pid) = cold_stacks_beside_agent("cpu");
+    check_cold_stacks(&windows, depth, pid);
+}
+
+#[test]
+fn the_wall_clock_collector_deletes_cold_stacks_and_keeps_room() {
+    if !require_bpf() {
+        return;
+    }
+    let _serial = serial();
+    let (windows, depth, pid) = cold_stacks_beside_agent("cpu,wall");
+    check_cold_stacks(&windows, depth, pid);
 }

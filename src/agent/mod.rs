@@ -14,7 +14,9 @@
 //! windows), or sooner once it has seen [`RENEW_PROCESSES`] processes or
 //! a window lost stacks for want of room — a fresh BPF session, whose
 //! stack storage would otherwise fill with stacks of exited processes
-//! (new stacks are then lost), and a fresh
+//! (new stacks are then lost; the CPU and wall-clock collectors also
+//! delete the stacks they have not met for two windows,
+//! [`crate::collect::Periodic::forgetting`]), and a fresh
 //! symbolizer: blazesym keeps an entry per process and mapping it has
 //! read, and the soak test saw an agent on a machine starting many short
 //! processes grow by 170 KiB/s without renewal. The few milliseconds

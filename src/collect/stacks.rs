@@ -19,9 +19,10 @@ const EFAULT: i64 = 14;
 const ENOMEM: i64 = 12;
 const EEXIST: i64 = 17;
 
-/// Stacks already read, by id. The storage is never cleared and an entry
-/// is never replaced, so an id names the same stack for a whole run and
-/// periodic readers keep this across reads. But a run without end meets
+/// Stacks already read, by id. An entry of the storage is never replaced,
+/// and deleted only once dropped from here ([`Periodic::forgetting`]), so
+/// an id kept here names the same stack and periodic readers keep this
+/// across reads. But a run without end meets
 /// most stacks for a while only (processes come and go, the agent's
 /// beside a build held thousands of stacks of exited processes), so a
 /// stack not met in the last two reads is dropped, and read again from
@@ -53,10 +54,12 @@ impl StackCache {
     }
 
     /// Ends a read: stacks met in neither it nor the one before are
-    /// dropped.
-    fn end_read(&mut self) {
+    /// dropped, and returned.
+    fn end_read(&mut self) -> HashMap<i64, RawTrace> {
+        let dropped = std::mem::take(&mut self.before);
         self.before = std::mem::take(&mut self.last);
         self.last = std::mem::take(&mut self.now);
+        dropped
     }
 
     /// Stacks kept.
@@ -225,9 +228,7 @@ impl<'m, M: MapCore> StackReader<'m, M> {
             .lookup(&(id as u64).to_ne_bytes(), MapFlags::ANY)
             .ok()??;
         record(&bytes, |chunk| {
-            let mut key = [0u8; 16];
-            key[..8].copy_from_slice(&(id as u64).to_ne_bytes());
-            key[8..].copy_from_slice(&(chunk as u64).to_ne_bytes());
+            let key = tail_key(id as u64, chunk as u64);
             self.storage.tails.lookup(&key, MapFlags::ANY).ok()?
         })
     }
@@ -363,9 +364,28 @@ pub fn decode(words: &[u64]) -> Vec<RawFrame> {
 pub struct Periodic {
     cache: StackCache,
     seen: HashMap<&'static str, u64>,
+    /// Stacks dropped from the cache are deleted from the storage too.
+    forget: bool,
 }
 
 impl Periodic {
+    /// A reader's state that also deletes from the storage the stacks
+    /// the cache drops (met in none of the last two clearing reads), so
+    /// that a run without end keeps room for new stacks: code compiled at
+    /// run time and short-lived processes make new stacks all the time
+    /// (busy runtimes filled 16,384 in 30 s to 3 minutes). Only for a
+    /// collector whose every stack id still to be counted is met at each
+    /// clearing read (in its counts, or its blocked threads'): one held
+    /// elsewhere (offcputime's blocked threads, its wakers') would lose
+    /// its stack. A stack met again after it is deleted is stored again;
+    /// one met by BPF in the moment it is deleted is lost, and counted.
+    pub fn forgetting() -> Self {
+        Periodic {
+            forget: true,
+            ..Periodic::default()
+        }
+    }
+
     /// A stack reader for one read, starting from the stacks read before:
     /// an id names the same stack for a whole run.
     pub fn reader<'m, M: MapCore>(&mut self, storage: Storage<'m, M>) -> StackReader<'m, M> {
@@ -377,9 +397,13 @@ impl Periodic {
     /// two (learning runtime frames' names while processes live) count as
     /// part of the next.
     pub fn done<M: MapCore>(&mut self, reader: StackReader<'_, M>, clear: bool) {
-        self.cache = reader.into_cache();
+        let StackReader { storage, cache, .. } = reader;
+        self.cache = cache;
         if clear {
-            self.cache.end_read();
+            let dropped = self.cache.end_read();
+            if self.forget {
+                forget(storage, &dropped);
+            }
         }
     }
 
@@ -393,6 +417,34 @@ impl Periodic {
         }
         delta
     }
+}
+
+/// Deletes the stacks `dropped` (by id) from `storage`: each head, then
+/// the chunks of its tail (stored from chunk 1 on, each after the one
+/// before, so the first missing one ends it). A stack that cannot have
+/// a tail, fewer frames than a head holds words, has none to look for.
+fn forget<M: MapCore>(storage: Storage<'_, M>, dropped: &HashMap<i64, RawTrace>) {
+    for (&id, trace) in dropped {
+        let id = id as u64;
+        let _ = storage.stacks.delete(&id.to_ne_bytes());
+        if trace.frames().len() * (1 + RUNTIME_FRAME_WORDS) < CHUNK_WORDS {
+            continue;
+        }
+        for chunk in 1..STACK_CHUNKS as u64 {
+            if storage.tails.delete(&tail_key(id, chunk)).is_err() {
+                break;
+            }
+        }
+    }
+}
+
+/// Mirrors `struct flare_tail_key` (`bpf/common.h`): chunk `chunk` of the
+/// tail of stack `id`.
+fn tail_key(id: u64, chunk: u64) -> [u8; 16] {
+    let mut key = [0u8; 16];
+    key[..8].copy_from_slice(&id.to_ne_bytes());
+    key[8..].copy_from_slice(&chunk.to_ne_bytes());
+    key
 }
 
 #[cfg(test)]

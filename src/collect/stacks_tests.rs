@@ -189,7 +189,8 @@ fn stacks_not_met_in_two_reads_are_dropped() {
     assert_eq!(c.get(1), Some(trace(1)));
     c.end_read();
     assert_eq!(c.get(2), Some(trace(2)), "kept over one read without it");
-    c.end_read();
+    let dropped = c.end_read();
+    assert_eq!(dropped.into_keys().collect::<Vec<_>>(), [3], "returned");
     assert_eq!(c.get(3), None, "dropped after two reads without it");
     assert_eq!(c.get(1), Some(trace(1)));
     assert_eq!(c.len(), 2);
@@ -199,4 +200,100 @@ fn stacks_not_met_in_two_reads_are_dropped() {
     c.end_read();
     c.end_read();
     assert_eq!(c.len(), 0);
+}
+
+/// A BPF hash map of `key`-byte keys and `value`-byte values; `None`
+/// without the right to make one (not root), which fails under
+/// FLARE_REQUIRE_BPF=1.
+fn hash_map(key: u32, value: u32, entries: u32) -> Option<libbpf_rs::MapHandle> {
+    let opts = libbpf_rs::libbpf_sys::bpf_map_create_opts {
+        sz: std::mem::size_of::<libbpf_rs::libbpf_sys::bpf_map_create_opts>() as _,
+        ..Default::default()
+    };
+    let map = libbpf_rs::MapHandle::create(
+        libbpf_rs::MapType::Hash,
+        Some("flare_test"),
+        key,
+        value,
+        entries,
+        &opts,
+    );
+    match map {
+        Ok(m) => Some(m),
+        Err(e) => {
+            assert!(
+                std::env::var("FLARE_REQUIRE_BPF").as_deref() != Ok("1"),
+                "creating a BPF map: {e}"
+            );
+            eprintln!("skipped: creating a BPF map: {e}");
+            None
+        }
+    }
+}
+
+#[test]
+fn a_forgetting_reader_deletes_stacks_it_no_longer_meets_with_their_tails() {
+    let head_size = (2 + CHUNK_WORDS) as u32 * 8;
+    let chunk_size = CHUNK_WORDS as u32 * 8;
+    let (Some(stacks), Some(tails)) = (hash_map(8, head_size, 16), hash_map(16, chunk_size, 16))
+    else {
+        return;
+    };
+    // Stack 1: 300 frames, a head and two tail chunks; 2: one frame;
+    // 3: one frame, met at every read.
+    let (head, chunks) = deep(300, false);
+    stacks
+        .update(&1u64.to_ne_bytes(), &head, MapFlags::ANY)
+        .unwrap();
+    for (k, c) in chunks.iter().enumerate() {
+        tails
+            .update(&tail_key(1, k as u64 + 1), c, MapFlags::ANY)
+            .unwrap();
+    }
+    let (short, _) = deep(1, false);
+    stacks
+        .update(&2u64.to_ne_bytes(), &short, MapFlags::ANY)
+        .unwrap();
+    stacks
+        .update(&3u64.to_ne_bytes(), &short, MapFlags::ANY)
+        .unwrap();
+    let read = |periodic: &mut Periodic, ids: &[i64]| {
+        let mut reader = periodic.reader(Storage {
+            stacks: &stacks,
+            tails: &tails,
+        });
+        for &id in ids {
+            assert!(matches!(reader.read(id, true), RawTrace::Frames(_)));
+        }
+        periodic.done(reader, true);
+    };
+    let there = |id: u64| {
+        stacks
+            .lookup(&id.to_ne_bytes(), MapFlags::ANY)
+            .unwrap()
+            .is_some()
+    };
+    let tail_there = |chunk| {
+        tails
+            .lookup(&tail_key(1, chunk), MapFlags::ANY)
+            .unwrap()
+            .is_some()
+    };
+
+    // A reader that keeps: nothing is deleted.
+    let mut keeping = Periodic::default();
+    read(&mut keeping, &[1, 2, 3]);
+    for _ in 0..3 {
+        read(&mut keeping, &[3]);
+    }
+    assert!(there(1) && there(2) && tail_there(1) && tail_there(2));
+
+    let mut forgetting = Periodic::forgetting();
+    read(&mut forgetting, &[1, 2, 3]);
+    read(&mut forgetting, &[3]);
+    assert!(there(1) && there(2), "kept over one read without them");
+    read(&mut forgetting, &[3]);
+    assert!(!there(1) && !there(2), "deleted after two");
+    assert!(!tail_there(1) && !tail_there(2), "with the tail");
+    assert!(there(3), "met at every read");
 }

@@ -229,7 +229,7 @@ impl<'obj> Session<'obj> {
             skel,
             config,
             _links: links,
-            periodic: Periodic::default(),
+            periodic: Periodic::forgetting(),
             unwinder,
         })
     }

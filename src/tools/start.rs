@@ -66,7 +66,7 @@ pub(crate) struct Plan<'a> {
     pub uprobes: Option<&'a Path>,
     /// A pinned set (--cgroupmap, --mntnsmap) limits what is sampled: with
     /// no process watched, the unwinder loads the processes BPF meets, not
-    /// every process at start (an agent renewed every two minutes read
+    /// every process at start (an agent, at each renewal, read
     /// every binary on the host each time, 14 MiB at once beside a build).
     pub filtered: bool,
 }

@@ -232,7 +232,7 @@ impl<'obj> Session<'obj> {
             skel,
             config,
             _links: Vec::new(),
-            periodic: Periodic::default(),
+            periodic: Periodic::forgetting(),
             raw_tp,
             unwinder,
             random: std::hash::RandomState::new(),
