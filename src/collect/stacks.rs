@@ -387,7 +387,7 @@ impl Periodic {
     }
 
     /// A stack reader for one read, starting from the stacks read before:
-    /// an id names the same stack for a whole run.
+    /// an id kept names the same stack (see [`StackCache`]).
     pub fn reader<'m, M: MapCore>(&mut self, storage: Storage<'m, M>) -> StackReader<'m, M> {
         StackReader::with_cache(storage, std::mem::take(&mut self.cache))
     }
