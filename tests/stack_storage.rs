@@ -19,6 +19,8 @@ use common::agent::Agent;
 use common::bpf::{require_bpf, serial, workload};
 use common::receivers::{decode_pprof, resolve};
 use common::stackcount::{text_counts, Tracer, Workload};
+use common::webdriver::wait_for;
+use std::time::Duration;
 
 const CALLS: u64 = 500;
 
@@ -226,10 +228,9 @@ fn cold_stacks_beside_agent(
     ]);
     // Attached once the first window is written.
     let files = || flare::export::dir::Dir::files(dir.path()).unwrap_or_default();
-    let start = std::time::Instant::now();
-    while files().is_empty() && start.elapsed() < std::time::Duration::from_secs(60) {
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
+    wait_for("the agent's first window", Duration::from_secs(60), || {
+        (!files().is_empty()).then_some(())
+    });
     w.go();
     w.wait_done();
     let depth: usize = w
@@ -238,7 +239,7 @@ fn cold_stacks_beside_agent(
         .find_map(|l| l.strip_prefix("depth ")?.parse().ok())
         .expect("a depth line");
     // The window holding the end is whole before the agent stops.
-    std::thread::sleep(std::time::Duration::from_millis(1500));
+    std::thread::sleep(Duration::from_millis(1500));
     let err = agent.terminate();
     let windows: Vec<_> = files()
         .iter()
