@@ -24,6 +24,7 @@
 #define FLARE_EEXIST 17
 #define FLARE_ENOMEM 12
 #define FLARE_E2BIG 7
+#define FLARE_EBUSY 16
 
 /* Stack ids (bpf/stacks.h): kernel stacks' ids are below 2^31 (they fit
  * the keys' 32-bit fields), user stacks' at or above FLARE_USER_ID_BASE;
@@ -116,6 +117,7 @@ struct flare_stack_chunk {
 struct flare_stack_stats {
 	__u64 collisions;	/* ids taken by another stack (probed past) */
 	__u64 full;		/* stacks not stored: the storage was full */
+	__u64 busy;		/* stacks not stored: the storage was busy */
 	__u64 tails_full;	/* tail chunks not stored: their storage was full */
 	__u64 cut;		/* stacks cut at the depth limit */
 };

@@ -48,6 +48,17 @@ struct {
 	__uint(max_entries, 16384);
 } stack_tails SEC(".maps");
 
+/* The ids of stacks newly stored, with their words: a periodic reader
+ * that deletes the stacks it no longer meets also deletes those no count
+ * ever named (an off-CPU period sampled out after its stack was stored at
+ * the switch), which it never reads (collect/stacks.rs, News). A record
+ * the ring has no room for is dropped: that stack stays until renewal.
+ * User space sizes it before load. */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 4096);
+} stack_news SEC(".maps");
+
 /* Where a stack is assembled before it is stored: one per CPU, by CPU
  * (an array, not a per-CPU array, whose values may not exceed 32 KiB);
  * user space sets max_entries to the possible CPUs before load. */
@@ -227,16 +238,25 @@ static __noinline __s64 flare_store_stack(struct flare_stack_scratch *s, __u64 h
 
 		if (!old) {
 			/* The head is the scratch's first fields. */
-			if (!bpf_map_update_elem(&stacks, &id, s, BPF_NOEXIST)) {
-				if ((s->len & FLARE_LEN_WORDS) > FLARE_MAX_STACK_DEPTH)
+			long err = bpf_map_update_elem(&stacks, &id, s, BPF_NOEXIST);
+
+			if (!err) {
+				__u64 news[2] = { id, s->len & FLARE_LEN_WORDS };
+
+				if (news[1] > FLARE_MAX_STACK_DEPTH)
 					flare_store_tail(s, id);
+				bpf_ringbuf_output(&stack_news, news, sizeof(news), BPF_RB_NO_WAKEUP);
 				return id;
 			}
-			/* Taken meanwhile by another CPU, or full. */
+			/* Taken meanwhile by another CPU, full, or busy. */
 			old = bpf_map_lookup_elem(&stacks, &id);
 			if (!old) {
-				__sync_fetch_and_add(&stack_stats.full, 1);
-				return -FLARE_ENOMEM;
+				if (err == -FLARE_E2BIG) {
+					__sync_fetch_and_add(&stack_stats.full, 1);
+					return -FLARE_ENOMEM;
+				}
+				__sync_fetch_and_add(&stack_stats.busy, 1);
+				return -FLARE_EBUSY;
 			}
 		}
 		if (flare_same_stack(old, s)) {

@@ -6,9 +6,9 @@
 //! met, so each tool reports them the same way.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
-use libbpf_rs::{MapCore, MapFlags, OpenMapMut};
+use libbpf_rs::{MapCore, MapFlags, OpenMapMut, RingBuffer, RingBufferBuilder};
 
 use super::raw::{RawFrame, RawTrace, Runtime, RuntimeFrame};
 use crate::profile::Lost;
@@ -62,12 +62,22 @@ impl StackCache {
         dropped
     }
 
+    /// True when the stack under `id` is kept.
+    fn contains(&self, id: i64) -> bool {
+        self.now.contains_key(&id) || self.last.contains_key(&id) || self.before.contains_key(&id)
+    }
+
     /// Stacks kept.
     #[cfg(test)]
     fn len(&self) -> usize {
         self.now.len() + self.last.len() + self.before.len()
     }
 }
+
+/// The bytes of the `stack_news` ring: some 10,000 announcements (16
+/// bytes and an 8-byte header each) between two reads, where busy
+/// runtimes' off-CPU periods make a few hundred new stacks a second.
+const NEWS_RING: u32 = 256 << 10;
 
 /// Mirrors `bpf/common.h`: the words of a stored stack's head, and of
 /// each chunk of its tail.
@@ -119,10 +129,12 @@ pub fn size_storage(
     stacks: &mut OpenMapMut<'_>,
     tails: &mut OpenMapMut<'_>,
     scratch: &mut OpenMapMut<'_>,
+    news: &mut OpenMapMut<'_>,
     size: u32,
     mode: super::UnwindMode,
 ) -> libbpf_rs::Result<()> {
     stacks.set_max_entries(size)?;
+    news.set_max_entries(NEWS_RING)?;
     let cpus = libbpf_rs::num_possible_cpus().map_or(1, |n| n.max(1));
     scratch.set_max_entries(u32::try_from(cpus).unwrap_or(u32::MAX))?;
     let deep = mode != super::UnwindMode::Fp || kernel_max_frames() as usize > CHUNK_WORDS;
@@ -138,11 +150,19 @@ pub fn size_storage(
 }
 
 /// The stack storage of a loaded program: heads and tails.
-#[derive(Clone, Copy)]
 pub struct Storage<'m, M: MapCore> {
     pub stacks: &'m M,
     pub tails: &'m M,
 }
+
+// By hand: derived, they would ask the maps to be `Copy` too.
+impl<M: MapCore> Clone for Storage<'_, M> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<M: MapCore> Copy for Storage<'_, M> {}
 
 /// Reads stacks by id during one collection: each valid id is looked up
 /// in the kernel once, and stacks that could not be stored are counted.
@@ -360,12 +380,95 @@ pub fn decode(words: &[u64]) -> Vec<RawFrame> {
 /// What a tool carries from one clearing read of its maps to the next (for
 /// interval output and the live view): the stacks already read, and how
 /// much of each kernel counter has been reported.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct Periodic {
     cache: StackCache,
     seen: HashMap<&'static str, u64>,
     /// Stacks dropped from the cache are deleted from the storage too.
     forget: bool,
+    /// And so are stacks stored that no read meets.
+    news: Option<News>,
+}
+
+/// The stacks BPF stored lately (the `stack_news` ring) that no read has
+/// met yet. An off-CPU period's stacks are stored when its thread leaves
+/// the CPU, and most short periods are then sampled out at its return:
+/// no count names those stacks, so no read meets them, and nothing else
+/// would delete them. Beside busy runtimes they filled the agent's 16,384
+/// stacks in about 100 s even as it deleted the stacks it no longer met.
+struct News {
+    ring: RingBuffer<'static>,
+    /// Announced since the last drain: (id, words).
+    fresh: Arc<Mutex<Vec<(u64, u64)>>>,
+    unmet: Unmet,
+}
+
+impl News {
+    fn start(ring: &dyn MapCore) -> libbpf_rs::Result<Self> {
+        let fresh = Arc::new(Mutex::new(Vec::new()));
+        let sink = Arc::clone(&fresh);
+        let mut builder = RingBufferBuilder::new();
+        builder.add(ring, move |rec: &[u8]| {
+            let word = |i: usize| {
+                rec.get(i * 8..i * 8 + 8)
+                    .and_then(|b| b.try_into().ok())
+                    .map(u64::from_ne_bytes)
+            };
+            if let (Some(id), Some(words)) = (word(0), word(1)) {
+                sink.lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .push((id, words));
+            }
+            0
+        })?;
+        Ok(News {
+            ring: builder.build()?,
+            fresh,
+            unmet: Unmet::default(),
+        })
+    }
+
+    /// Takes in what the ring announced since the last call.
+    fn drain(&mut self, cache: &StackCache) {
+        let _ = self.ring.consume();
+        let fresh = std::mem::take(&mut *self.fresh.lock().unwrap_or_else(PoisonError::into_inner));
+        for (id, words) in fresh {
+            self.unmet.announce(id, words, cache);
+        }
+    }
+}
+
+/// Stacks announced as stored and not met by a read since: words, and
+/// the clearing reads since.
+#[derive(Debug, Default)]
+struct Unmet(HashMap<u64, (u64, u8)>);
+
+impl Unmet {
+    /// Stack `id` of `words` words was stored.
+    fn announce(&mut self, id: u64, words: u64, cache: &StackCache) {
+        if !cache.contains(id as i64) {
+            self.0.insert(id, (words, 0));
+        }
+    }
+
+    /// At a clearing read's end: forgets the stacks met since, and
+    /// returns (id, words) of those met in neither this read nor the one
+    /// before, to delete.
+    fn age(&mut self, cache: &StackCache) -> Vec<(u64, u64)> {
+        let mut gone = Vec::new();
+        self.0.retain(|&id, (words, reads)| {
+            if cache.contains(id as i64) {
+                return false;
+            }
+            *reads += 1;
+            if *reads < 2 {
+                return true;
+            }
+            gone.push((id, *words));
+            false
+        });
+        gone
+    }
 }
 
 impl Periodic {
@@ -379,11 +482,19 @@ impl Periodic {
     /// elsewhere (offcputime's blocked threads, its wakers') would lose
     /// its stack. A stack met again after it is deleted is stored again;
     /// one met by BPF in the moment it is deleted is lost, and counted.
-    pub fn forgetting() -> Self {
-        Periodic {
+    ///
+    /// `news` is the program's `stack_news` ring: stacks stored that no
+    /// count names are deleted too ([`News`]).
+    pub fn forgetting(news: &dyn MapCore) -> crate::error::Result<Self> {
+        let news = News::start(news).map_err(|source| crate::error::Error::MapRead {
+            map: "stack_news",
+            source,
+        })?;
+        Ok(Periodic {
             forget: true,
+            news: Some(news),
             ..Periodic::default()
-        }
+        })
     }
 
     /// A stack reader for one read, starting from the stacks read before:
@@ -399,10 +510,18 @@ impl Periodic {
     pub fn done<M: MapCore>(&mut self, reader: StackReader<'_, M>, clear: bool) {
         let StackReader { storage, cache, .. } = reader;
         self.cache = cache;
+        if let Some(news) = &mut self.news {
+            news.drain(&self.cache);
+        }
         if clear {
             let dropped = self.cache.end_read();
             if self.forget {
                 forget(storage, &dropped);
+            }
+            if let Some(news) = &mut self.news {
+                for (id, words) in news.unmet.age(&self.cache) {
+                    delete(storage, id, words);
+                }
             }
         }
     }
@@ -425,15 +544,23 @@ impl Periodic {
 /// a tail, fewer frames than a head holds words, has none to look for.
 fn forget<M: MapCore>(storage: Storage<'_, M>, dropped: &HashMap<i64, RawTrace>) {
     for (&id, trace) in dropped {
-        let id = id as u64;
-        let _ = storage.stacks.delete(&id.to_ne_bytes());
-        if trace.frames().len() * (1 + RUNTIME_FRAME_WORDS) < CHUNK_WORDS {
-            continue;
-        }
-        for chunk in 1..STACK_CHUNKS as u64 {
-            if storage.tails.delete(&tail_key(id, chunk)).is_err() {
-                break;
-            }
+        // A frame takes at most 1 + RUNTIME_FRAME_WORDS words.
+        let words = trace.frames().len() * (1 + RUNTIME_FRAME_WORDS);
+        delete(storage, id as u64, words as u64);
+    }
+}
+
+/// Deletes stack `id` from `storage`: its head, then the chunks of its
+/// tail (stored from chunk 1 on, each after the one before, so the first
+/// missing one ends it) when it may have more `words` than a head holds.
+fn delete<M: MapCore>(storage: Storage<'_, M>, id: u64, words: u64) {
+    let _ = storage.stacks.delete(&id.to_ne_bytes());
+    if words <= CHUNK_WORDS as u64 {
+        return;
+    }
+    for chunk in 1..STACK_CHUNKS as u64 {
+        if storage.tails.delete(&tail_key(id, chunk)).is_err() {
+            break;
         }
     }
 }

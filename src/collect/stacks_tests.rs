@@ -202,22 +202,47 @@ fn stacks_not_met_in_two_reads_are_dropped() {
     assert_eq!(c.len(), 0);
 }
 
+#[test]
+fn stacks_stored_and_never_met_go_after_two_reads() {
+    let trace = RawTrace::Frames(Arc::from(vec![RawFrame::Addr(1)]));
+    let mut c = StackCache::default();
+    let mut unmet = Unmet::default();
+    // 1: never met; 2: met at the next read; 3: stored again when met
+    // already (kept by the cache, not here).
+    c.insert(3, trace.clone());
+    unmet.announce(1, 300, &c);
+    unmet.announce(2, 5, &c);
+    unmet.announce(3, 5, &c);
+    c.end_read();
+    assert!(unmet.age(&c).is_empty(), "none goes at its first read");
+    c.insert(2, trace);
+    c.end_read();
+    assert_eq!(unmet.age(&c), [(1, 300)], "the unmet one, with its words");
+    c.end_read();
+    c.end_read();
+    assert!(unmet.age(&c).is_empty(), "met ones are the cache's to drop");
+    assert!(unmet.0.is_empty());
+}
+
 /// A BPF hash map of `key`-byte keys and `value`-byte values; `None`
 /// without the right to make one (not root), which fails under
 /// FLARE_REQUIRE_BPF=1.
 fn hash_map(key: u32, value: u32, entries: u32) -> Option<libbpf_rs::MapHandle> {
+    map(libbpf_rs::MapType::Hash, key, value, entries)
+}
+
+/// A BPF map of `kind`, as [`hash_map`] makes one.
+fn map(
+    kind: libbpf_rs::MapType,
+    key: u32,
+    value: u32,
+    entries: u32,
+) -> Option<libbpf_rs::MapHandle> {
     let opts = libbpf_rs::libbpf_sys::bpf_map_create_opts {
         sz: std::mem::size_of::<libbpf_rs::libbpf_sys::bpf_map_create_opts>() as _,
         ..Default::default()
     };
-    let map = libbpf_rs::MapHandle::create(
-        libbpf_rs::MapType::Hash,
-        Some("flare_test"),
-        key,
-        value,
-        entries,
-        &opts,
-    );
+    let map = libbpf_rs::MapHandle::create(kind, Some("flare_test"), key, value, entries, &opts);
     match map {
         Ok(m) => Some(m),
         Err(e) => {
@@ -288,7 +313,11 @@ fn a_forgetting_reader_deletes_stacks_it_no_longer_meets_with_their_tails() {
     }
     assert!(there(1) && there(2) && tail_there(1) && tail_there(2));
 
-    let mut forgetting = Periodic::forgetting();
+    // No program writes this ring: only the stacks read are deleted.
+    let Some(news) = map(libbpf_rs::MapType::RingBuf, 0, 0, 4096) else {
+        return;
+    };
+    let mut forgetting = Periodic::forgetting(&news).unwrap();
     read(&mut forgetting, &[1, 2, 3]);
     read(&mut forgetting, &[3]);
     assert!(there(1) && there(2), "kept over one read without them");

@@ -205,6 +205,7 @@ impl<'obj> Session<'obj> {
                 .map_err(load_err)?;
         }
         let skel = open.load().map_err(load_err)?;
+        let periodic = Periodic::forgetting(&skel.maps.stack_news)?;
         let zero = 0u32.to_ne_bytes();
         for (sets, user) in [
             (&skel.maps.cgroup_sets, &cgroup),
@@ -229,7 +230,7 @@ impl<'obj> Session<'obj> {
             skel,
             config,
             _links: links,
-            periodic: Periodic::forgetting(),
+            periodic,
             unwinder,
         })
     }

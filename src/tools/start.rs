@@ -311,6 +311,7 @@ macro_rules! skeleton {
                     &mut maps.stacks,
                     &mut maps.stack_tails,
                     &mut maps.stack_scratch,
+                    &mut maps.stack_news,
                     plan.recording.stack_storage_size,
                     mode,
                 )?;

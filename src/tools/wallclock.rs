@@ -221,6 +221,7 @@ impl<'obj> Session<'obj> {
             .set_max_entries(config.blocked_storage_size)
             .map_err(load_err)?;
         let skel = open.load().map_err(load_err)?;
+        let periodic = Periodic::forgetting(&skel.maps.stack_news)?;
         let unwinder = plan.start_unwinder(&skel, mode)?;
         let timed = config
             .recording
@@ -232,7 +233,7 @@ impl<'obj> Session<'obj> {
             skel,
             config,
             _links: Vec::new(),
-            periodic: Periodic::forgetting(),
+            periodic,
             raw_tp,
             unwinder,
             random: std::hash::RandomState::new(),
@@ -279,10 +280,18 @@ impl<'obj> Session<'obj> {
         // all, as the kernel counts it at the switch back.
         let preempted = u64::from(crate::tools::offcpu::preempt_every(self.config.sample_us));
         let every = self.config.sample_us.saturating_mul(1000);
-        for key in start.keys() {
-            let Ok(Some(mut value)) = start.lookup(&key, MapFlags::ANY) else {
-                continue;
+        // In batches: one syscall for all, where a lookup per thread was
+        // two (the agent reads every second, beside a JVM's hundreds of
+        // blocked threads).
+        let entries: Vec<(Vec<u8>, Vec<u8>)> =
+            match start.lookup_batch(4096, MapFlags::ANY, MapFlags::ANY) {
+                Ok(batch) => batch.collect(),
+                Err(_) => start
+                    .keys()
+                    .filter_map(|k| Some((k.clone(), start.lookup(&k, MapFlags::ANY).ok()??)))
+                    .collect(),
             };
+        for (key, mut value) in entries {
             if value.len() < size {
                 continue;
             }
