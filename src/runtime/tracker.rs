@@ -173,14 +173,44 @@ impl<T: ProcessNamer> Namer for T {
 /// What a namer read in its processes' memory, by (process id, address,
 /// cookie): each answer (`None`: not what BPF saw) is kept with the
 /// process it was read in, as a process id reused by another process is
-/// another process in the registry. Past [`ReadCache::MAX`] answers, or
-/// [`ReadCache::MAX_BYTES`] of them, all are forgotten (a run without end
-/// stays flat, and so does one whose processes make each answer large:
-/// what is still sampled is read again).
+/// another process in the registry. Answers are kept in two generations
+/// of at most half of [`ReadCache::MAX`] answers and
+/// [`ReadCache::MAX_BYTES`] each: when the young one is full, the old one
+/// is forgotten and the young one becomes old, and an old answer used
+/// again is young again. So a run without end stays flat, and what is
+/// still used is not read again (clearing everything at the bound read
+/// the hot answers again at once).
 pub struct ReadCache<P, T> {
-    entries: HashMap<ReadKey, (Arc<P>, Option<Arc<T>>)>,
+    young: Generation<P, T>,
+    old: Generation<P, T>,
+}
+
+/// One generation of a [`ReadCache`].
+struct Generation<P, T> {
+    entries: HashMap<ReadKey, Entry<P, T>>,
     /// What the entries weigh ([`Weight`]).
     bytes: usize,
+}
+
+/// An answer, the process it was read in, and what it weighs.
+type Entry<P, T> = (Arc<P>, Option<Arc<T>>, usize);
+
+impl<P, T> Default for Generation<P, T> {
+    fn default() -> Self {
+        Generation {
+            entries: HashMap::new(),
+            bytes: 0,
+        }
+    }
+}
+
+impl<P, T> Generation<P, T> {
+    fn insert(&mut self, key: ReadKey, entry: Entry<P, T>) {
+        self.bytes += entry.2;
+        if let Some((_, _, old)) = self.entries.insert(key, entry) {
+            self.bytes = self.bytes.saturating_sub(old);
+        }
+    }
 }
 
 /// What a value read from another process holds, in bytes: the budget of
@@ -195,8 +225,8 @@ pub type ReadKey = (u32, u64, u64);
 impl<P, T> Default for ReadCache<P, T> {
     fn default() -> Self {
         ReadCache {
-            entries: HashMap::new(),
-            bytes: 0,
+            young: Generation::default(),
+            old: Generation::default(),
         }
     }
 }
@@ -204,10 +234,12 @@ impl<P, T> Default for ReadCache<P, T> {
 impl<P, T: Weight> ReadCache<P, T> {
     pub const MAX: usize = 1 << 16;
 
-    /// The bytes kept at most: a few hundred times what real programs
-    /// need (a code object of a real Python program weighs a few hundred
-    /// bytes; a crafted one up to its 1 MiB line table).
-    pub const MAX_BYTES: usize = 64 << 20;
+    /// The bytes kept at most: many times what real programs need at a
+    /// time (a code object of a real Python program weighs a few hundred
+    /// bytes, an optimized function of the TypeScript compiler's a few
+    /// KiB; a crafted one up to its 1 MiB line table). The agent's whole
+    /// budget is 30 MiB.
+    pub const MAX_BYTES: usize = 4 << 20;
 
     /// What one entry costs besides its value: key, process, map slot.
     const ENTRY: usize = 64;
@@ -219,32 +251,48 @@ impl<P, T: Weight> ReadCache<P, T> {
         process: &Arc<P>,
         read: impl FnOnce() -> Option<T>,
     ) -> Option<Arc<T>> {
-        if let Some((p, info)) = self.entries.get(&key) {
+        if let Some((p, info, _)) = self.young.entries.get(&key) {
             if Arc::ptr_eq(p, process) {
                 return info.clone();
             }
         }
-        let info = read().map(Arc::new);
-        let weight = Self::ENTRY + info.as_ref().map_or(0, |i| i.weight());
-        if self.entries.len() >= Self::MAX || self.bytes + weight > Self::MAX_BYTES {
-            self.entries.clear();
-            self.bytes = 0;
+        let entry = match self.old.entries.remove(&key) {
+            Some((p, info, weight)) if Arc::ptr_eq(&p, process) => {
+                self.old.bytes = self.old.bytes.saturating_sub(weight);
+                (p, info, weight)
+            }
+            old => {
+                if let Some((_, _, weight)) = old {
+                    self.old.bytes = self.old.bytes.saturating_sub(weight);
+                }
+                let info = read().map(Arc::new);
+                let weight = Self::ENTRY + info.as_ref().map_or(0, |i| i.weight());
+                (Arc::clone(process), info, weight)
+            }
+        };
+        let info = entry.1.clone();
+        // An answer heavier than a generation is used, not kept.
+        if entry.2 > Self::MAX_BYTES / 2 {
+            return info;
         }
-        let old = self
-            .entries
-            .insert(key, (Arc::clone(process), info.clone()));
-        if let Some((_, old)) = old {
-            self.bytes = self
-                .bytes
-                .saturating_sub(Self::ENTRY + old.map_or(0, |i| i.weight()));
+        if self.young.entries.len() >= Self::MAX / 2
+            || self.young.bytes + entry.2 > Self::MAX_BYTES / 2
+        {
+            self.old = std::mem::take(&mut self.young);
         }
-        self.bytes += weight;
+        self.young.insert(key, entry);
         info
     }
 
     /// The bytes its entries weigh.
     pub fn bytes(&self) -> usize {
-        self.bytes
+        self.young.bytes + self.old.bytes
+    }
+
+    /// How many answers it keeps.
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.young.entries.len() + self.old.entries.len()
     }
 }
 
@@ -396,25 +444,27 @@ mod tests {
 
     #[test]
     fn a_read_cache_keeps_to_its_byte_budget() {
-        let mut cache: ReadCache<(), Sized> = ReadCache::default();
+        type Cache = ReadCache<(), Sized>;
+        let mut cache: Cache = ReadCache::default();
         let process = Arc::new(());
         let mut reads = 0;
-        // 1 MiB answers, as a line table shared by many code objects makes
-        // them: never more than the budget kept.
+        // Answers of a quarter of the budget, as a line table shared by
+        // many code objects makes them: never more than the budget kept.
+        let big = Cache::MAX_BYTES / 4;
         for round in 0..2 {
             for at in 0..200u64 {
                 let got = cache.get_or_read((1, at, 0), &process, || {
                     reads += 1;
-                    Some(Sized(1 << 20))
+                    Some(Sized(big))
                 });
                 assert!(got.is_some());
-                assert!(cache.bytes() <= ReadCache::<(), Sized>::MAX_BYTES);
+                assert!(cache.bytes() <= Cache::MAX_BYTES, "{}", cache.bytes());
             }
-            assert!(cache.entries.len() < 64, "round {round}");
+            assert!(cache.len() <= 4, "round {round}");
         }
         assert_eq!(reads, 400);
         // Small answers are kept and read once.
-        let mut cache: ReadCache<(), Sized> = ReadCache::default();
+        let mut cache: Cache = ReadCache::default();
         for _ in 0..3 {
             for at in 0..100u64 {
                 cache.get_or_read((1, at, 0), &process, || {
@@ -425,5 +475,35 @@ mod tests {
         }
         assert_eq!(reads, 500);
         assert_eq!(cache.bytes(), 100 * (100 + 64));
+    }
+
+    #[test]
+    fn a_read_cache_keeps_what_is_used_while_the_rest_passes() {
+        type Cache = ReadCache<(), Sized>;
+        let mut cache: Cache = ReadCache::default();
+        let process = Arc::new(());
+        let mut hot_reads = 0;
+        // Ten budgets' worth of answers pass, each used once; one answer
+        // is used between every few of them.
+        let size = 4096;
+        let passing = 10 * Cache::MAX_BYTES / size;
+        for at in 0..passing as u64 {
+            cache.get_or_read((1, 1 << 40 | at, 0), &process, || Some(Sized(size)));
+            if at % 64 == 0 {
+                cache.get_or_read((1, 7, 0), &process, || {
+                    hot_reads += 1;
+                    Some(Sized(size))
+                });
+            }
+            assert!(cache.bytes() <= Cache::MAX_BYTES);
+        }
+        assert_eq!(hot_reads, 1, "the answer in use was read again");
+        // Another process under a reused id is read again.
+        let other = Arc::new(());
+        cache.get_or_read((1, 7, 0), &other, || {
+            hot_reads += 1;
+            Some(Sized(size))
+        });
+        assert_eq!(hot_reads, 2);
     }
 }

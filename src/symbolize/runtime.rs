@@ -17,9 +17,12 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use crate::collect::{Namer, Namers, RawFrame, RawSample, Runtime, RuntimeFrame};
 use crate::profile::{Frame, FrameKind, SourceLine};
 
-/// Past this many named frames, all are forgotten (a run without end
-/// stays flat; what is still sampled is named again).
-const MAX_NAMED: usize = 1 << 18;
+/// Frames named (or failed) that a generation holds: past it, the old
+/// generation is forgotten and the young one becomes old. So a run
+/// without end stays flat, and what is still sampled is asked for in
+/// every read and stays (clearing everything at a bound named it all
+/// again at once).
+const GENERATION: usize = 1 << 15;
 
 type Key = (u32, u64, RuntimeFrame);
 
@@ -38,6 +41,13 @@ pub fn lock(shared: &Shared) -> MutexGuard<'_, Runtimes> {
 /// The namers of every runtime and what they named.
 pub struct Runtimes {
     namers: HashMap<Runtime, Box<dyn Namer>>,
+    young: Answers,
+    old: Answers,
+}
+
+/// One generation of what was asked of the namers.
+#[derive(Default)]
+struct Answers {
     named: HashMap<Key, Arc<[Frame]>>,
     /// Frames their namer could not name in a process it knew
     /// ([`Namer::knows`]): not asked again. The agent reads its samples
@@ -47,14 +57,20 @@ pub struct Runtimes {
     failed: HashSet<Key>,
 }
 
+impl Answers {
+    fn len(&self) -> usize {
+        self.named.len() + self.failed.len()
+    }
+}
+
 impl Default for Runtimes {
     fn default() -> Self {
         let mut namers: HashMap<Runtime, Box<dyn Namer>> = HashMap::new();
         namers.insert(Runtime::Test, Box::new(TestNamer));
         Runtimes {
             namers,
-            named: HashMap::new(),
-            failed: HashSet::new(),
+            young: Answers::default(),
+            old: Answers::default(),
         }
     }
 }
@@ -100,9 +116,36 @@ impl Runtimes {
     }
 
     /// True once `key` was asked for: named, or failed in a process its
-    /// namer knew.
-    fn answered(&self, key: &Key) -> bool {
-        self.named.contains_key(key) || self.failed.contains(key)
+    /// namer knew. An old answer is young again.
+    fn answered(&mut self, key: &Key) -> bool {
+        if self.young.named.contains_key(key) || self.young.failed.contains(key) {
+            return true;
+        }
+        if let Some(named) = self.old.named.remove(key) {
+            self.keep(*key, Some(named));
+            return true;
+        }
+        if self.old.failed.remove(key) {
+            self.keep(*key, None);
+            return true;
+        }
+        false
+    }
+
+    /// Keeps an answer in the young generation, which first becomes old
+    /// when full.
+    fn keep(&mut self, key: Key, named: Option<Arc<[Frame]>>) {
+        if self.young.len() >= GENERATION {
+            self.old = std::mem::take(&mut self.young);
+        }
+        match named {
+            Some(named) => {
+                self.young.named.insert(key, named);
+            }
+            None => {
+                self.young.failed.insert(key);
+            }
+        }
     }
 
     /// Names the frames of process `pid` (started at `start`) not asked
@@ -113,10 +156,6 @@ impl Runtimes {
         start: u64,
         frames: impl IntoIterator<Item = &'a RuntimeFrame>,
     ) {
-        if self.named.len() + self.failed.len() > MAX_NAMED {
-            self.named.clear();
-            self.failed.clear();
-        }
         let mut todo: HashMap<Runtime, Vec<RuntimeFrame>> = HashMap::new();
         let mut seen = HashSet::new();
         for f in frames {
@@ -134,12 +173,8 @@ impl Runtimes {
             let named = namer.name_all(pid, &frames);
             for (f, named) in frames.into_iter().zip(named) {
                 match named {
-                    Some(named) => {
-                        self.named.insert((pid, start, f), named.into());
-                    }
-                    None if known => {
-                        self.failed.insert((pid, start, f));
-                    }
+                    Some(named) => self.keep((pid, start, f), Some(named.into())),
+                    None if known => self.keep((pid, start, f), None),
                     None => {}
                 }
             }
@@ -149,7 +184,9 @@ impl Runtimes {
     /// What `frame` of process `pid` was named, or an unnamed frame that
     /// tells it apart from others (`python+0x7f1200001000`).
     pub fn get(&self, pid: Option<u32>, start: u64, frame: &RuntimeFrame) -> Vec<Frame> {
-        match pid.and_then(|p| self.named.get(&(p, start, *frame))) {
+        let key = pid.map(|p| (p, start, *frame));
+        let named = key.and_then(|k| self.young.named.get(&k).or_else(|| self.old.named.get(&k)));
+        match named {
             Some(f) => f.to_vec(),
             None => vec![unnamed(frame)],
         }
@@ -282,6 +319,34 @@ mod tests {
             "each frame of a process asked once, the waker's too; none again"
         );
         assert_eq!(runtimes.get(Some(6), 1, &frame(3))[0].name, "f3".into());
+    }
+
+    #[test]
+    fn frames_still_sampled_stay_named_while_the_rest_is_forgotten() {
+        let batches = Arc::new(Mutex::new(Vec::new()));
+        let mut runtimes = Runtimes::default();
+        runtimes.set(vec![(Runtime::Java, Box::new(Batches(batches.clone())))]);
+        // Four generations' worth of frames pass, each asked for once;
+        // frame 1 (named) and 0 (failed) are asked for between batches.
+        let passing = 4 * GENERATION as u64;
+        for first in (100..100 + passing).step_by(1000) {
+            let frames: Vec<RuntimeFrame> = (first..first + 1000).map(frame).collect();
+            runtimes.learn(6, 1, &frames);
+            runtimes.learn(6, 1, &[frame(1), frame(0)]);
+            assert!(runtimes.young.len() + runtimes.old.len() <= 2 * GENERATION);
+        }
+        let got = batches.lock().unwrap();
+        let asked = |id| {
+            got.iter()
+                .filter(|(_, frames)| frames.contains(&frame(id)))
+                .count()
+        };
+        assert_eq!((asked(1), asked(0)), (1, 1), "in use, asked again");
+        assert_eq!(runtimes.get(Some(6), 1, &frame(1))[0].name, "f1".into());
+        assert!(
+            runtimes.get(Some(6), 1, &frame(100))[0].unnamed,
+            "the first frames passed are still kept"
+        );
     }
 
     #[test]
