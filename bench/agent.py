@@ -171,7 +171,7 @@ class Agent:
                   " body median %d bytes" % (statistics.median(lat), max(lat), len(lat),
                                              statistics.median(sizes)))
         for line in err.splitlines():
-            if "delivered" in line:
+            if "delivered" in line or "renewed" in line:
                 print("  " + line.strip())
 
 

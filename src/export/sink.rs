@@ -29,6 +29,16 @@ pub struct PushSink {
     /// Windows and samples handed over.
     pub windows: u64,
     pub samples: u64,
+    /// Runs asked to end early, and why.
+    pub early: Early,
+}
+
+/// Why runs were asked to end before their length: how often a run's
+/// stack storage was full, and how often it had seen too many processes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Early {
+    pub full: u64,
+    pub processes: u64,
 }
 
 /// What the sink keeps of one kind's run.
@@ -53,6 +63,7 @@ impl PushSink {
             runs: HashMap::new(),
             windows: 0,
             samples: 0,
+            early: Early::default(),
         }
     }
 
@@ -109,8 +120,13 @@ impl Sink for PushSink {
             run.pids
                 .extend(profile.samples.iter().filter_map(|s| s.task.pid));
             let full = profile.meta.lost.stacks_enomem;
-            if (run.pids.len() > *limit || full) && !run.renew_asked {
+            let many = run.pids.len() > *limit;
+            if (many || full) && !run.renew_asked {
                 run.renew_asked = true;
+                match full {
+                    true => self.early.full += 1,
+                    false => self.early.processes += 1,
+                }
                 let _ = tx.send(());
             }
         }
@@ -232,5 +248,12 @@ mod tests {
         );
         sink.report(&window(true)).expect("a report");
         assert!(rx.try_recv().is_err(), "asked twice in one run");
+        assert_eq!(
+            sink.early,
+            Early {
+                full: 1,
+                processes: 0
+            }
+        );
     }
 }

@@ -45,6 +45,16 @@ pub fn run(args: &AgentArgs) -> Result<()> {
         sink.names().join(", ")
     );
     let result = agent::run(&config, &mut sink, stop);
+    let early = sink.early;
+    if early.full + early.processes > 0 {
+        eprintln!(
+            "flare agent: renewed early {} time(s) for room in the stack storage, {} time(s) \
+             after {} processes",
+            early.full,
+            early.processes,
+            agent::RENEW_PROCESSES
+        );
+    }
     report(&sink.finish(FLUSH_TIMEOUT));
     Ok(result?)
 }
