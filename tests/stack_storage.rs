@@ -14,7 +14,7 @@
 //! stack lost some in two windows of 1 s (then renewed its storage).
 //! With naps of 20 us every 2 ms, most of its off-CPU periods are sampled
 //! out after their stacks were stored: no count names those, and an agent
-//! that deleted only the stacks it had met lost some in a window too.
+//! that deleted only the stacks it had met filled its storage too.
 
 mod common;
 
@@ -204,17 +204,21 @@ fn kernel_stacks_of_many_paths_are_all_kept() {
     }
 }
 
-/// coldstacks (napping `nap_us` every 2 ms, or not at all) beside `flare
-/// agent --profiles PROFILES` with room for 64 stacks and 1 s windows:
-/// the windows' profiles, the deepest level the workload reached and its
-/// pid.
+/// coldstacks with `args` (SECONDS STEP_MS NAP_US) beside `flare agent
+/// --profiles PROFILES` with room for 64 stacks and 1 s windows: the
+/// windows' profiles, the deepest level the workload reached, its pid,
+/// and the agent's stderr.
 fn cold_stacks_beside_agent(
     profiles: &str,
-    nap_us: u32,
-) -> (Vec<flare::output::pprof::proto::Profile>, usize, u32) {
+    args: &[&str],
+) -> (
+    Vec<flare::output::pprof::proto::Profile>,
+    usize,
+    u32,
+    String,
+) {
     let dir = tempfile::tempdir().unwrap();
-    let nap = nap_us.to_string();
-    let mut w = common::session::Workload::start("coldstacks", &["12", "100", &nap]);
+    let mut w = common::session::Workload::start("coldstacks", args);
     let pid = w.pid.to_string();
     let out = dir.path().to_str().unwrap();
     let agent = Agent::start(&[
@@ -252,18 +256,23 @@ fn cold_stacks_beside_agent(
         .map(|f| decode_pprof(&std::fs::read(f).unwrap()))
         .collect();
     assert!(windows.len() >= 12, "{} windows: {err}", windows.len());
-    (windows, depth, w.pid)
+    (windows, depth, w.pid, err)
 }
 
-/// No window lost stacks; the workload's samples all have their stacks,
-/// the deepest ones too.
-fn check_cold_stacks(windows: &[flare::output::pprof::proto::Profile], depth: usize, pid: u32) {
-    let lost: Vec<&String> = windows
-        .iter()
-        .flat_map(|p| p.comment.iter().map(|&i| &p.string_table[i as usize]))
-        .filter(|c| c.contains("could not be stored"))
-        .collect();
-    assert!(lost.is_empty(), "windows lost stacks: {lost:?}");
+/// The storage never filled (the agent renews a run when it does, and
+/// says so); the workload's samples all have their stacks, the deepest
+/// ones too. A stack missed because the storage was busy (its bucket
+/// locked when a sample came in NMI) is no sign of a full one.
+fn check_cold_stacks(
+    (windows, depth, pid, err): (
+        Vec<flare::output::pprof::proto::Profile>,
+        usize,
+        u32,
+        String,
+    ),
+) {
+    assert!(!err.contains("renewed early"), "the storage filled: {err}");
+    let windows = &windows;
     let (mut all, mut leaf, mut deepest) = (0, 0, 0);
     // CPU samples (the wall-clock profile holds the waits before and
     // after the work too).
@@ -295,8 +304,7 @@ fn the_cpu_collector_deletes_cold_stacks_and_keeps_room() {
         return;
     }
     let _serial = serial();
-    let (windows, depth, pid) = cold_stacks_beside_agent("cpu", 0);
-    check_cold_stacks(&windows, depth, pid);
+    check_cold_stacks(cold_stacks_beside_agent("cpu", &["12", "100", "0"]));
 }
 
 #[test]
@@ -305,8 +313,7 @@ fn the_wall_clock_collector_deletes_cold_stacks_and_keeps_room() {
         return;
     }
     let _serial = serial();
-    let (windows, depth, pid) = cold_stacks_beside_agent("cpu,wall", 0);
-    check_cold_stacks(&windows, depth, pid);
+    check_cold_stacks(cold_stacks_beside_agent("cpu,wall", &["12", "100", "0"]));
 }
 
 #[test]
@@ -315,6 +322,7 @@ fn the_wall_clock_collector_deletes_stacks_no_count_names() {
         return;
     }
     let _serial = serial();
-    let (windows, depth, pid) = cold_stacks_beside_agent("cpu,wall", 20);
-    check_cold_stacks(&windows, depth, pid);
+    // Steps of 200 ms for 20 s: fewer stacks live at a time, and orphans
+    // enough to fill the storage when they are kept.
+    check_cold_stacks(cold_stacks_beside_agent("cpu,wall", &["20", "200", "20"]));
 }
