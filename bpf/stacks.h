@@ -251,12 +251,16 @@ static __noinline __s64 flare_store_stack(struct flare_stack_scratch *s, __u64 h
 			/* Taken meanwhile by another CPU, full, or busy. */
 			old = bpf_map_lookup_elem(&stacks, &id);
 			if (!old) {
-				if (err == -FLARE_E2BIG) {
-					__sync_fetch_and_add(&stack_stats.full, 1);
-					return -FLARE_ENOMEM;
+				/* A bucket lock taken (-EBUSY; -EDEADLK or
+				 * -ETIMEDOUT where it is resilient) is no sign of
+				 * a full storage; anything else is (-E2BIG, and
+				 * 5.10 says otherwise). */
+				if (err == -FLARE_EBUSY || err == -35 || err == -110) {
+					__sync_fetch_and_add(&stack_stats.busy, 1);
+					return -FLARE_EBUSY;
 				}
-				__sync_fetch_and_add(&stack_stats.busy, 1);
-				return -FLARE_EBUSY;
+				__sync_fetch_and_add(&stack_stats.full, 1);
+				return -FLARE_ENOMEM;
 			}
 		}
 		if (flare_same_stack(old, s)) {
