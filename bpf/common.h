@@ -25,6 +25,8 @@
 #define FLARE_ENOMEM 12
 #define FLARE_E2BIG 7
 #define FLARE_EBUSY 16
+#define FLARE_EDEADLK 35
+#define FLARE_ETIMEDOUT 110
 
 /* Stack ids (bpf/stacks.h): kernel stacks' ids are below 2^31 (they fit
  * the keys' 32-bit fields), user stacks' at or above FLARE_USER_ID_BASE;

@@ -255,7 +255,8 @@ static __noinline __s64 flare_store_stack(struct flare_stack_scratch *s, __u64 h
 				 * -ETIMEDOUT where it is resilient) is no sign of
 				 * a full storage; anything else is (-E2BIG, and
 				 * 5.10 says otherwise). */
-				if (err == -FLARE_EBUSY || err == -35 || err == -110) {
+				if (err == -FLARE_EBUSY || err == -FLARE_EDEADLK ||
+				    err == -FLARE_ETIMEDOUT) {
 					__sync_fetch_and_add(&stack_stats.busy, 1);
 					return -FLARE_EBUSY;
 				}

@@ -384,9 +384,8 @@ pub fn decode(words: &[u64]) -> Vec<RawFrame> {
 pub struct Periodic {
     cache: StackCache,
     seen: HashMap<&'static str, u64>,
-    /// Stacks dropped from the cache are deleted from the storage too.
-    forget: bool,
-    /// And so are stacks stored that no read meets.
+    /// With this, stacks dropped from the cache are deleted from the
+    /// storage too, and so are stacks stored that no read meets.
     news: Option<News>,
 }
 
@@ -491,7 +490,6 @@ impl Periodic {
             source,
         })?;
         Ok(Periodic {
-            forget: true,
             news: Some(news),
             ..Periodic::default()
         })
@@ -515,10 +513,8 @@ impl Periodic {
         }
         if clear {
             let dropped = self.cache.end_read();
-            if self.forget {
-                forget(storage, &dropped);
-            }
             if let Some(news) = &mut self.news {
+                forget(storage, &dropped);
                 for (id, words) in news.unmet.age(&self.cache) {
                     delete(storage, id, words);
                 }

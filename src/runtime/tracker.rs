@@ -205,6 +205,12 @@ impl<P, T> Default for Generation<P, T> {
 }
 
 impl<P, T> Generation<P, T> {
+    fn remove(&mut self, key: &ReadKey) -> Option<Entry<P, T>> {
+        let entry = self.entries.remove(key)?;
+        self.bytes = self.bytes.saturating_sub(entry.2);
+        Some(entry)
+    }
+
     fn insert(&mut self, key: ReadKey, entry: Entry<P, T>) {
         self.bytes += entry.2;
         if let Some((_, _, old)) = self.entries.insert(key, entry) {
@@ -256,20 +262,17 @@ impl<P, T: Weight> ReadCache<P, T> {
                 return info.clone();
             }
         }
-        let entry = match self.old.entries.remove(&key) {
-            Some((p, info, weight)) if Arc::ptr_eq(&p, process) => {
-                self.old.bytes = self.old.bytes.saturating_sub(weight);
-                (p, info, weight)
-            }
-            old => {
-                if let Some((_, _, weight)) = old {
-                    self.old.bytes = self.old.bytes.saturating_sub(weight);
-                }
-                let info = read().map(Arc::new);
-                let weight = Self::ENTRY + info.as_ref().map_or(0, |i| i.weight());
-                (Arc::clone(process), info, weight)
-            }
-        };
+        // An old answer of the same process is young again; one of
+        // another process under a reused id goes.
+        let old = self
+            .old
+            .remove(&key)
+            .filter(|(p, _, _)| Arc::ptr_eq(p, process));
+        let entry = old.unwrap_or_else(|| {
+            let info = read().map(Arc::new);
+            let weight = Self::ENTRY + info.as_ref().map_or(0, |i| i.weight());
+            (Arc::clone(process), info, weight)
+        });
         let info = entry.1.clone();
         // An answer heavier than a generation is used, not kept.
         if entry.2 > Self::MAX_BYTES / 2 {
