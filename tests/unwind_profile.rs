@@ -349,29 +349,36 @@ fn plt_stubs_keep_their_callers() {
         "nofp-plt",
         &["-O2", "-fomit-frame-pointer", "-fno-builtin", "-DNOFP_PLT"],
     );
-    let r = profile(&exe, "auto", &thread_root);
-    assert_full("calls through the PLT", &r);
     // The test means something only if the stubs are sampled, and a stub
     // is named as perf names it (not after the symbol before it). How
     // often a timer's sample lands in a one-jump stub depends on the CPU:
     // 17-24 % of the samples in labs@plt alone on one machine, 0.2-3 %
     // on an AMD EPYC (3 of 1,499 failed one CI run when 5 % was asked).
-    // Emulated, 1.0-1.9 % (QEMU's TCG takes interrupts between its
-    // translated blocks, and a stub is one), about the 1 % that the
-    // check above lets the walk lose; so the stubs' own samples are
-    // checked too: without rows for the stubs, they lose spin's callers.
-    let least = 10;
+    // Emulated, 0.5-1.9 % (QEMU's TCG takes interrupts between its
+    // translated blocks, and a stub is one; 8 of 1,481 in one arm64
+    // guest), about the 1 % that the check below lets the walk lose; so
+    // the stubs' own samples are checked too: without rows for the stubs,
+    // they lose spin's callers. Runs are added until the stubs have
+    // `least` samples, at most `runs` of them.
+    let (least, runs) = (10, 4);
+    let (mut samples, mut stub_all, mut in_stub) = (0, 0, 0);
+    for _ in 0..runs {
+        let r = profile(&exe, "auto", &thread_root);
+        assert_full("calls through the PLT", &r);
+        samples += r.samples;
+        stub_all += r.stub_all;
+        in_stub += r.in_stub;
+        if stub_all >= least {
+            break;
+        }
+    }
     assert!(
-        r.stub_all >= least,
-        "{} of {} samples in spin's PLT stubs, expected at least {least}",
-        r.stub_all,
-        r.samples,
+        stub_all >= least,
+        "{stub_all} of {samples} samples in spin's PLT stubs in {runs} runs, expected at least {least}",
     );
     assert!(
-        r.in_stub * 10 >= r.stub_all * 9,
-        "{} of {} samples in spin's PLT stubs are complete (spin and its callers above)",
-        r.in_stub,
-        r.stub_all
+        in_stub * 10 >= stub_all * 9,
+        "{in_stub} of {stub_all} samples in spin's PLT stubs are complete (spin and its callers above)",
     );
 }
 
