@@ -166,13 +166,19 @@ fn profile_twofuncs(pid_option: bool) -> Vec<Entry> {
     let flare = Flare::start(&args, if pid_option { 1 } else { ncpu });
     w.go();
     w.wait_done();
-    let (out, _) = flare.stop();
+    let (out, err) = flare.stop();
     let entries = parse_text(&out);
     assert!(
         entries.iter().all(|e| !pid_option || e.pid == w.pid),
         "-p samples its target only:\n{out}"
     );
-    entries.into_iter().filter(|e| e.pid == w.pid).collect()
+    let entries: Vec<Entry> = entries.into_iter().filter(|e| e.pid == w.pid).collect();
+    // One arm64 guest once printed no sample at all: say what flare said.
+    assert!(
+        !entries.is_empty(),
+        "no samples of the workload; flare: {err}"
+    );
+    entries
 }
 
 /// Samples in entries whose stack holds `func`.
