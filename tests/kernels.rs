@@ -23,24 +23,40 @@ const GETPPID: &str = "__x64_sys_getppid";
 const GETPPID: &str = "__arm64_sys_getppid";
 
 /// Counts `pattern` in the workload with `--attach mode`: Ok(count of the
-/// workload's calls), or Err(flare's stderr) when flare refused.
-fn count_getppid(mode: &str, pattern: &[&str]) -> Result<(u64, String), String> {
-    let mut w = Workload::start("getppid", &[&CALLS.to_string()]);
+/// workload's calls, flare's output), or Err(flare's stderr) when flare
+/// refused. A neighbour makes each of the three syscalls as often, with
+/// the same stacks, before the workload: -p must leave its calls out,
+/// whichever program counts them.
+fn count_getppid(mode: &str, pattern: &[&str]) -> Result<(u64, String, String), String> {
+    let calls = CALLS.to_string();
+    let mut w = Workload::start("getppid", &[&calls]);
+    let mut neighbour = Workload::start("getppid", &[&calls, "all"]);
     let pid = w.pid().to_string();
     let mut args = vec!["-f", "-K", "-p", &pid, "--attach", mode];
     args.extend_from_slice(pattern);
     let t = Tracer::try_start(&args)?;
     let header = t.header.clone();
+    neighbour.go();
     w.go();
-    let counts = folded_counts(&t.finish());
-    Ok((counts.values().sum(), header))
+    let out = t.finish();
+    let counts = folded_counts(&out);
+    // The traced function is each stack's leaf, whichever way it was
+    // attached: fentry's program and trampoline are not the workload's.
+    for stack in counts.keys() {
+        let leaf = stack.rsplit(';').next().unwrap_or_default();
+        assert!(
+            leaf.contains("sys_getppid"),
+            "--attach {mode}: a stack whose leaf is not getppid: {stack}"
+        );
+    }
+    Ok((counts.values().sum(), header, out))
 }
 
 /// Asserts the outcome of one attach mode against what the kernel must do.
 fn check_mode(mode: &str, pattern: &[&str], functions: usize, refusal: &[&str]) {
     let _g = serial();
     match (count_getppid(mode, pattern), kernel_can(mode)) {
-        (Ok((n, header)), must) => {
+        (Ok((n, header, out)), must) => {
             assert_ne!(
                 must,
                 Some(false),
@@ -50,7 +66,10 @@ fn check_mode(mode: &str, pattern: &[&str], functions: usize, refusal: &[&str]) 
                 header.starts_with(&format!("Tracing {functions} functions")),
                 "{header}"
             );
-            assert_eq!(n, CALLS, "--attach {mode}: every getppid counted once");
+            assert_eq!(
+                n, CALLS,
+                "--attach {mode}: every getppid counted once, the neighbour's none:\n{out}"
+            );
         }
         (Err(err), Some(true)) => panic!("--attach {mode} must work on this kernel: {err}"),
         (Err(err), _) => {
@@ -124,7 +143,7 @@ fn automatic_attach_counts_or_says_why_not() {
         .iter()
         .any(|m| kernel_can(m) == Some(true));
     match count_getppid("auto", &[GETPPID]) {
-        Ok((n, _)) => assert_eq!(n, CALLS),
+        Ok((n, _, out)) => assert_eq!(n, CALLS, "{out}"),
         Err(err) => {
             assert!(!must, "a way to attach exists on this kernel: {err}");
             assert!(

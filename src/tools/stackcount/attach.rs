@@ -290,6 +290,7 @@ impl Session<'_> {
                 let link =
                     attached.map_err(|e| super::attach::no_kernel_probes(&self.pattern, &e))?;
                 self._links.push(link);
+                self.fentry = true;
                 for f in &functions[1..] {
                     self.attach_fentry_extra(f)?;
                 }
@@ -305,17 +306,32 @@ impl Session<'_> {
             prog: "stackcount (fentry)",
             source,
         };
-        let mut open = ObjectBuilder::default()
+        let main = self.skel.object();
+        // The copy must bear the skeleton's object name: libbpf names the
+        // .rodata and .bss maps after it, and a copy whose knobs (-p, -c,
+        // flare's own pid, the unwind mode) are not the skeleton's would
+        // count every process.
+        let mut builder = ObjectBuilder::default();
+        if let Some(name) = main.name() {
+            builder.name(name.to_string_lossy()).map_err(load_err)?;
+        }
+        let mut open = builder
             .open_memory(variant::open(self.unwind.build(), || {
                 variant::pick(OBJECT, OBJECT_FP)
             }))
             .map_err(load_err)?;
-        let main = self.skel.object();
         for mut map in open.maps_mut() {
             let name = map.name().to_string_lossy().into_owned();
-            if let Some(shared) = main.maps().find(|m| m.name().to_string_lossy() == name) {
-                map.reuse_fd(shared.as_fd()).map_err(load_err)?;
-            }
+            let shared = main
+                .maps()
+                .find(|m| m.name().to_string_lossy() == name)
+                .ok_or_else(|| {
+                    load_err(libbpf_rs::Error::from(std::io::Error::new(
+                        std::io::ErrorKind::NotFound,
+                        format!("the copy's map {name} is not among the skeleton's"),
+                    )))
+                })?;
+            map.reuse_fd(shared.as_fd()).map_err(load_err)?;
         }
         for mut prog in open.progs_mut() {
             let is_fentry = prog.name().to_string_lossy() == "flare_sc_fentry";

@@ -13,6 +13,7 @@ mod kallsyms;
 pub mod offsets;
 pub mod pattern;
 pub mod resolve;
+mod trampoline;
 pub mod usdt;
 
 use std::mem::MaybeUninit;
@@ -156,6 +157,9 @@ pub struct Session<'obj> {
     unwinder: Option<Unwinder>,
     /// How user stacks are walked: which build extra objects load.
     unwind: crate::unwind::Mode,
+    /// Kernel functions are attached with fentry: their stacks are taken
+    /// inside the program, under its trampoline.
+    fentry: bool,
 }
 
 /// Finds what the pattern matches; fails with the pattern named when it
@@ -274,6 +278,7 @@ impl<'obj> Session<'obj> {
             timed,
             skel,
             _extra: Vec::new(),
+            fentry: false,
             _links: Vec::new(),
             config,
             pattern,
@@ -343,6 +348,9 @@ impl Collector for Session<'_> {
     }
 
     fn tidy(&self, samples: &mut [Sample]) {
+        if self.fentry {
+            trampoline::strip_trampolines(samples);
+        }
         if self.config.offsets {
             offsets::add_offsets(samples);
         }
