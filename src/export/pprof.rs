@@ -19,6 +19,7 @@ use prost::Message;
 
 use super::{unix_nanos, Window};
 use crate::output::pprof::{self as writer, proto};
+use crate::profile::Kind;
 
 /// Build ids cached at most.
 const MAX_BUILD_IDS: usize = 4096;
@@ -27,6 +28,8 @@ const MAX_BUILD_IDS: usize = 4096;
 #[derive(Default)]
 pub struct Encoder {
     build_ids: HashMap<String, Option<Arc<str>>>,
+    /// The sizes of the last profile of each kind, to start the next at.
+    sizes: HashMap<Kind, writer::Sizes>,
 }
 
 /// Interns strings into an existing pprof string table, by the index the
@@ -55,8 +58,9 @@ impl Encoder {
 
     /// The window as a `profile.proto` message.
     pub fn build(&mut self, window: &Window) -> proto::Profile {
+        let sizes = self.sizes.entry(window.profile.meta.kind).or_default();
         let (mut p, index) =
-            writer::build_interned(&window.profile, unix_nanos(window.start) as i64);
+            writer::build_interned(&window.profile, unix_nanos(window.start) as i64, sizes);
         // Exactly the window's span, so that consecutive windows tile.
         p.duration_nanos = unix_nanos(window.end).saturating_sub(unix_nanos(window.start)) as i64;
         let mut strings = Strings {
