@@ -347,6 +347,20 @@ impl Trace {
         }
     }
 
+    /// Drops the top of the stack (leaf first) down to, and with, the
+    /// last of its top `depth` frames that `machinery` names: the tracing
+    /// machinery a kernel stack was taken in, and anything above it (the
+    /// BPF program's own frame is not always named).
+    pub fn drop_top_through(&mut self, depth: usize, machinery: impl Fn(&str) -> bool) {
+        let frames = self.frames();
+        let top = frames.len().min(depth);
+        if let Some(last) = frames[..top].iter().rposition(|f| machinery(&f.name)) {
+            self.edit_frames(|f| {
+                f.drain(..=last);
+            });
+        }
+    }
+
     /// The frames, or an empty slice when there are none.
     pub fn frames(&self) -> &[Frame] {
         match self {

@@ -49,10 +49,9 @@ pub struct Runtimes {
     /// skips them instead of looking up each of their frames again.
     learned: HashMap<StackAt, Arc<[RawFrame]>>,
     /// Times the young generation became old: answers a skipped stack
-    /// relies on may then go, so its frames are looked at again.
+    /// relies on may then go, so `learned` is emptied and its stacks'
+    /// frames are looked at again.
     turnovers: u64,
-    /// [`Runtimes::turnovers`] when `learned` was made.
-    learned_turnovers: u64,
 }
 
 /// A stack of a process: (process id, start, the frames' address).
@@ -86,7 +85,6 @@ impl Default for Runtimes {
             old: Answers::default(),
             learned: HashMap::new(),
             turnovers: 0,
-            learned_turnovers: 0,
         }
     }
 }
@@ -108,9 +106,6 @@ impl Runtimes {
         // its window; gathering every frame, most answered long before,
         // was 4 % of its learning's CPU, and looking up each frame of
         // stacks answered in the pass before 3 % of all its CPU.
-        if self.learned_turnovers != self.turnovers {
-            self.learned.clear();
-        }
         let turnovers = self.turnovers;
         // Sized as the last pass's, so that it is not grown step by step.
         let mut learned = HashMap::with_capacity(self.learned.len());
@@ -161,7 +156,6 @@ impl Runtimes {
             learned.clear();
         }
         self.learned = learned;
-        self.learned_turnovers = self.turnovers;
     }
 
     /// True once `key` was asked for: named, or failed in a process its
@@ -187,6 +181,7 @@ impl Runtimes {
         if self.young.len() >= GENERATION {
             self.old = std::mem::take(&mut self.young);
             self.turnovers += 1;
+            self.learned.clear();
         }
         match named {
             Some(named) => {

@@ -31,16 +31,8 @@ const TRACING_DEPTH: usize = 8;
 /// it to whatever symbol precedes it), so everything above the tracing
 /// glue goes with it.
 fn strip(task: &mut TaskStack) {
-    let frames = task.kernel.frames();
-    let top = frames.len().min(TRACING_DEPTH);
-    if let Some(last) = frames[..top]
-        .iter()
-        .rposition(|f| is_tracing_frame(&f.name))
-    {
-        task.kernel.edit_frames(|f| {
-            f.drain(..=last);
-        });
-    }
+    task.kernel
+        .drop_top_through(TRACING_DEPTH, is_tracing_frame);
 }
 
 /// Strips tracing frames (and keys wakeuptime's wakers by name only); the

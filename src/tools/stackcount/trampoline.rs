@@ -13,16 +13,9 @@ const TRAMPOLINE_DEPTH: usize = 4;
 /// then merges what became identical.
 pub fn strip_trampolines(samples: &mut [Sample]) {
     for s in samples {
-        let frames = s.task.kernel.frames();
-        let top = frames.len().min(TRAMPOLINE_DEPTH);
-        if let Some(at) = frames[..top]
-            .iter()
-            .position(|f| f.name.starts_with("bpf_trampoline_"))
-        {
-            s.task.kernel.edit_frames(|f| {
-                f.drain(..=at);
-            });
-        }
+        s.task
+            .kernel
+            .drop_top_through(TRAMPOLINE_DEPTH, |name| name.starts_with("bpf_trampoline_"));
     }
 }
 
